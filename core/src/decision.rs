@@ -1,0 +1,100 @@
+//! What `admit` answers, and what `stats` reports. Outcomes are values, not errors.
+
+use crate::ticket::TicketError;
+
+/// The three answers to "may this visitor reach the origin now?".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Outcome {
+    /// Pass the request to the origin.
+    Admit = 0,
+    /// Serve the waiting page.
+    Queue = 1,
+    /// Refuse with a retry-after (rooms with `queueing_method = "reject"`).
+    Reject = 2,
+}
+
+impl Outcome {
+    /// `admit`, `queue` or `reject`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Admit => "admit",
+            Outcome::Queue => "queue",
+            Outcome::Reject => "reject",
+        }
+    }
+}
+
+/// The engine's answer for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Admit, queue or reject.
+    pub outcome: Outcome,
+    /// A complete `Set-Cookie` header value when the ticket is new or changed.
+    pub set_cookie: Option<String>,
+    /// Queue: live waiters ahead of this visitor, plus one.
+    pub position: Option<u64>,
+    /// Queue: estimated seconds until admission, from the recent admission rate.
+    pub estimated_wait_secs: Option<u64>,
+    /// Queue: seconds until the waiting page should refresh. Reject: seconds until a retry.
+    pub retry_after_secs: Option<u64>,
+    /// Queue: live waiters in the room.
+    pub queue_length: Option<u64>,
+    /// Why an incoming ticket was refused (the visitor was then treated as new).
+    pub ticket_error: Option<TicketError>,
+}
+
+impl Decision {
+    pub(crate) fn admit(set_cookie: Option<String>, ticket_error: Option<TicketError>) -> Self {
+        Self {
+            outcome: Outcome::Admit,
+            set_cookie,
+            position: None,
+            estimated_wait_secs: None,
+            retry_after_secs: None,
+            queue_length: None,
+            ticket_error,
+        }
+    }
+}
+
+/// Ticket refusals counted by reason since the room was created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TicketRejections {
+    /// [`TicketError::BadEncoding`].
+    pub bad_encoding: u64,
+    /// [`TicketError::UnknownKey`].
+    pub unknown_key: u64,
+    /// [`TicketError::BadTag`].
+    pub bad_tag: u64,
+    /// [`TicketError::WrongRoom`].
+    pub wrong_room: u64,
+    /// [`TicketError::Expired`].
+    pub expired: u64,
+    /// [`TicketError::FromFuture`].
+    pub from_future: u64,
+}
+
+/// A room's state as of the last tick (plus live rejection counters).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoomStats {
+    /// Distinct visitors seen within the session window (HyperLogLog estimate, floored by the
+    /// exact count of admissions in the window).
+    pub active_users: u64,
+    /// Visitors admitted for the first time in the current minute (bucket), exact.
+    pub admitted_this_minute: u64,
+    /// Visitors admitted for the first time since the room was created, exact.
+    pub admitted_total: u64,
+    /// Live waiters.
+    pub queue_length: u64,
+    /// The arrival bucket up to which waiters may enter (FIFO rooms).
+    pub frontier: u64,
+    /// Slots free for new visitors until the next tick.
+    pub free_slots: u64,
+    /// Recent admission rate, visitors per second.
+    pub admission_rate: f64,
+    /// Ticket refusals by reason.
+    pub ticket_rejections: TicketRejections,
+    /// Bytes of counters the room holds (fixed by its configuration).
+    pub memory_bytes: usize,
+}

@@ -1,0 +1,732 @@
+//! The engine: one immutable snapshot per tick, read lock-free by every `admit`.
+//!
+//! `admit` loads the current [`Snapshot`] through `arc-swap` (no lock), opens the visitor's
+//! ticket, and claims a slot from the room's sharded pool when a new admission is due. It
+//! never blocks, never does I/O and allocates only when it has to hand out a new ticket.
+//! `tick` (serialised by a mutex; one caller at a time, off the request path) folds the
+//! counters into free-slot targets, moves the queue's frontier, and swaps in a new snapshot.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use rustc_hash::FxHashMap;
+
+use crate::clock::Millis;
+use crate::config::{Config, QueueingMethod, RoomConfig};
+use crate::decision::{Decision, Outcome, RoomStats, TicketRejections};
+use crate::error::{Error, Result};
+use crate::hll::mix64;
+use crate::page::{self, Page};
+use crate::room_counters::{RoomCounters, RoomLayout};
+use crate::shares::free_slots;
+use crate::slot_pool::{home_shard, PoolReading};
+use crate::sync::Ordering;
+use crate::ticket::{random_id, room_tag, Keyring, Ticket, TicketError, TicketState};
+
+/// What never changes while a room's configuration stays the same.
+struct RoomStatic {
+    cfg: RoomConfig,
+    counters: Arc<RoomCounters>,
+    tag: u32,
+    cookie_name: String,
+    cookie_attrs: String,
+    session_secs: u32,
+}
+
+/// A room as the current snapshot sees it.
+struct RoomView {
+    s: Arc<RoomStatic>,
+    frontier: u64,
+    draw_threshold: u64,
+    queue_length: u64,
+    queue_base: u64,
+    /// `ahead[i]`: live waiters with arrival bucket below `queue_base + i`.
+    ahead: Arc<[u64]>,
+    rate_per_sec: f64,
+    stats: RoomStats,
+}
+
+/// Everything a decision reads, swapped in whole.
+struct Snapshot {
+    keyring: Arc<Keyring>,
+    config: Arc<Config>,
+    bucket_ms: u64,
+    skew_secs: u32,
+    rooms: Vec<RoomView>,
+    by_name: FxHashMap<String, usize>,
+}
+
+/// Per-room state owned by `tick`.
+struct RoomTick {
+    s: Arc<RoomStatic>,
+    open_reading: PoolReading,
+    waiter_reading: PoolReading,
+    /// Exact admissions per bucket: `(bucket, count)`, one entry per ring slot.
+    admitted: Vec<(u64, u64)>,
+    admitted_total: u64,
+    frontier: u64,
+    rate_per_sec: f64,
+    last_tick: Option<Millis>,
+}
+
+struct TickState {
+    rooms: HashMap<String, RoomTick>,
+    last_now: Millis,
+}
+
+/// The admission engine. Cheap to share (`Arc<Engine>`); every method takes `&self`.
+pub struct Engine {
+    current: ArcSwap<Snapshot>,
+    ticking: std::sync::Mutex<TickState>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let snap = self.current.load();
+        f.debug_struct("Engine")
+            .field("rooms", &snap.rooms.iter().map(|r| &r.s.cfg.name).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+fn keyring_of(config: &Config, previous: Option<&Arc<Keyring>>) -> Result<Arc<Keyring>> {
+    if config.tickets.keys.is_empty() {
+        if let Some(prev) = previous {
+            // Keep the ephemeral key across reloads so tickets already out stay valid.
+            return Ok(prev.clone());
+        }
+    }
+    let mut keys = Vec::with_capacity(config.tickets.keys.len());
+    for (i, k) in config.tickets.keys.iter().enumerate() {
+        keys.push((k.id, k.material(&format!("tickets.keys[{i}]"))?));
+    }
+    Ok(Arc::new(Keyring::new(&keys, config.tickets.signing_key)?))
+}
+
+fn room_static(cfg: &RoomConfig, config: &Config, counters: Arc<RoomCounters>) -> RoomStatic {
+    let c = &cfg.cookie;
+    let mut attrs = format!("; Path={}", c.path);
+    if let Some(d) = &c.domain {
+        attrs.push_str(&format!("; Domain={d}"));
+    }
+    if c.secure {
+        attrs.push_str("; Secure");
+    }
+    if c.http_only {
+        attrs.push_str("; HttpOnly");
+    }
+    attrs.push_str(&format!("; SameSite={}", c.same_site));
+    RoomStatic {
+        cfg: cfg.clone(),
+        counters,
+        tag: room_tag(&cfg.name),
+        cookie_name: cfg.cookie_name(),
+        cookie_attrs: attrs,
+        session_secs: cfg.session_duration * config.settings.bucket_width_secs,
+    }
+}
+
+/// Finds `name`'s value in a `Cookie` header (`a=b; c=d`).
+pub fn find_cookie<'h>(header: &'h str, name: &str) -> Option<&'h str> {
+    header.split(';').find_map(|pair| {
+        let (k, v) = pair.trim_start().split_once('=')?;
+        (k.trim_end() == name).then(|| v.trim().trim_matches('"'))
+    })
+}
+
+impl Engine {
+    /// An engine over a validated configuration, with its first tick at `now`.
+    pub fn new(config: Config, now: Millis) -> Result<Self> {
+        config.validate()?;
+        let keyring = keyring_of(&config, None)?;
+        let mut state = TickState {
+            rooms: HashMap::new(),
+            last_now: now,
+        };
+        let snapshot = build(&mut state, Arc::new(config), keyring, now);
+        Ok(Self {
+            current: ArcSwap::from_pointee(snapshot),
+            ticking: std::sync::Mutex::new(state),
+        })
+    }
+
+    /// An engine from TOML or JSON text.
+    pub fn from_text(text: &str, now: Millis) -> Result<Self> {
+        Self::new(Config::from_text(text)?, now)
+    }
+
+    /// An engine from a configuration file (`.json` or TOML).
+    pub fn from_path(path: impl AsRef<Path>, now: Millis) -> Result<Self> {
+        Self::new(Config::from_path(path)?, now)
+    }
+
+    /// Replaces the configuration. A bad one is refused with an error and the running one keeps
+    /// serving. Rooms whose memory layout is unchanged keep their counts.
+    pub fn reload(&self, config: Config) -> Result<()> {
+        config.validate()?;
+        let keyring = keyring_of(&config, Some(&self.current.load().keyring))?;
+        let mut state = self.lock();
+        let now = state.last_now;
+        let snapshot = build(&mut state, Arc::new(config), keyring, now);
+        self.current.store(Arc::new(snapshot));
+        Ok(())
+    }
+
+    /// Folds the counters into a new snapshot as of `now`. Call it about once a second (and at
+    /// least once per bucket and per refresh interval); one caller at a time is served, others
+    /// wait for it.
+    pub fn tick(&self, now: Millis) {
+        let mut state = self.lock();
+        let now = now.max(state.last_now);
+        let snap = self.current.load_full();
+        let next = build(&mut state, snap.config.clone(), snap.keyring.clone(), now);
+        self.current.store(Arc::new(next));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TickState> {
+        // A panic while ticking leaves counters consistent (each is atomic), so a poisoned lock
+        // is safe to take over.
+        self.ticking.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The running configuration.
+    pub fn config(&self) -> Arc<Config> {
+        self.current.load().config.clone()
+    }
+
+    /// The room's state as of the last tick.
+    pub fn stats(&self, room: &str) -> Result<RoomStats> {
+        let snap = self.current.load();
+        let view = snap.room(room)?;
+        let mut stats = view.stats;
+        let r = view.s.counters.rejections();
+        let get = |e: TicketError| r[e as usize].load(Ordering::Relaxed);
+        stats.ticket_rejections = TicketRejections {
+            bad_encoding: get(TicketError::BadEncoding),
+            unknown_key: get(TicketError::UnknownKey),
+            bad_tag: get(TicketError::BadTag),
+            wrong_room: get(TicketError::WrongRoom),
+            expired: get(TicketError::Expired),
+            from_future: get(TicketError::FromFuture),
+        };
+        Ok(stats)
+    }
+
+    /// Names of the configured rooms.
+    pub fn rooms(&self) -> Vec<String> {
+        self.current
+            .load()
+            .rooms
+            .iter()
+            .map(|r| r.s.cfg.name.clone())
+            .collect()
+    }
+
+    /// The page to serve for a queue or reject decision (`None` for admit). `accept` is the
+    /// request's `Accept` header: JSON is served when it prefers `application/json` and the
+    /// room allows it.
+    pub fn render_page(
+        &self,
+        room: &str,
+        decision: &Decision,
+        accept: Option<&str>,
+    ) -> Result<Option<Page>> {
+        let snap = self.current.load();
+        let view = snap.room(room)?;
+        Ok(page::render(&view.s.cfg, decision, accept))
+    }
+
+    /// Decides one request. `cookie_header` is the request's whole `Cookie` header, if any;
+    /// `now` is milliseconds since the Unix epoch. The only error is an unknown room.
+    pub fn admit(&self, room: &str, cookie_header: Option<&str>, now: Millis) -> Result<Decision> {
+        let snap = self.current.load();
+        let view = snap.room(room)?;
+        let ticket = cookie_header.and_then(|h| find_cookie(h, &view.s.cookie_name));
+        Ok(snap.decide(view, ticket, now))
+    }
+
+    /// Decides one request given the ticket cookie's value itself (no header parsing).
+    pub fn admit_ticket(&self, room: &str, ticket: Option<&str>, now: Millis) -> Result<Decision> {
+        let snap = self.current.load();
+        let view = snap.room(room)?;
+        Ok(snap.decide(view, ticket, now))
+    }
+}
+
+impl Snapshot {
+    #[inline]
+    fn room(&self, name: &str) -> Result<&RoomView> {
+        self.by_name
+            .get(name)
+            .map(|&i| &self.rooms[i])
+            .ok_or_else(|| Error::UnknownRoom(name.to_owned()))
+    }
+
+    #[inline]
+    fn decide(&self, view: &RoomView, cookie: Option<&str>, now: Millis) -> Decision {
+        let s = &view.s;
+        let now_secs = (now / 1000).min(u32::MAX as u64) as u32;
+        let mut ticket_error = None;
+        let ticket = match cookie {
+            Some(text) => match self.keyring.open(text, s.tag, now_secs, self.skew_secs) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    s.counters.rejections()[e as usize].fetch_add(1, Ordering::Relaxed);
+                    ticket_error = Some(e);
+                    None
+                }
+            },
+            None => None,
+        };
+        let bucket = now / self.bucket_ms;
+        match ticket {
+            Some(t) if t.state == TicketState::Admitted => {
+                self.renew(view, t, bucket, now_secs, ticket_error)
+            }
+            Some(t) => self.waiter(view, t, bucket, now_secs, ticket_error),
+            None => self.arrival(view, bucket, now_secs, ticket_error),
+        }
+    }
+
+    /// A visitor holding a valid admission ticket.
+    #[inline]
+    fn renew(
+        &self,
+        view: &RoomView,
+        t: Ticket,
+        bucket: u64,
+        now_secs: u32,
+        err: Option<TicketError>,
+    ) -> Decision {
+        let s = &view.s;
+        if s.cfg.disable_session_renewal || u64::from(t.counted) == bucket {
+            // Counted this minute already (or never renewed): nothing to change.
+            return Decision::admit(None, err);
+        }
+        s.counters.hll().insert(bucket, t.id);
+        let renewed = Ticket {
+            counted: bucket as u32,
+            last_checkin: now_secs,
+            expires: now_secs.saturating_add(s.session_secs),
+            ..t
+        };
+        Decision::admit(Some(self.cookie(s, &renewed, now_secs)), err)
+    }
+
+    /// A visitor holding a valid queued ticket.
+    fn waiter(
+        &self,
+        view: &RoomView,
+        t: Ticket,
+        bucket: u64,
+        now_secs: u32,
+        err: Option<TicketError>,
+    ) -> Decision {
+        let s = &view.s;
+        let cfg = &s.cfg;
+        let epoch = u64::from(now_secs / cfg.refresh_interval);
+        let lanes = s.counters.lanes();
+        let arrival = u64::from(t.arrival).max(view.queue_base);
+        let slot = (arrival % u64::from(cfg.queue_buckets)) as usize;
+        let counted = u64::from(t.counted);
+        if cfg.queueing_method == QueueingMethod::Passthrough {
+            return self.admit_new(view, t.id, bucket, now_secs, err);
+        }
+        let eligible = !cfg.queue_all
+            && match cfg.queueing_method {
+                QueueingMethod::Random => {
+                    mix64(t.id ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15)) < view.draw_threshold
+                }
+                _ => arrival <= view.frontier,
+            };
+        if eligible {
+            let home = home_shard();
+            if s.counters.waiter_pool().try_claim(home) || s.counters.open_pool().try_claim(home) {
+                if lanes.in_window(counted, epoch) {
+                    lanes.uncount(slot, counted);
+                }
+                return self.admit_new(view, t.id, bucket, now_secs, err);
+            }
+        }
+        let mut set_cookie = None;
+        if counted != epoch && lanes.count(slot, epoch) {
+            if lanes.in_window(counted, epoch) {
+                lanes.uncount(slot, counted);
+            }
+            let refreshed = Ticket {
+                counted: epoch as u32,
+                last_checkin: now_secs,
+                expires: now_secs.saturating_add(self.queued_ttl(s)),
+                ..t
+            };
+            set_cookie = Some(self.cookie(s, &refreshed, now_secs));
+        }
+        let position = match cfg.queueing_method {
+            QueueingMethod::Fifo => {
+                let i = arrival.saturating_sub(view.queue_base) as usize;
+                view.ahead.get(i).copied().unwrap_or(view.queue_length) + 1
+            }
+            _ => view.queue_length.max(1),
+        };
+        self.queued(view, set_cookie, position, err)
+    }
+
+    /// A visitor with no valid ticket.
+    fn arrival(
+        &self,
+        view: &RoomView,
+        bucket: u64,
+        now_secs: u32,
+        err: Option<TicketError>,
+    ) -> Decision {
+        let s = &view.s;
+        let cfg = &s.cfg;
+        let id = random_id();
+        if cfg.queueing_method == QueueingMethod::Passthrough {
+            return self.admit_new(view, id, bucket, now_secs, err);
+        }
+        if !cfg.queue_all && s.counters.open_pool().try_claim(home_shard()) {
+            return self.admit_new(view, id, bucket, now_secs, err);
+        }
+        if cfg.queueing_method == QueueingMethod::Reject {
+            return Decision {
+                outcome: Outcome::Reject,
+                set_cookie: None,
+                position: None,
+                estimated_wait_secs: None,
+                retry_after_secs: Some(u64::from(cfg.refresh_interval)),
+                queue_length: None,
+                ticket_error: err,
+            };
+        }
+        let epoch = u64::from(now_secs / cfg.refresh_interval);
+        let arrival = match cfg.queueing_method {
+            QueueingMethod::Fifo => bucket,
+            _ => 0,
+        };
+        let slot = (arrival % u64::from(cfg.queue_buckets)) as usize;
+        // If the lane is not ready (tick is late), the waiter is counted at its next refresh.
+        let counted = if s.counters.lanes().count(slot, epoch) {
+            epoch as u32
+        } else {
+            0
+        };
+        let t = Ticket {
+            room_tag: s.tag,
+            id,
+            state: TicketState::Queued,
+            arrival: arrival as u32,
+            accepted_at: now_secs,
+            counted,
+            last_checkin: now_secs,
+            expires: now_secs.saturating_add(self.queued_ttl(s)),
+        };
+        let cookie = self.cookie(s, &t, now_secs);
+        self.queued(view, Some(cookie), view.queue_length + 1, err)
+    }
+
+    /// Admits `id` (a slot is already claimed, or the room passes everyone).
+    fn admit_new(
+        &self,
+        view: &RoomView,
+        id: u64,
+        bucket: u64,
+        now_secs: u32,
+        err: Option<TicketError>,
+    ) -> Decision {
+        let s = &view.s;
+        s.counters.hll().insert(bucket, id);
+        let t = Ticket {
+            room_tag: s.tag,
+            id,
+            state: TicketState::Admitted,
+            arrival: 0,
+            accepted_at: now_secs,
+            counted: bucket as u32,
+            last_checkin: now_secs,
+            expires: now_secs.saturating_add(s.session_secs),
+        };
+        Decision::admit(Some(self.cookie(s, &t, now_secs)), err)
+    }
+
+    fn queued(
+        &self,
+        view: &RoomView,
+        set_cookie: Option<String>,
+        position: u64,
+        err: Option<TicketError>,
+    ) -> Decision {
+        let rate = view.rate_per_sec;
+        let wait = if rate > 0.0 {
+            (position as f64 / rate).ceil() as u64
+        } else {
+            let per_sec = view.s.cfg.new_users_per_minute as f64 * 1000.0 / self.bucket_ms as f64;
+            (position as f64 / per_sec).ceil() as u64
+        };
+        Decision {
+            outcome: Outcome::Queue,
+            set_cookie,
+            position: Some(position),
+            estimated_wait_secs: Some(wait),
+            retry_after_secs: Some(u64::from(view.s.cfg.refresh_interval)),
+            queue_length: Some(view.queue_length),
+            ticket_error: err,
+        }
+    }
+
+    /// A queued ticket keeps its place for a session's length after the last refresh (a
+    /// waiter that returns within it keeps its place; one that is away stops counting as live
+    /// after the grace period either way).
+    fn queued_ttl(&self, s: &RoomStatic) -> u32 {
+        s.session_secs
+            .max(s.cfg.refresh_interval * (s.cfg.waiter_grace_refreshes + 1))
+    }
+
+    fn cookie(&self, s: &RoomStatic, t: &Ticket, now_secs: u32) -> String {
+        let sealed = self.keyring.seal(t);
+        let max_age = t.expires.saturating_sub(now_secs);
+        let mut out = String::with_capacity(s.cookie_name.len() + sealed.as_str().len() + s.cookie_attrs.len() + 24);
+        out.push_str(&s.cookie_name);
+        out.push('=');
+        out.push_str(sealed.as_str());
+        out.push_str("; Max-Age=");
+        out.push_str(itoa(max_age).as_str());
+        out.push_str(&s.cookie_attrs);
+        out
+    }
+}
+
+/// Small integer formatting without `format!`.
+fn itoa(mut n: u32) -> ItoaBuf {
+    let mut buf = ItoaBuf {
+        bytes: [0; 10],
+        start: 10,
+    };
+    loop {
+        buf.start -= 1;
+        buf.bytes[buf.start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return buf;
+        }
+    }
+}
+
+struct ItoaBuf {
+    bytes: [u8; 10],
+    start: usize,
+}
+
+impl ItoaBuf {
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[self.start..]).unwrap_or("0")
+    }
+}
+
+/// Builds a snapshot of every room of `config` as of `now`, running one tick step per room.
+fn build(state: &mut TickState, config: Arc<Config>, keyring: Arc<Keyring>, now: Millis) -> Snapshot {
+    state.last_now = now;
+    let bucket_ms = u64::from(config.settings.bucket_width_secs) * 1000;
+    let mut old = std::mem::take(&mut state.rooms);
+    let mut rooms = Vec::with_capacity(config.rooms.len());
+    let mut by_name = FxHashMap::default();
+    for cfg in &config.rooms {
+        let layout = RoomLayout::of(cfg, &config.settings);
+        let mut rt = match old.remove(&cfg.name) {
+            Some(mut rt) if rt.s.counters.layout() == layout => {
+                if rt.s.cfg != *cfg {
+                    rt.s = Arc::new(room_static(cfg, &config, rt.s.counters.clone()));
+                }
+                rt
+            }
+            _ => {
+                let counters = Arc::new(RoomCounters::new(layout));
+                let open_reading = counters.open_pool().read();
+                let waiter_reading = counters.waiter_pool().read();
+                RoomTick {
+                    s: Arc::new(room_static(cfg, &config, counters)),
+                    open_reading,
+                    waiter_reading,
+                    admitted: vec![(u64::MAX, 0); layout.hll_slots],
+                    admitted_total: 0,
+                    frontier: 0,
+                    rate_per_sec: 0.0,
+                    last_tick: None,
+                }
+            }
+        };
+        let view = tick_room(&mut rt, bucket_ms, now);
+        by_name.insert(cfg.name.clone(), rooms.len());
+        rooms.push(view);
+        state.rooms.insert(cfg.name.clone(), rt);
+    }
+    Snapshot {
+        keyring,
+        skew_secs: config.settings.max_clock_skew_secs,
+        config,
+        bucket_ms,
+        rooms,
+        by_name,
+    }
+}
+
+/// One tick of one room: fold counts, compute targets, move the frontier.
+fn tick_room(rt: &mut RoomTick, bucket_ms: u64, now: Millis) -> RoomView {
+    let s = rt.s.clone();
+    let cfg = &s.cfg;
+    let counters = &s.counters;
+    let bucket = now / bucket_ms;
+    let epoch = now / 1000 / u64::from(cfg.refresh_interval);
+    let hll = counters.hll();
+    hll.prepare(bucket);
+    hll.prepare(bucket + 1);
+    let lanes = counters.lanes();
+    lanes.prepare(epoch);
+    lanes.prepare(epoch + 1);
+
+    // Exact admissions since the last tick, from the pools' claim counters.
+    let open = counters.open_pool();
+    let waiters = counters.waiter_pool();
+    let open_r = open.read();
+    let waiter_r = waiters.read();
+    let claims = open_r.claims_since(&rt.open_reading) + waiter_r.claims_since(&rt.waiter_reading);
+    rt.admitted_total += claims;
+    let ring = rt.admitted.len() as u64;
+    let entry = &mut rt.admitted[(bucket % ring) as usize];
+    if entry.0 != bucket {
+        *entry = (bucket, 0);
+    }
+    entry.1 += claims;
+    let admitted_this_minute = entry.1;
+
+    // Active users: distinct ids over the session window (one extra bucket, so a visitor is
+    // never dropped early), floored by the exact admissions in the same window.
+    let first = bucket.saturating_sub(u64::from(cfg.session_duration));
+    let exact: u64 = rt
+        .admitted
+        .iter()
+        .filter(|(b, _)| *b != u64::MAX && (first..=bucket).contains(b))
+        .map(|(_, n)| n)
+        .sum();
+    let active = (hll.estimate(first, bucket).round() as u64).max(exact);
+    let free = free_slots(
+        cfg.total_active_users,
+        active,
+        cfg.new_users_per_minute,
+        admitted_this_minute,
+    );
+
+    // Live waiters per arrival bucket, oldest first.
+    let q = u64::from(cfg.queue_buckets);
+    let base = (bucket + 1).saturating_sub(q);
+    let live: Vec<u64> = (base..=bucket)
+        .map(|b| lanes.live((b % q) as usize, epoch))
+        .collect();
+    let mut ahead = Vec::with_capacity(live.len());
+    let mut sum = 0u64;
+    for n in &live {
+        ahead.push(sum);
+        sum += n;
+    }
+    let queue_length = sum;
+
+    let (waiter_target, open_target, frontier, draw_threshold) = if cfg.queue_all {
+        (0, 0, rt.frontier, 0)
+    } else {
+        match cfg.queueing_method {
+            QueueingMethod::Fifo => {
+                // Waiters at or before the frontier hold `reserved` of the free slots; move the
+                // frontier forward until the slots are spoken for or nobody is left behind it.
+                let mut frontier = rt.frontier.max(base.saturating_sub(1));
+                let idx = |b: u64| (b - base) as usize;
+                let mut reserved: u64 = if frontier >= base {
+                    live[..=idx(frontier.min(bucket))].iter().sum()
+                } else {
+                    0
+                };
+                while reserved < free && frontier < bucket {
+                    frontier += 1;
+                    reserved += live[idx(frontier)];
+                }
+                let behind = queue_length - reserved.min(queue_length);
+                let to_waiters = free.min(reserved);
+                let to_open = if behind == 0 { free - to_waiters } else { 0 };
+                (to_waiters, to_open, frontier, 0)
+            }
+            QueueingMethod::Random => {
+                let to_waiters = free.min(queue_length);
+                let threshold = if queue_length == 0 {
+                    0
+                } else if to_waiters >= queue_length {
+                    u64::MAX
+                } else {
+                    ((to_waiters as u128) << 64).checked_div(queue_length as u128).unwrap_or(0) as u64
+                };
+                (to_waiters, free - to_waiters, rt.frontier, threshold)
+            }
+            QueueingMethod::Reject => (0, free, rt.frontier, 0),
+            QueueingMethod::Passthrough => (0, 0, rt.frontier, 0),
+        }
+    };
+    rt.frontier = frontier;
+    waiters.set_target(waiter_target, &waiter_r);
+    open.set_target(open_target, &open_r);
+    rt.open_reading = open_r;
+    rt.waiter_reading = waiter_r;
+
+    // Admission rate: exponentially weighted over about a minute of ticks.
+    if let Some(last) = rt.last_tick {
+        let dt = now.saturating_sub(last) as f64 / 1000.0;
+        if dt > 0.0 {
+            let inst = claims as f64 / dt;
+            let w = (dt / 60.0).min(1.0);
+            rt.rate_per_sec = rt.rate_per_sec * (1.0 - w) + inst * w;
+        }
+    }
+    rt.last_tick = Some(now);
+
+    RoomView {
+        stats: RoomStats {
+            active_users: active,
+            admitted_this_minute,
+            admitted_total: rt.admitted_total,
+            queue_length,
+            frontier,
+            free_slots: waiter_target + open_target,
+            admission_rate: rt.rate_per_sec,
+            ticket_rejections: TicketRejections::default(),
+            memory_bytes: counters.bytes(),
+        },
+        s,
+        frontier,
+        draw_threshold,
+        queue_length,
+        queue_base: base,
+        ahead: ahead.into(),
+        rate_per_sec: rt.rate_per_sec,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_cookies() {
+        let h = "a=1; __vr_shop=TICKET; b=\"2\"";
+        assert_eq!(find_cookie(h, "__vr_shop"), Some("TICKET"));
+        assert_eq!(find_cookie(h, "b"), Some("2"));
+        assert_eq!(find_cookie(h, "__vr_sho"), None);
+        assert_eq!(find_cookie("", "a"), None);
+        assert_eq!(find_cookie("novalue; a=", "a"), Some(""));
+    }
+
+    #[test]
+    fn itoa_formats() {
+        assert_eq!(itoa(0).as_str(), "0");
+        assert_eq!(itoa(300).as_str(), "300");
+        assert_eq!(itoa(u32::MAX).as_str(), "4294967295");
+    }
+}

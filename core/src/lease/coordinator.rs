@@ -1,0 +1,394 @@
+//! The in-process coordinator: the embedded default lease server.
+//!
+//! One mutex-protected table per coordinator; requests are rare (one per client per refresh
+//! interval), so the coordinator is not on any hot path. Safety rules enforced on every grant:
+//! - a grant is never negative and never above `capacity - sum(unexpired grants of others)` for
+//!   pooled algorithms (so the sum of unexpired grants never exceeds capacity), and never
+//!   above `capacity` for `static`;
+//! - for one learning-mode period after start the coordinator only gives back what clients
+//!   report they hold (new clients get 0), so it never over-allocates while rebuilding state;
+//! - an expired lease is dropped and its capacity is free again;
+//! - a lease never outlives the coordinator's own upstream lease, if it has one.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+use rustc_hash::FxHashMap;
+
+use super::algorithm::{self, next_down, Demand};
+use super::config::{AlgorithmKind, LeaseConfig, ResourceTemplate};
+use super::error::LeaseError;
+use super::template::TemplateSet;
+use crate::clock::Millis;
+
+/// What a client receives: how much it may use and until when.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Lease {
+    /// The granted capacity (rate per second, or concurrent units).
+    pub capacity: f64,
+    /// When the lease lapses unless refreshed (ms since the Unix epoch).
+    pub expires_at: Millis,
+    /// How often the client should refresh, in seconds.
+    pub refresh_interval_secs: f64,
+    /// What the client may use if it cannot refresh (configured, else capacity / clients).
+    pub safe_capacity: f64,
+}
+
+impl Lease {
+    /// Whether the lease has lapsed at `now`.
+    pub fn is_expired(&self, now: Millis) -> bool {
+        now >= self.expires_at
+    }
+}
+
+/// A full lease request, as Doorman's `GetCapacity` carries it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeaseRequest<'a> {
+    /// Stable identifier of the client (process, thread group, host).
+    pub client_id: &'a str,
+    /// The resource identifier, matched against the templates.
+    pub resource: &'a str,
+    /// How much the client would like.
+    pub wants: f64,
+    /// How much the client currently holds (used in learning mode). 0 for a new client.
+    pub has: f64,
+    /// Number of subclients the client speaks for (its weight in `fair_share`); at least 1.
+    pub subclients: u32,
+    /// Priority band; higher bands are served first.
+    pub priority: u32,
+}
+
+impl<'a> LeaseRequest<'a> {
+    /// A request from a client holding nothing, with one subclient, in band `priority`.
+    pub fn new(client_id: &'a str, resource: &'a str, wants: f64, priority: u32) -> Self {
+        Self {
+            client_id,
+            resource,
+            wants,
+            has: 0.0,
+            subclients: 1,
+            priority,
+        }
+    }
+}
+
+/// What the coordinator knows of one client of one resource.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClientGrant {
+    /// The current grant.
+    pub has: f64,
+    /// The last reported demand.
+    pub wants: f64,
+    /// Weight in `fair_share`.
+    pub subclients: u32,
+    /// Priority band.
+    pub priority: u32,
+    /// When the grant lapses.
+    pub expires_at: Millis,
+}
+
+#[derive(Debug)]
+struct ResourceState {
+    template: usize,
+    clients: BTreeMap<String, ClientGrant>,
+}
+
+impl ResourceState {
+    fn expire(&mut self, now: Millis) {
+        self.clients.retain(|_, c| c.expires_at > now);
+    }
+
+    /// Sum of grants in map order, with `client`'s grant replaced by `grant`.
+    fn sum_with(&self, client: &str, grant: f64) -> f64 {
+        let mut sum = 0.0;
+        let mut seen = false;
+        for (id, c) in &self.clients {
+            if id == client {
+                sum += grant;
+                seen = true;
+            } else {
+                sum += c.has;
+            }
+        }
+        if !seen {
+            sum += grant;
+        }
+        sum
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    resources: FxHashMap<String, ResourceState>,
+    upstream_expiry: Option<Millis>,
+}
+
+/// The in-process lease coordinator.
+#[derive(Debug)]
+pub struct Coordinator {
+    templates: TemplateSet,
+    started_at: Millis,
+    state: Mutex<State>,
+}
+
+impl Coordinator {
+    /// A coordinator over validated templates, started (learning mode begins) at `now`.
+    pub fn new(templates: TemplateSet, now: Millis) -> Self {
+        Self {
+            templates,
+            started_at: now,
+            state: Mutex::new(State {
+                resources: FxHashMap::default(),
+                upstream_expiry: None,
+            }),
+        }
+    }
+
+    /// Validates `config` and builds a coordinator started at `now`.
+    pub fn from_config(config: &LeaseConfig, now: Millis) -> Result<Self, LeaseError> {
+        Ok(Self::new(TemplateSet::new(config)?, now))
+    }
+
+    /// The template governing `resource`.
+    pub fn template(&self, resource: &str) -> Result<&ResourceTemplate, LeaseError> {
+        self.templates.lookup(resource)
+    }
+
+    /// When this coordinator is itself a client of a higher level, the expiry of its own lease:
+    /// no lease it hands out lasts longer. `None` removes the ceiling.
+    pub fn set_upstream_expiry(&self, expiry: Option<Millis>) {
+        self.lock().upstream_expiry = expiry;
+    }
+
+    /// Whether `resource` is in learning mode at `now`.
+    pub fn in_learning_mode(&self, resource: &str, now: Millis) -> Result<bool, LeaseError> {
+        let t = self.templates.lookup(resource)?;
+        Ok(now < self.learning_until(t))
+    }
+
+    fn learning_until(&self, t: &ResourceTemplate) -> Millis {
+        self.started_at
+            .saturating_add(t.algorithm.learning_mode_ms())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the table inconsistent (every update is
+        // one insert or remove), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Requests `wants` of `resource` for a client holding nothing, in band `priority`.
+    pub fn request(
+        &self,
+        client_id: &str,
+        resource: &str,
+        wants: f64,
+        priority: u32,
+        now: Millis,
+    ) -> Result<Lease, LeaseError> {
+        self.request_with(&LeaseRequest::new(client_id, resource, wants, priority), now)
+    }
+
+    /// Requests (or refreshes) a lease with every field of the protocol.
+    pub fn request_with(&self, req: &LeaseRequest<'_>, now: Millis) -> Result<Lease, LeaseError> {
+        let bad = |field: &'static str, reason: String| LeaseError::InvalidRequest {
+            resource: req.resource.to_owned(),
+            field,
+            reason,
+        };
+        if req.client_id.is_empty() {
+            return Err(bad("client_id", "must not be empty".into()));
+        }
+        if !req.wants.is_finite() || req.wants < 0.0 {
+            return Err(bad("wants", format!("must be a finite number >= 0, got {}", req.wants)));
+        }
+        if !req.has.is_finite() || req.has < 0.0 {
+            return Err(bad("has", format!("must be a finite number >= 0, got {}", req.has)));
+        }
+        if req.subclients == 0 {
+            return Err(bad("subclients", "must be at least 1".into()));
+        }
+        let index = self.templates.lookup_index(req.resource)?;
+        let t = &self.templates.templates()[index];
+        let learning = now < self.learning_until(t);
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let upstream = state.upstream_expiry;
+        let rs = state
+            .resources
+            .entry(req.resource.to_owned())
+            .or_insert_with(|| ResourceState {
+                template: index,
+                clients: BTreeMap::new(),
+            });
+        rs.template = index;
+        rs.expire(now);
+        let capacity = t.capacity;
+        let kind = t.algorithm.kind;
+
+        let target = if learning {
+            req.has.min(req.wants)
+        } else {
+            let mut demands = Vec::with_capacity(rs.clients.len() + 1);
+            let mut me = None;
+            for (id, c) in &rs.clients {
+                if id == req.client_id {
+                    me = Some(demands.len());
+                    demands.push(Demand {
+                        wants: req.wants,
+                        subclients: req.subclients,
+                        priority: req.priority,
+                    });
+                } else {
+                    demands.push(Demand {
+                        wants: c.wants,
+                        subclients: c.subclients,
+                        priority: c.priority,
+                    });
+                }
+            }
+            let me = me.unwrap_or_else(|| {
+                demands.push(Demand {
+                    wants: req.wants,
+                    subclients: req.subclients,
+                    priority: req.priority,
+                });
+                demands.len() - 1
+            });
+            let grants = algorithm::allocate(kind, capacity, t.algorithm.reserved(), &demands);
+            grants.get(me).copied().unwrap_or(0.0)
+        };
+
+        let grant = clamp_grant(rs, kind, capacity, req.client_id, target);
+        let mut expires_at = now.saturating_add(t.algorithm.lease_length_ms());
+        if let Some(up) = upstream {
+            expires_at = expires_at.min(up);
+        }
+        rs.clients.insert(
+            req.client_id.to_owned(),
+            ClientGrant {
+                has: grant,
+                wants: req.wants,
+                subclients: req.subclients,
+                priority: req.priority,
+                expires_at,
+            },
+        );
+        let clients = rs.clients.len().max(1) as f64;
+        let dynamic_safe = match kind {
+            AlgorithmKind::None => grant,
+            AlgorithmKind::Static => capacity,
+            _ => capacity / clients,
+        };
+        let safe_capacity = t.safe_capacity.unwrap_or(dynamic_safe);
+        Ok(Lease {
+            capacity: grant,
+            expires_at,
+            refresh_interval_secs: t.algorithm.refresh_interval,
+            safe_capacity,
+        })
+    }
+
+    /// Releases the client's lease on `resource`; its capacity is free at once.
+    /// Returns whether the client held a lease.
+    pub fn release(&self, client_id: &str, resource: &str) -> Result<bool, LeaseError> {
+        self.templates.lookup_index(resource)?;
+        let mut state = self.lock();
+        Ok(state
+            .resources
+            .get_mut(resource)
+            .and_then(|rs| rs.clients.remove(client_id))
+            .is_some())
+    }
+
+    /// The unexpired grants of `resource` at `now`, by client id.
+    pub fn grants(&self, resource: &str, now: Millis) -> Vec<(String, ClientGrant)> {
+        let state = self.lock();
+        state
+            .resources
+            .get(resource)
+            .map(|rs| {
+                rs.clients
+                    .iter()
+                    .filter(|(_, c)| c.expires_at > now)
+                    .map(|(id, c)| (id.clone(), *c))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Sum of the unexpired grants of `resource` at `now`.
+    pub fn sum_granted(&self, resource: &str, now: Millis) -> f64 {
+        self.grants(resource, now).iter().map(|(_, c)| c.has).sum()
+    }
+
+    /// Drops every lease expired at `now` (requests do this lazily per resource).
+    pub fn expire(&self, now: Millis) {
+        let mut state = self.lock();
+        for rs in state.resources.values_mut() {
+            rs.expire(now);
+        }
+    }
+
+    /// Checks the safety invariants at `now`: no grant negative or non-finite; for pooled
+    /// algorithms the sum of unexpired grants is at most capacity; for `static` each grant is
+    /// at most capacity.
+    pub fn check_invariants(&self, now: Millis) -> Result<(), LeaseError> {
+        let state = self.lock();
+        for (resource, rs) in &state.resources {
+            let t = &self.templates.templates()[rs.template];
+            let violated = |detail: String| LeaseError::InvariantViolated {
+                resource: resource.clone(),
+                detail,
+            };
+            let mut sum = 0.0;
+            for (id, c) in rs.clients.iter().filter(|(_, c)| c.expires_at > now) {
+                if !c.has.is_finite() || c.has < 0.0 {
+                    return Err(violated(format!("client `{id}` holds {}", c.has)));
+                }
+                if t.algorithm.kind == AlgorithmKind::Static && c.has > t.capacity {
+                    return Err(violated(format!(
+                        "client `{id}` holds {} > per-client capacity {}",
+                        c.has, t.capacity
+                    )));
+                }
+                sum += c.has;
+            }
+            if t.algorithm.kind.shares_capacity() && sum > t.capacity {
+                return Err(violated(format!(
+                    "unexpired grants sum to {sum} > capacity {}",
+                    t.capacity
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Clamps a target to what the safety rules allow for this client right now.
+fn clamp_grant(
+    rs: &ResourceState,
+    kind: AlgorithmKind,
+    capacity: f64,
+    client: &str,
+    target: f64,
+) -> f64 {
+    let target = if target.is_finite() && target > 0.0 {
+        target
+    } else {
+        0.0
+    };
+    match kind {
+        AlgorithmKind::None => target,
+        AlgorithmKind::Static => target.min(capacity),
+        _ => {
+            let others = rs.sum_with(client, 0.0);
+            let mut grant = target.min((capacity - others).max(0.0));
+            // The invariant is checked by summing in map order; walk down past rounding.
+            while grant > 0.0 && rs.sum_with(client, grant) > capacity {
+                grant = next_down(grant);
+            }
+            grant
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! The counters of one room, laid out in a [`Region`].
+//!
+//! ```text
+//! offset 0     header: magic, layout version, the layout's parameters (checked on attach)
+//!              open-slot pool shards          (shards x 128 B)
+//!              waiter-slot pool shards        (shards x 128 B)
+//!              ticket rejections by reason    (8 x u64)
+//!              HyperLogLog tags               (hll_slots x u64)
+//!              queue lane tags                (lanes x u64)
+//!              queue lane counts              (queue_slots x lanes x i64)
+//!              HyperLogLog registers          (hll_slots x 2^p bytes)
+//! ```
+//! Every block starts on a 128-byte boundary. The size depends only on the room's
+//! configuration, never on the number of visitors.
+
+use crossbeam_utils::CachePadded;
+
+use crate::config::{RoomConfig, Settings};
+use crate::error::{Error, Result};
+use crate::hll::HllRing;
+use crate::queue_lanes::QueueLanes;
+use crate::region::{round_up, Region};
+use crate::slot_pool::SlotPool;
+use crate::sync::{AtomicU64, Ordering};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"vrROOM\x00\x01");
+const LAYOUT_VERSION: u64 = 1;
+
+/// Number of ticket rejection reasons a region has room for.
+pub(crate) const REASONS: usize = 8;
+
+/// The parameters that decide a room's memory layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RoomLayout {
+    pub(crate) shards: usize,
+    pub(crate) hll_precision: u8,
+    pub(crate) hll_slots: usize,
+    pub(crate) queue_slots: usize,
+    pub(crate) grace: usize,
+}
+
+impl RoomLayout {
+    /// The layout a room's configuration calls for.
+    pub(crate) fn of(room: &RoomConfig, settings: &Settings) -> Self {
+        let shards = if settings.shards > 0 {
+            settings.shards as usize
+        } else {
+            let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+            (cpus * 2).next_power_of_two().min(64)
+        };
+        Self {
+            shards,
+            hll_precision: room.hll_precision,
+            // Window of session_duration + 1 buckets, the next bucket being prepared, one spare.
+            hll_slots: room.session_duration as usize + 3,
+            queue_slots: room.queue_buckets as usize,
+            grace: room.waiter_grace_refreshes as usize,
+        }
+    }
+
+    fn lanes(&self) -> usize {
+        self.grace + 1
+    }
+
+    fn offsets(&self) -> Offsets {
+        let pad = std::mem::size_of::<CachePadded<AtomicU64>>();
+        let mut at = round_up(64);
+        let mut take = |bytes: usize| {
+            let here = at;
+            at += round_up(bytes);
+            here
+        };
+        let open = take(self.shards * pad);
+        let waiters = take(self.shards * pad);
+        let rejections = take(REASONS * 8);
+        let hll_tags = take(self.hll_slots * 8);
+        let lane_tags = take(self.lanes() * 8);
+        let lane_counts = take(self.queue_slots * self.lanes() * 8);
+        let registers = take(self.hll_slots << self.hll_precision);
+        Offsets {
+            open,
+            waiters,
+            rejections,
+            hll_tags,
+            lane_tags,
+            lane_counts,
+            registers,
+            total: at,
+        }
+    }
+
+    /// Bytes the room needs.
+    pub(crate) fn size(&self) -> usize {
+        self.offsets().total
+    }
+
+    fn header(&self) -> [u64; 7] {
+        [
+            MAGIC,
+            LAYOUT_VERSION,
+            self.shards as u64,
+            self.hll_precision as u64,
+            self.hll_slots as u64,
+            self.queue_slots as u64,
+            self.grace as u64,
+        ]
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Offsets {
+    open: usize,
+    waiters: usize,
+    rejections: usize,
+    hll_tags: usize,
+    lane_tags: usize,
+    lane_counts: usize,
+    registers: usize,
+    total: usize,
+}
+
+/// A room's counters: a region and the layout that reads it.
+pub(crate) struct RoomCounters {
+    region: Region,
+    layout: RoomLayout,
+    offsets: Offsets,
+}
+
+impl RoomCounters {
+    /// Counters in fresh memory owned by the engine.
+    pub(crate) fn new(layout: RoomLayout) -> Self {
+        let region = Region::owned(layout.size());
+        let counters = Self {
+            region,
+            layout,
+            offsets: layout.offsets(),
+        };
+        let header = counters.region.u64s(0, 7);
+        for (cell, v) in header.iter().zip(layout.header()) {
+            cell.store(v, Ordering::Relaxed);
+        }
+        counters
+    }
+
+    /// Counters in a region handed in by the host: a zeroed region is initialised, a region
+    /// already initialised by another process is attached after its header is checked.
+    #[allow(dead_code)]
+    pub(crate) fn attach(region: Region, layout: RoomLayout) -> Result<Self> {
+        if region.len() < layout.size() {
+            return Err(Error::Region(format!(
+                "{} bytes given, the room needs {}",
+                region.len(),
+                layout.size()
+            )));
+        }
+        let header = region.u64s(0, 7);
+        let want = layout.header();
+        match header[0].compare_exchange(0, MAGIC, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                for (cell, v) in header.iter().zip(want).skip(1) {
+                    cell.store(v, Ordering::Release);
+                }
+            }
+            Err(found) if found != MAGIC => {
+                return Err(Error::Region("not a velvet-rope room region".into()))
+            }
+            Err(_) => {
+                let got: Vec<u64> = header.iter().map(|c| c.load(Ordering::Acquire)).collect();
+                if got[1..] != want[1..] {
+                    return Err(Error::Region(format!(
+                        "layout differs: region has {:?}, configuration needs {:?}",
+                        &got[1..],
+                        &want[1..]
+                    )));
+                }
+            }
+        }
+        Ok(Self {
+            region,
+            layout,
+            offsets: layout.offsets(),
+        })
+    }
+
+    /// The layout.
+    pub(crate) fn layout(&self) -> RoomLayout {
+        self.layout
+    }
+
+    /// Bytes of memory the counters take.
+    pub(crate) fn bytes(&self) -> usize {
+        self.region.len()
+    }
+
+    /// Slots open to anyone (new arrivals when nobody waits, and eligible waiters).
+    #[inline]
+    pub(crate) fn open_pool(&self) -> SlotPool<'_> {
+        SlotPool::new(
+            self.region
+                .padded_u64s(self.offsets.open, self.layout.shards),
+        )
+    }
+
+    /// Slots kept for waiters the frontier has reached.
+    #[inline]
+    pub(crate) fn waiter_pool(&self) -> SlotPool<'_> {
+        SlotPool::new(
+            self.region
+                .padded_u64s(self.offsets.waiters, self.layout.shards),
+        )
+    }
+
+    /// Ticket rejection counters by reason code.
+    #[inline]
+    pub(crate) fn rejections(&self) -> &[AtomicU64] {
+        self.region.u64s(self.offsets.rejections, REASONS)
+    }
+
+    /// The ring of active-user sketches.
+    #[inline]
+    pub(crate) fn hll(&self) -> HllRing<'_> {
+        let l = &self.layout;
+        HllRing::new(
+            l.hll_precision,
+            self.region
+                .u8s(self.offsets.registers, l.hll_slots << l.hll_precision),
+            self.region.u64s(self.offsets.hll_tags, l.hll_slots),
+        )
+    }
+
+    /// The live-waiter table.
+    #[inline]
+    pub(crate) fn lanes(&self) -> QueueLanes<'_> {
+        let l = &self.layout;
+        QueueLanes::new(
+            l.queue_slots,
+            l.grace as u64,
+            self.region
+                .i64s(self.offsets.lane_counts, l.queue_slots * l.lanes()),
+            self.region.u64s(self.offsets.lane_tags, l.lanes()),
+        )
+    }
+}
+
+#[cfg(all(test, not(velvet_rope_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_room_size_is_fixed_and_stated() {
+        let room = RoomConfig::new("r", 200, 200);
+        let mut settings = Settings::default();
+        settings.shards = 4;
+        let layout = RoomLayout::of(&room, &settings);
+        // 8 sketches of 16 KiB dominate; the size does not depend on visitors at all.
+        assert_eq!(layout.size(), 157_184);
+    }
+
+    #[test]
+    fn attach_checks_the_layout() {
+        let room = RoomConfig::new("r", 10, 10);
+        let settings = Settings {
+            shards: 2,
+            ..Settings::default()
+        };
+        let layout = RoomLayout::of(&room, &settings);
+        let region = Region::owned(layout.size());
+        let base = region.u8s(0, 1).as_ptr() as *mut u8;
+        let first = RoomCounters::attach(region, layout).unwrap();
+        // A second view over the same bytes with another layout is refused.
+        let mut other = layout;
+        other.shards = 1; // smaller, so the size check passes and the header check speaks
+        // SAFETY: `first` keeps the memory alive for this test and all access is atomic.
+        let borrowed = unsafe { Region::borrowed(base, layout.size()) }.unwrap();
+        let err = RoomCounters::attach(borrowed, other).err().unwrap();
+        assert!(err.to_string().contains("layout differs"), "{err}");
+        // Too small a region is refused.
+        // SAFETY: as above.
+        let small = unsafe { Region::borrowed(base, 256) }.unwrap();
+        assert!(RoomCounters::attach(small, layout).is_err());
+        // The same layout attaches and sees the same counters.
+        // SAFETY: as above.
+        let again = RoomCounters::attach(unsafe { Region::borrowed(base, layout.size()) }.unwrap(), layout)
+            .unwrap();
+        let r = first.open_pool().read();
+        first.open_pool().set_target(5, &r);
+        assert_eq!(again.open_pool().free(), 5);
+    }
+}

@@ -1,1 +1,159 @@
-fn main() {}
+//! The `velvet-rope` command: run the demo, check a configuration, make keys, read tickets.
+
+use std::io::Read;
+use std::process::ExitCode;
+
+use base64::Engine as _;
+use clap::{Parser, Subcommand};
+use rand::RngCore;
+use velvet_rope::ticket::{room_tag, Keyring, TicketState};
+use velvet_rope::Config;
+
+mod demo;
+
+/// velvet-rope: an in-process admission engine (virtual waiting room and capacity leases).
+#[derive(Parser)]
+#[command(name = "velvet-rope", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Drive a flash sale through the real engine in virtual time and print a per-minute table.
+    Demo(demo::DemoArgs),
+    /// Validate a configuration file (TOML, or JSON when it ends in .json).
+    CheckConfig {
+        /// The file.
+        path: String,
+    },
+    /// Print a fresh random ticket key as a TOML snippet.
+    Keygen {
+        /// Key id to put in the snippet.
+        #[arg(long, default_value_t = 1)]
+        id: u8,
+    },
+    /// Open a ticket with a configuration's keys and print its fields as JSON.
+    Inspect {
+        /// Configuration file holding the keys.
+        #[arg(long)]
+        config: String,
+        /// Room the ticket belongs to.
+        #[arg(long)]
+        room: String,
+        /// The ticket (cookie value).
+        ticket: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo(args) => demo::run(&args).map(|_| ()),
+        Command::CheckConfig { path } => check_config(&path),
+        Command::Keygen { id } => {
+            let mut key = [0u8; 32];
+            rand::thread_rng().fill_bytes(&mut key);
+            println!(
+                "[[tickets.keys]]\nid = {id}\nsecret = \"{}\"",
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key)
+            );
+            Ok(())
+        }
+        Command::Inspect {
+            config,
+            room,
+            ticket,
+        } => inspect(&config, &room, &ticket),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("velvet-rope: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn check_config(path: &str) -> Result<(), String> {
+    let text = if path == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| e.to_string())?;
+        s
+    } else {
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read `{path}`: {e}"))?
+    };
+    let cfg = if path.ends_with(".json") {
+        Config::from_json(&text)
+    } else {
+        Config::from_text(&text)
+    }
+    .map_err(|e| e.to_string())?;
+    println!(
+        "ok: {} room(s), {} ticket key(s)",
+        cfg.rooms.len(),
+        cfg.tickets.keys.len()
+    );
+    for r in &cfg.rooms {
+        println!(
+            "  {}: total_active_users {}, new_users_per_minute {}, session {} min, {:?}",
+            r.name,
+            r.total_active_users,
+            r.new_users_per_minute,
+            r.session_duration,
+            r.queueing_method
+        );
+    }
+    Ok(())
+}
+
+fn inspect(config: &str, room: &str, ticket: &str) -> Result<(), String> {
+    let cfg = Config::from_path(config).map_err(|e| e.to_string())?;
+    if cfg.tickets.keys.is_empty() {
+        return Err(
+            "the configuration has no ticket keys (tickets were sealed with an ephemeral key)"
+                .into(),
+        );
+    }
+    let mut keys = Vec::new();
+    for k in &cfg.tickets.keys {
+        let text = match (&k.secret, &k.secret_file) {
+            (Some(s), _) => s.clone(),
+            (None, Some(f)) => std::fs::read_to_string(f).map_err(|e| e.to_string())?,
+            _ => return Err("a key has no secret".into()),
+        };
+        let text = text.trim().trim_end_matches('=');
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(text)
+            .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(text))
+            .map_err(|e| e.to_string())?;
+        let arr: [u8; 32] = bytes
+            .try_into()
+            .map_err(|_| "a key is not 32 bytes".to_string())?;
+        keys.push((k.id, arr));
+    }
+    let ring = Keyring::new(&keys, cfg.tickets.signing_key).map_err(|e| e.to_string())?;
+    let value = ticket.split_once('=').map_or(ticket, |(_, v)| v);
+    let t = ring
+        .open(value, room_tag(room), u32::MAX - 1, 0)
+        .or_else(|e| match e {
+            velvet_rope::TicketError::FromFuture => Err(e),
+            _ => ring.open(value, room_tag(room), 0, u32::MAX),
+        })
+        .map_err(|e| format!("ticket refused: {e}"))?;
+    let json = serde_json::json!({
+        "room_tag": t.room_tag,
+        "id": format!("{:016x}", t.id),
+        "state": match t.state { TicketState::Admitted => "admitted", TicketState::Queued => "queued" },
+        "arrival": t.arrival,
+        "accepted_at": t.accepted_at,
+        "counted": t.counted,
+        "last_checkin": t.last_checkin,
+        "expires": t.expires,
+    });
+    println!("{json}");
+    Ok(())
+}

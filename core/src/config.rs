@@ -169,10 +169,6 @@ pub struct RoomConfig {
     /// Cookie attributes.
     #[serde(default)]
     pub cookie: CookieConfig,
-    /// HyperLogLog precision of active-user counting (registers = 2^p, 4..=16). Default 14:
-    /// 16 KiB per bucket, about 0.8 % standard error at large counts, exact at small ones.
-    #[serde(default = "default_precision")]
-    pub hll_precision: u8,
     /// Number of arrival buckets the FIFO queue tracks; older waiters share the oldest. Default 1024.
     #[serde(default = "default_queue_buckets")]
     pub queue_buckets: u32,
@@ -195,9 +191,6 @@ fn default_refresh() -> u32 {
 }
 fn default_grace() -> u32 {
     2
-}
-fn default_precision() -> u8 {
-    14
 }
 fn default_queue_buckets() -> u32 {
     1024
@@ -363,7 +356,6 @@ impl RoomConfig {
             refresh_interval: default_refresh(),
             waiter_grace_refreshes: default_grace(),
             cookie: CookieConfig::default(),
-            hll_precision: default_precision(),
             queue_buckets: default_queue_buckets(),
             page_title: default_title(),
         }
@@ -380,8 +372,10 @@ impl RoomConfig {
 
     fn validate(&self, at: &str) -> Result<()> {
         let f = |name: &str| format!("{at}.{name}");
-        let token_ok =
-            |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        let token_ok = |s: &str| {
+            s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        };
         if self.name.is_empty() || self.name.len() > 64 || !token_ok(&self.name) {
             return Err(Error::invalid(
                 f("name"),
@@ -430,9 +424,6 @@ impl RoomConfig {
                 "must be between 1 and 16",
             ));
         }
-        if !(4..=16).contains(&self.hll_precision) {
-            return Err(Error::invalid(f("hll_precision"), "must be between 4 and 16"));
-        }
         if self.queue_buckets < 2 || self.queue_buckets > 65536 {
             return Err(Error::invalid(
                 f("queue_buckets"),
@@ -447,7 +438,10 @@ impl RoomConfig {
                 "must start with `/` and hold no `;` or control characters",
             ));
         }
-        if c.domain.as_deref().is_some_and(|d| d.is_empty() || !attr_ok(d)) {
+        if c.domain
+            .as_deref()
+            .is_some_and(|d| d.is_empty() || !attr_ok(d))
+        {
             return Err(Error::invalid(
                 f("cookie.domain"),
                 "must be non-empty and hold no `;` or control characters",
@@ -496,9 +490,11 @@ mod tests {
         let bad = EMBEDDED_DEFAULT.replace("total_active_users = 200", "total_active_users = 0");
         let err = Config::from_toml(&bad).unwrap_err().to_string();
         assert!(err.contains("rooms[0].total_active_users"), "{err}");
-        let err = Config::from_toml("[[rooms]]\nname = \"a b\"\ntotal_active_users = 1\nnew_users_per_minute = 1\n")
-            .unwrap_err()
-            .to_string();
+        let err = Config::from_toml(
+            "[[rooms]]\nname = \"a b\"\ntotal_active_users = 1\nnew_users_per_minute = 1\n",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("rooms[0].name"), "{err}");
         let err = Config::from_toml("[[rooms]]\nname = \"a\"\ntotal_active_users = 1\nnew_users_per_minute = 1\nbogus = 3\n")
             .unwrap_err()

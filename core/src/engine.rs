@@ -13,11 +13,12 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use rustc_hash::FxHashMap;
 
+use crate::active_counts::Renewal;
 use crate::clock::Millis;
 use crate::config::{Config, QueueingMethod, RoomConfig};
 use crate::decision::{Decision, Outcome, RoomStats, TicketRejections};
 use crate::error::{Error, Result};
-use crate::hll::mix64;
+use crate::hash::mix64;
 use crate::page::{self, Page};
 use crate::room_counters::{RoomCounters, RoomLayout};
 use crate::shares::free_slots;
@@ -86,7 +87,10 @@ impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let snap = self.current.load();
         f.debug_struct("Engine")
-            .field("rooms", &snap.rooms.iter().map(|r| &r.s.cfg.name).collect::<Vec<_>>())
+            .field(
+                "rooms",
+                &snap.rooms.iter().map(|r| &r.s.cfg.name).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -305,7 +309,14 @@ impl Snapshot {
             // Counted this minute already (or never renewed): nothing to change.
             return Decision::admit(None, err);
         }
-        s.counters.hll().insert(bucket, t.id);
+        if s.counters
+            .active()
+            .renew(t.id, u64::from(t.counted), bucket)
+            == Renewal::NotReady
+        {
+            // The tick is late for this bucket: keep the ticket, count it on a later request.
+            return Decision::admit(None, err);
+        }
         let renewed = Ticket {
             counted: bucket as u32,
             last_checkin: now_secs,
@@ -437,7 +448,7 @@ impl Snapshot {
         err: Option<TicketError>,
     ) -> Decision {
         let s = &view.s;
-        s.counters.hll().insert(bucket, id);
+        s.counters.active().add(bucket);
         let t = Ticket {
             room_tag: s.tag,
             id,
@@ -487,7 +498,9 @@ impl Snapshot {
     fn cookie(&self, s: &RoomStatic, t: &Ticket, now_secs: u32) -> String {
         let sealed = self.keyring.seal(t);
         let max_age = t.expires.saturating_sub(now_secs);
-        let mut out = String::with_capacity(s.cookie_name.len() + sealed.as_str().len() + s.cookie_attrs.len() + 24);
+        let mut out = String::with_capacity(
+            s.cookie_name.len() + sealed.as_str().len() + s.cookie_attrs.len() + 24,
+        );
         out.push_str(&s.cookie_name);
         out.push('=');
         out.push_str(sealed.as_str());
@@ -526,7 +539,12 @@ impl ItoaBuf {
 }
 
 /// Builds a snapshot of every room of `config` as of `now`, running one tick step per room.
-fn build(state: &mut TickState, config: Arc<Config>, keyring: Arc<Keyring>, now: Millis) -> Snapshot {
+fn build(
+    state: &mut TickState,
+    config: Arc<Config>,
+    keyring: Arc<Keyring>,
+    now: Millis,
+) -> Snapshot {
     state.last_now = now;
     let bucket_ms = u64::from(config.settings.bucket_width_secs) * 1000;
     let mut old = std::mem::take(&mut state.rooms);
@@ -549,7 +567,7 @@ fn build(state: &mut TickState, config: Arc<Config>, keyring: Arc<Keyring>, now:
                     s: Arc::new(room_static(cfg, &config, counters)),
                     open_reading,
                     waiter_reading,
-                    admitted: vec![(u64::MAX, 0); layout.hll_slots],
+                    admitted: vec![(u64::MAX, 0); layout.buckets],
                     admitted_total: 0,
                     frontier: 0,
                     rate_per_sec: 0.0,
@@ -579,9 +597,9 @@ fn tick_room(rt: &mut RoomTick, bucket_ms: u64, now: Millis) -> RoomView {
     let counters = &s.counters;
     let bucket = now / bucket_ms;
     let epoch = now / 1000 / u64::from(cfg.refresh_interval);
-    let hll = counters.hll();
-    hll.prepare(bucket);
-    hll.prepare(bucket + 1);
+    let active_counts = counters.active();
+    active_counts.prepare(bucket);
+    active_counts.prepare(bucket + 1);
     let lanes = counters.lanes();
     lanes.prepare(epoch);
     lanes.prepare(epoch + 1);
@@ -601,8 +619,8 @@ fn tick_room(rt: &mut RoomTick, bucket_ms: u64, now: Millis) -> RoomView {
     entry.1 += claims;
     let admitted_this_minute = entry.1;
 
-    // Active users: distinct ids over the session window (one extra bucket, so a visitor is
-    // never dropped early), floored by the exact admissions in the same window.
+    // Active users: visitors whose last check-in bucket is in the session window (one extra
+    // bucket, so a visitor is never dropped early), floored by the admissions in the window.
     let first = bucket.saturating_sub(u64::from(cfg.session_duration));
     let exact: u64 = rt
         .admitted
@@ -610,7 +628,7 @@ fn tick_room(rt: &mut RoomTick, bucket_ms: u64, now: Millis) -> RoomView {
         .filter(|(b, _)| *b != u64::MAX && (first..=bucket).contains(b))
         .map(|(_, n)| n)
         .sum();
-    let active = (hll.estimate(first, bucket).round() as u64).max(exact);
+    let active = active_counts.sum(first, bucket).max(exact);
     let free = free_slots(
         cfg.total_active_users,
         active,
@@ -662,7 +680,9 @@ fn tick_room(rt: &mut RoomTick, bucket_ms: u64, now: Millis) -> RoomView {
                 } else if to_waiters >= queue_length {
                     u64::MAX
                 } else {
-                    ((to_waiters as u128) << 64).checked_div(queue_length as u128).unwrap_or(0) as u64
+                    ((to_waiters as u128) << 64)
+                        .checked_div(queue_length as u128)
+                        .unwrap_or(0) as u64
                 };
                 (to_waiters, free - to_waiters, rt.frontier, threshold)
             }

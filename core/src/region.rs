@@ -10,7 +10,7 @@ use std::ptr::NonNull;
 use crossbeam_utils::CachePadded;
 
 use crate::error::{Error, Result};
-use crate::sync::{AtomicI64, AtomicU64, AtomicU8};
+use crate::sync::{AtomicI64, AtomicU64};
 
 /// Alignment of the region and of every block inside it (one cache-line pair).
 pub(crate) const ALIGN: usize = 128;
@@ -90,13 +90,6 @@ impl Region {
     pub(crate) fn i64s(&self, offset: usize, n: usize) -> &[AtomicI64] {
         self.check(offset, n * 8, 8);
         // SAFETY: as for `u64s`; AtomicI64 has the layout of i64.
-        unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(offset).cast(), n) }
-    }
-
-    /// `n` `AtomicU8`s at `offset`.
-    pub(crate) fn u8s(&self, offset: usize, n: usize) -> &[AtomicU8] {
-        self.check(offset, n, 1);
-        // SAFETY: in bounds (checked); AtomicU8 has the layout of u8; see `u64s`.
         unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(offset).cast(), n) }
     }
 

@@ -5,19 +5,20 @@
 //!              open-slot pool shards          (shards x 128 B)
 //!              waiter-slot pool shards        (shards x 128 B)
 //!              ticket rejections by reason    (8 x u64)
-//!              HyperLogLog tags               (hll_slots x u64)
+//!              active-bucket tags             (buckets x u64)
+//!              active-bucket counts           (buckets x i64)
 //!              queue lane tags                (lanes x u64)
 //!              queue lane counts              (queue_slots x lanes x i64)
-//!              HyperLogLog registers          (hll_slots x 2^p bytes)
+//!              replay guards                  (buckets x guard_words x u64)
 //! ```
 //! Every block starts on a 128-byte boundary. The size depends only on the room's
 //! configuration, never on the number of visitors.
 
 use crossbeam_utils::CachePadded;
 
+use crate::active_counts::{guard_words, ActiveCounts};
 use crate::config::{RoomConfig, Settings};
 use crate::error::{Error, Result};
-use crate::hll::HllRing;
 use crate::queue_lanes::QueueLanes;
 use crate::region::{round_up, Region};
 use crate::slot_pool::SlotPool;
@@ -33,8 +34,8 @@ pub(crate) const REASONS: usize = 8;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RoomLayout {
     pub(crate) shards: usize,
-    pub(crate) hll_precision: u8,
-    pub(crate) hll_slots: usize,
+    pub(crate) guard_words: usize,
+    pub(crate) buckets: usize,
     pub(crate) queue_slots: usize,
     pub(crate) grace: usize,
 }
@@ -50,9 +51,9 @@ impl RoomLayout {
         };
         Self {
             shards,
-            hll_precision: room.hll_precision,
+            guard_words: guard_words(room.total_active_users),
             // Window of session_duration + 1 buckets, the next bucket being prepared, one spare.
-            hll_slots: room.session_duration as usize + 3,
+            buckets: room.session_duration as usize + 3,
             queue_slots: room.queue_buckets as usize,
             grace: room.waiter_grace_refreshes as usize,
         }
@@ -73,18 +74,20 @@ impl RoomLayout {
         let open = take(self.shards * pad);
         let waiters = take(self.shards * pad);
         let rejections = take(REASONS * 8);
-        let hll_tags = take(self.hll_slots * 8);
+        let active_tags = take(self.buckets * 8);
+        let active_counts = take(self.buckets * 8);
         let lane_tags = take(self.lanes() * 8);
         let lane_counts = take(self.queue_slots * self.lanes() * 8);
-        let registers = take(self.hll_slots << self.hll_precision);
+        let guard = take(self.buckets * self.guard_words * 8);
         Offsets {
             open,
             waiters,
             rejections,
-            hll_tags,
+            active_tags,
+            active_counts,
             lane_tags,
             lane_counts,
-            registers,
+            guard,
             total: at,
         }
     }
@@ -99,8 +102,8 @@ impl RoomLayout {
             MAGIC,
             LAYOUT_VERSION,
             self.shards as u64,
-            self.hll_precision as u64,
-            self.hll_slots as u64,
+            self.guard_words as u64,
+            self.buckets as u64,
             self.queue_slots as u64,
             self.grace as u64,
         ]
@@ -112,10 +115,11 @@ struct Offsets {
     open: usize,
     waiters: usize,
     rejections: usize,
-    hll_tags: usize,
+    active_tags: usize,
+    active_counts: usize,
     lane_tags: usize,
     lane_counts: usize,
-    registers: usize,
+    guard: usize,
     total: usize,
 }
 
@@ -216,15 +220,16 @@ impl RoomCounters {
         self.region.u64s(self.offsets.rejections, REASONS)
     }
 
-    /// The ring of active-user sketches.
+    /// The ring of per-bucket active-user counts and replay guards.
     #[inline]
-    pub(crate) fn hll(&self) -> HllRing<'_> {
+    pub(crate) fn active(&self) -> ActiveCounts<'_> {
         let l = &self.layout;
-        HllRing::new(
-            l.hll_precision,
+        ActiveCounts::new(
+            self.region.u64s(self.offsets.active_tags, l.buckets),
+            self.region.i64s(self.offsets.active_counts, l.buckets),
             self.region
-                .u8s(self.offsets.registers, l.hll_slots << l.hll_precision),
-            self.region.u64s(self.offsets.hll_tags, l.hll_slots),
+                .u64s(self.offsets.guard, l.buckets * l.guard_words),
+            l.guard_words,
         )
     }
 
@@ -252,8 +257,14 @@ mod tests {
         let mut settings = Settings::default();
         settings.shards = 4;
         let layout = RoomLayout::of(&room, &settings);
-        // 8 sketches of 16 KiB dominate; the size does not depend on visitors at all.
-        assert_eq!(layout.size(), 157_184);
+        // The queue table (24 KiB) and 8 replay guards of 2 KiB dominate; the size depends on
+        // the configuration only, never on how many visitors come.
+        assert_eq!(layout.guard_words, 256);
+        assert_eq!(layout.size(), 42_624);
+        // A room for 100,000 users: 8 guards of 1 MiB (64 bits per possible visitor).
+        let big = RoomLayout::of(&RoomConfig::new("r", 100_000, 1000), &settings);
+        assert_eq!(big.guard_words, 131_072);
+        assert_eq!(big.size(), 42_624 - 8 * 2048 + 8 * 131_072 * 8);
     }
 
     #[test]
@@ -265,12 +276,12 @@ mod tests {
         };
         let layout = RoomLayout::of(&room, &settings);
         let region = Region::owned(layout.size());
-        let base = region.u8s(0, 1).as_ptr() as *mut u8;
+        let base = region.u64s(0, 1).as_ptr() as *mut u8;
         let first = RoomCounters::attach(region, layout).unwrap();
         // A second view over the same bytes with another layout is refused.
         let mut other = layout;
         other.shards = 1; // smaller, so the size check passes and the header check speaks
-        // SAFETY: `first` keeps the memory alive for this test and all access is atomic.
+                          // SAFETY: `first` keeps the memory alive for this test and all access is atomic.
         let borrowed = unsafe { Region::borrowed(base, layout.size()) }.unwrap();
         let err = RoomCounters::attach(borrowed, other).err().unwrap();
         assert!(err.to_string().contains("layout differs"), "{err}");
@@ -280,8 +291,11 @@ mod tests {
         assert!(RoomCounters::attach(small, layout).is_err());
         // The same layout attaches and sees the same counters.
         // SAFETY: as above.
-        let again = RoomCounters::attach(unsafe { Region::borrowed(base, layout.size()) }.unwrap(), layout)
-            .unwrap();
+        let again = RoomCounters::attach(
+            unsafe { Region::borrowed(base, layout.size()) }.unwrap(),
+            layout,
+        )
+        .unwrap();
         let r = first.open_pool().read();
         first.open_pool().set_target(5, &r);
         assert_eq!(again.open_pool().free(), 5);

@@ -86,6 +86,10 @@ mod tests {
         assert_eq!(free_slots(10, 2, 5, 7), 0);
         assert_eq!(host_share(10, 1, 0), 0);
         assert_eq!(per_decider(10, 0), 0);
-        assert_eq!(per_decider_curve(100, 4, 0, 100, 1.0), 100, "empty room: one adapted decider");
+        assert_eq!(
+            per_decider_curve(100, 4, 0, 100, 1.0),
+            100,
+            "empty room: one adapted decider"
+        );
     }
 }

@@ -229,8 +229,8 @@ impl Keyring {
             bytes: [0u8; ENCODED_LEN],
         };
         // The output buffer is exactly the encoded length, so encoding cannot fail.
-        let _ = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode_slice(sealed, &mut out.bytes);
+        let _ =
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode_slice(sealed, &mut out.bytes);
         out
     }
 
@@ -269,7 +269,8 @@ impl Keyring {
                 &mut rest[..BODY + TAG],
             )
             .map_err(|_| TicketError::BadTag)?;
-        let u32_at = |i: usize| u32::from_le_bytes([body[i], body[i + 1], body[i + 2], body[i + 3]]);
+        let u32_at =
+            |i: usize| u32::from_le_bytes([body[i], body[i + 1], body[i + 2], body[i + 3]]);
         let mut id = [0u8; 8];
         id.copy_from_slice(&body[4..12]);
         let state = match body[12] {
@@ -336,7 +337,10 @@ mod tests {
         let enc = k.seal(&sample());
         assert_eq!(enc.as_str().len(), ENCODED_LEN);
         assert_eq!(ENCODED_LEN, 84);
-        assert_eq!(k.open(enc.as_str(), room_tag("shop"), NOW, 30), Ok(sample()));
+        assert_eq!(
+            k.open(enc.as_str(), room_tag("shop"), NOW, 30),
+            Ok(sample())
+        );
         // Two seals of the same ticket differ (fresh nonce).
         assert_ne!(k.seal(&sample()).as_str(), enc.as_str());
     }
@@ -351,21 +355,43 @@ mod tests {
             let mut b = enc.clone().into_bytes();
             b[i] = if b[i] == b'A' { b'B' } else { b'A' };
             let s = String::from_utf8(b).unwrap();
-            assert_eq!(k.open(&s, shop, NOW, 30), Err(TicketError::BadTag), "byte {i}");
+            assert_eq!(
+                k.open(&s, shop, NOW, 30),
+                Err(TicketError::BadTag),
+                "byte {i}"
+            );
         }
         assert_eq!(k.open("", shop, NOW, 30), Err(TicketError::BadEncoding));
-        assert_eq!(k.open(&enc[1..], shop, NOW, 30), Err(TicketError::BadEncoding));
-        let bad: String = enc.chars().map(|c| if c == 'A' { '*' } else { c }).collect();
+        assert_eq!(
+            k.open(&enc[1..], shop, NOW, 30),
+            Err(TicketError::BadEncoding)
+        );
+        let bad: String = enc
+            .chars()
+            .map(|c| if c == 'A' { '*' } else { c })
+            .collect();
         if bad != enc {
             assert_eq!(k.open(&bad, shop, NOW, 30), Err(TicketError::BadEncoding));
         }
         let other = ring(&[(2, 7)], 2);
-        assert_eq!(other.open(&enc, shop, NOW, 30), Err(TicketError::UnknownKey));
+        assert_eq!(
+            other.open(&enc, shop, NOW, 30),
+            Err(TicketError::UnknownKey)
+        );
         let same_id_other_key = ring(&[(1, 8)], 1);
-        assert_eq!(same_id_other_key.open(&enc, shop, NOW, 30), Err(TicketError::BadTag));
-        assert_eq!(k.open(&enc, room_tag("other"), NOW, 30), Err(TicketError::WrongRoom));
+        assert_eq!(
+            same_id_other_key.open(&enc, shop, NOW, 30),
+            Err(TicketError::BadTag)
+        );
+        assert_eq!(
+            k.open(&enc, room_tag("other"), NOW, 30),
+            Err(TicketError::WrongRoom)
+        );
         assert_eq!(k.open(&enc, shop, NOW + 300, 30), Err(TicketError::Expired));
-        assert_eq!(k.open(&enc, shop, NOW - 100, 30), Err(TicketError::FromFuture));
+        assert_eq!(
+            k.open(&enc, shop, NOW - 100, 30),
+            Err(TicketError::FromFuture)
+        );
         assert!(k.open(&enc, shop, NOW - 20, 30).is_ok(), "within skew");
     }
 
@@ -377,12 +403,18 @@ mod tests {
         let shop = room_tag("shop");
         assert!(rotated.open(&issued_before, shop, NOW, 30).is_ok());
         let issued_after = rotated.seal(&sample()).as_str().to_owned();
-        assert_eq!(old.open(&issued_after, shop, NOW, 30), Err(TicketError::UnknownKey));
+        assert_eq!(
+            old.open(&issued_after, shop, NOW, 30),
+            Err(TicketError::UnknownKey)
+        );
         let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(&issued_after)
             .unwrap();
         assert_eq!(decoded[1], 2, "new tickets carry the new key id");
         let retired = ring(&[(2, 9)], 2);
-        assert_eq!(retired.open(&issued_before, shop, NOW, 30), Err(TicketError::UnknownKey));
+        assert_eq!(
+            retired.open(&issued_before, shop, NOW, 30),
+            Err(TicketError::UnknownKey)
+        );
     }
 }

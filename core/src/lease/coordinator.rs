@@ -259,6 +259,17 @@ impl Coordinator {
             grants.get(me).copied().unwrap_or(0.0)
         };
 
+        // Hold the client's place in the map first, so the clamp sums in the same order as
+        // every later check does.
+        rs.clients
+            .entry(req.client_id.to_owned())
+            .or_insert(ClientGrant {
+                has: 0.0,
+                wants: req.wants,
+                subclients: req.subclients,
+                priority: req.priority,
+                expires_at: now,
+            });
         let grant = clamp_grant(rs, kind, capacity, req.client_id, target);
         let mut expires_at = now.saturating_add(t.algorithm.lease_length_ms());
         if let Some(up) = upstream {

@@ -1,1 +1,183 @@
-fn main() {}
+//! Admission benches: the per-request paths, at 1 and 2 threads.
+//!
+//! `cargo bench -p velvet-rope-benches --bench admission`. Figures go to BENCHMARKS.md.
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use velvet_rope::slot_pool::OwnedSlotPool;
+use velvet_rope::ticket::{room_tag, Keyring, Ticket, TicketState};
+use velvet_rope::{Engine, Outcome};
+
+const T0: u64 = 1_800_000_000_000;
+const CONFIG: &str = r#"
+[[tickets.keys]]
+id = 1
+secret = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"
+
+[[rooms]]
+name = "shop"
+total_active_users = 4000000000
+new_users_per_minute = 4000000000
+session_duration = 30
+"#;
+
+/// Runs `f` `iters` times on each of `threads` threads at once; returns the mean wall time
+/// per thread, so the figure reads as "time per call with N threads calling".
+fn on_threads<F: Fn() + Sync>(threads: usize, iters: u64, f: F) -> Duration {
+    let barrier = Barrier::new(threads);
+    let times: Vec<Duration> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (f, barrier) = (&f, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        f();
+                    }
+                    start.elapsed()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    times.iter().sum::<Duration>() / threads as u32
+}
+
+fn admitted_cookie(engine: &Engine) -> String {
+    let d = engine.admit("shop", None, T0).unwrap();
+    assert_eq!(d.outcome, Outcome::Admit);
+    d.set_cookie.unwrap().split(';').next().unwrap().to_owned()
+}
+
+fn admission(c: &mut Criterion) {
+    let mut g = c.benchmark_group("admission");
+    g.throughput(Throughput::Elements(1));
+    let engine = Engine::from_text(CONFIG, T0).unwrap();
+    let cookie = admitted_cookie(&engine);
+    for threads in [1usize, 2] {
+        g.bench_with_input(
+            BenchmarkId::new("admit_valid_ticket_no_reissue", threads),
+            &threads,
+            |b, &t| {
+                b.iter_custom(|iters| {
+                    on_threads(t, iters, || {
+                        let d = engine
+                            .admit("shop", Some(black_box(&cookie)), T0 + 1)
+                            .unwrap();
+                        debug_assert!(d.set_cookie.is_none());
+                        black_box(d);
+                    })
+                })
+            },
+        );
+    }
+    // A ticket counted in the previous minute: every call renews it (move guard + new ticket).
+    let old = admitted_cookie(&engine);
+    engine.tick(T0 + 60_000);
+    for threads in [1usize, 2] {
+        g.bench_with_input(
+            BenchmarkId::new("admit_with_reissue", threads),
+            &threads,
+            |b, &t| {
+                b.iter_custom(|iters| {
+                    on_threads(t, iters, || {
+                        let d = engine
+                            .admit("shop", Some(black_box(&old)), T0 + 60_001)
+                            .unwrap();
+                        debug_assert!(d.set_cookie.is_some());
+                        black_box(d);
+                    })
+                })
+            },
+        );
+    }
+    for threads in [1usize, 2] {
+        g.bench_with_input(
+            BenchmarkId::new("admit_new_visitor", threads),
+            &threads,
+            |b, &t| {
+                b.iter_custom(|iters| {
+                    on_threads(t, iters, || {
+                        black_box(engine.admit("shop", None, T0 + 60_002).unwrap());
+                    })
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
+fn slot_claim(c: &mut Criterion) {
+    let mut g = c.benchmark_group("slot_claim");
+    g.throughput(Throughput::Elements(1));
+    for threads in [1usize, 2] {
+        let pool = OwnedSlotPool::new(4);
+        g.bench_with_input(
+            BenchmarkId::new("sharded_pool", threads),
+            &threads,
+            |b, &t| {
+                b.iter_custom(|iters| {
+                    pool.refill(iters * t as u64 + 1);
+                    on_threads(t, iters, || {
+                        black_box(pool.try_claim());
+                    })
+                })
+            },
+        );
+        // The same claim on one shared atomic: what sharding is measured against.
+        let single = OwnedSlotPool::new(1);
+        g.bench_with_input(
+            BenchmarkId::new("single_atomic", threads),
+            &threads,
+            |b, &t| {
+                b.iter_custom(|iters| {
+                    single.refill(iters * t as u64 + 1);
+                    on_threads(t, iters, || {
+                        black_box(single.try_claim());
+                    })
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
+fn tickets(c: &mut Criterion) {
+    let mut g = c.benchmark_group("ticket");
+    g.throughput(Throughput::Elements(1));
+    let keys = Keyring::new(&[(1, [7; 32])], None).unwrap();
+    let t = Ticket {
+        room_tag: room_tag("shop"),
+        id: 42,
+        state: TicketState::Admitted,
+        arrival: 0,
+        accepted_at: 1_800_000_000,
+        counted: 1,
+        last_checkin: 1_800_000_000,
+        expires: 1_800_000_600,
+    };
+    let sealed = keys.seal(&t).as_str().to_owned();
+    g.bench_function("encode", |b| b.iter(|| black_box(keys.seal(black_box(&t)))));
+    g.bench_function("decode", |b| {
+        b.iter(|| {
+            black_box(
+                keys.open(black_box(&sealed), room_tag("shop"), 1_800_000_001, 30)
+                    .unwrap(),
+            )
+        })
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = admission, slot_claim, tickets
+}
+criterion_main!(benches);

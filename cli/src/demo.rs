@@ -46,7 +46,8 @@ pub struct DemoArgs {
     pub config: Option<String>,
 }
 
-const T0: u64 = 1_800_000_000_000 - 1_800_000_000_000 % 60_000;
+/// Virtual start: a minute boundary (milliseconds since the Unix epoch).
+const T0: u64 = 1_800_000_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum State {

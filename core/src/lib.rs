@@ -50,7 +50,7 @@ mod queue_lanes;
 mod region;
 #[cfg(not(velvet_rope_loom))]
 mod room_counters;
-mod slot_pool;
+pub mod slot_pool;
 mod sync;
 
 #[cfg(all(test, velvet_rope_loom))]

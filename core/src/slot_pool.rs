@@ -81,7 +81,6 @@ impl<'a> SlotPool<'a> {
     }
 
     /// Free slots across all shards (a racy sum, for statistics and quick checks).
-    #[allow(dead_code)]
     pub(crate) fn free(&self) -> u64 {
         self.shards
             .iter()
@@ -157,6 +156,57 @@ impl<'a> SlotPool<'a> {
             }
         }
         debt
+    }
+}
+
+/// A slot pool that owns its shards: the engine's exact, sharded counter of free slots, for
+/// use on its own (benches, or any "at most N until refilled" budget).
+pub struct OwnedSlotPool {
+    shards: Box<[CachePadded<AtomicU64>]>,
+    reading: crate::sync::Mutex<PoolReading>,
+}
+
+impl std::fmt::Debug for OwnedSlotPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedSlotPool")
+            .field("shards", &self.shards.len())
+            .finish()
+    }
+}
+
+impl OwnedSlotPool {
+    /// A pool of `shards` shards (at least one), holding no slots.
+    pub fn new(shards: usize) -> Self {
+        let shards: Box<[CachePadded<AtomicU64>]> = (0..shards.max(1))
+            .map(|_| CachePadded::new(AtomicU64::new(0)))
+            .collect();
+        let reading = SlotPool::new(&shards).read();
+        Self {
+            shards,
+            reading: crate::sync::Mutex::new(reading),
+        }
+    }
+
+    /// Takes one slot, from the calling thread's home shard or, failing that, any other.
+    #[inline]
+    pub fn try_claim(&self) -> bool {
+        SlotPool::new(&self.shards).try_claim(home_shard())
+    }
+
+    /// Sets the number of free slots; returns the slots claimed since the previous call.
+    pub fn refill(&self, free: u64) -> u64 {
+        let pool = SlotPool::new(&self.shards);
+        let mut last = self.reading.lock().unwrap_or_else(|p| p.into_inner());
+        let now = pool.read();
+        let claimed = now.claims_since(&last);
+        pool.set_target(free, &now);
+        *last = now;
+        claimed
+    }
+
+    /// Free slots (a racy sum).
+    pub fn free(&self) -> u64 {
+        SlotPool::new(&self.shards).free()
     }
 }
 

@@ -161,18 +161,17 @@ fn fill(e: &Engine, room: &str, n: usize, now: u64) -> Vec<Browser> {
         .collect()
 }
 
-/// Waiters that refresh every `refresh_ms` (as the waiting page makes browsers do), with a
-/// tick every 5 s, from `from` to `to`. Returns the indices of waiters admitted, in order.
+/// Waiters that refresh every 20 s (as the waiting page makes browsers do), with a tick every
+/// 5 s, over `span`. Appends the indices of waiters admitted, in order, to `admitted`.
 fn refresh_until(
     e: &Engine,
     room: &str,
     waiters: &mut [Browser],
     admitted: &mut Vec<usize>,
-    from: u64,
-    to: u64,
-    refresh_ms: u64,
+    span: std::ops::Range<u64>,
     newest_first: bool,
 ) {
+    let (from, to, refresh_ms) = (span.start, span.end, 20_000);
     let mut now = from;
     while now < to {
         e.tick(now);
@@ -216,9 +215,7 @@ fn fifo_order_holds_across_buckets() {
             "q",
             &mut waiters,
             &mut admitted,
-            now + 3000,
-            now + 55_000,
-            20_000,
+            now + 3000..now + 55_000,
             true,
         );
         let d = waiters[m as usize].visit(&e, "q", now + 55_001);
@@ -235,9 +232,7 @@ fn fifo_order_holds_across_buckets() {
         "q",
         &mut waiters,
         &mut admitted,
-        T0 + 3 * MIN,
-        T0 + 14 * MIN,
-        20_000,
+        T0 + 3 * MIN..T0 + 14 * MIN,
         true,
     );
     assert_eq!(admitted, vec![0, 1, 2], "admitted in arrival order");
@@ -269,9 +264,7 @@ fn random_mode_admits_by_draw_and_exactly() {
         "r",
         &mut waiters,
         &mut admitted,
-        T0 + 40_000,
-        T0 + 2 * MIN,
-        20_000,
+        T0 + 40_000..T0 + 2 * MIN,
         false,
     );
     assert!(admitted.is_empty());

@@ -9,6 +9,7 @@ use rand::RngCore;
 use velvet_rope::ticket::{room_tag, Keyring, TicketState};
 use velvet_rope::Config;
 
+mod allocate;
 mod demo;
 
 /// velvet-rope: an in-process admission engine (virtual waiting room and capacity leases).
@@ -28,6 +29,9 @@ enum Command {
         /// The file.
         path: String,
     },
+    /// Read one JSON object on stdin (`{"algorithm", "capacity", "clients": [{"id", "wants",
+    /// "subclients"?, "priority"?}]}`) and print the steady-state grants as JSON.
+    Allocate,
     /// Print a fresh random ticket key as a TOML snippet.
     Keygen {
         /// Key id to put in the snippet.
@@ -52,6 +56,14 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(args) => demo::run(&args).map(|_| ()),
         Command::CheckConfig { path } => check_config(&path),
+        Command::Allocate => {
+            let mut input = String::new();
+            std::io::stdin()
+                .read_to_string(&mut input)
+                .map_err(|e| format!("cannot read stdin: {e}"))
+                .and_then(|_| allocate::run(&input))
+                .map(|out| println!("{out}"))
+        }
         Command::Keygen { id } => {
             let mut key = [0u8; 32];
             rand::thread_rng().fill_bytes(&mut key);

@@ -26,6 +26,9 @@ pub struct Config {
     /// The waiting rooms.
     #[serde(default)]
     pub rooms: Vec<RoomConfig>,
+    /// Lease templates for downstream resources (matched exact first, then globs in order).
+    #[serde(default)]
+    pub resources: Vec<crate::lease::ResourceTemplate>,
 }
 
 /// Engine-wide settings.
@@ -258,6 +261,7 @@ impl Config {
             settings: Settings::default(),
             tickets: TicketKeys::default(),
             rooms: Vec::new(),
+            resources: Vec::new(),
         })
     }
 
@@ -295,6 +299,8 @@ impl Config {
                 ));
             }
         }
+        crate::lease::LeaseConfig::validate_templates(&self.resources)
+            .map_err(|e| Error::Lease(Box::new(e)))?;
         let mut names = std::collections::HashSet::new();
         for (i, r) in self.rooms.iter().enumerate() {
             r.validate(&format!("rooms[{i}]"))?;

@@ -30,6 +30,9 @@ pub enum Error {
     /// The named room is not in the running configuration.
     #[error("no room named `{0}` in the configuration")]
     UnknownRoom(String),
+    /// A lease configuration or request was refused.
+    #[error(transparent)]
+    Lease(Box<crate::lease::LeaseError>),
     /// A memory region handed in by the host does not fit the configuration.
     #[error("memory region refused: {0}")]
     Region(String),

@@ -34,6 +34,7 @@
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod lease;
 pub mod shares;
 pub mod ticket;
 

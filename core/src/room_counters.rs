@@ -254,8 +254,10 @@ mod tests {
     #[test]
     fn default_room_size_is_fixed_and_stated() {
         let room = RoomConfig::new("r", 200, 200);
-        let mut settings = Settings::default();
-        settings.shards = 4;
+        let settings = Settings {
+            shards: 4,
+            ..Settings::default()
+        };
         let layout = RoomLayout::of(&room, &settings);
         // The queue table (24 KiB) and 8 replay guards of 2 KiB dominate; the size depends on
         // the configuration only, never on how many visitors come.

@@ -12,6 +12,7 @@ fn engine_with(room: RoomConfig) -> Engine {
         settings: Default::default(),
         tickets: Default::default(),
         rooms: vec![room],
+        resources: Vec::new(),
     };
     Engine::new(config, T0).unwrap()
 }
@@ -398,6 +399,7 @@ fn reject_passthrough_and_queue_all() {
         settings: Default::default(),
         tickets: Default::default(),
         rooms: vec![room],
+        resources: Vec::new(),
     })
     .unwrap();
     e.tick(T0 + 2000);

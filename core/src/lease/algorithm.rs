@@ -122,7 +122,13 @@ fn by_bands(
 
 /// Weighted water-filling over `idx` (reordered in place).
 fn fair_band(capacity: f64, demands: &[Demand], idx: &mut [usize], out: &mut [f64]) {
-    water_fill(capacity, idx, out, |i| demands[i].wants(), |i| demands[i].weight());
+    water_fill(
+        capacity,
+        idx,
+        out,
+        |i| demands[i].wants(),
+        |i| demands[i].weight(),
+    );
 }
 
 fn water_fill(
@@ -288,7 +294,10 @@ mod tests {
     #[test]
     fn degenerate_inputs() {
         assert_eq!(fair_share(10.0, &[]), Vec::<f64>::new());
-        assert_eq!(fair_share(10.0, &[d(-5.0, 0, 0), d(f64::NAN, 1, 0)]), vec![0.0, 0.0]);
+        assert_eq!(
+            fair_share(10.0, &[d(-5.0, 0, 0), d(f64::NAN, 1, 0)]),
+            vec![0.0, 0.0]
+        );
         assert_eq!(fair_share(0.0, &[d(5.0, 1, 0)]), vec![0.0]);
     }
 }

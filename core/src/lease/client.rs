@@ -210,7 +210,10 @@ impl<S: LeaseSource, E: Enforcer> LeaseClient<S, E> {
         if let Some(total) = self.enforcer.demand(estimating) {
             self.estimator.observe(total, now);
         }
-        let expired = self.lease.as_ref().is_none_or_expired(now);
+        let expired = match &self.lease {
+            Some(l) => l.is_expired(now),
+            None => true,
+        };
         if now < self.next_refresh && !expired {
             return ClientStatus::Idle;
         }
@@ -245,7 +248,10 @@ impl<S: LeaseSource, E: Enforcer> LeaseClient<S, E> {
                 match &self.lease {
                     Some(l) if !l.is_expired(now) => {
                         // Never retry later than the expiry: refresh before it if possible.
-                        self.next_refresh = self.next_refresh.min(l.expires_at.saturating_sub(1)).max(now + 1);
+                        self.next_refresh = self
+                            .next_refresh
+                            .min(l.expires_at.saturating_sub(1))
+                            .max(now + 1);
                         ClientStatus::RefreshFailedLeaseValid
                     }
                     _ => self.degrade(),
@@ -273,15 +279,5 @@ impl<S: LeaseSource, E: Enforcer> LeaseClient<S, E> {
         self.lease = None;
         self.set_effective(0.0);
         self.source.release_lease(&self.client_id, &self.resource)
-    }
-}
-
-trait LeaseExt {
-    fn is_none_or_expired(self, now: Millis) -> bool;
-}
-
-impl LeaseExt for Option<&Lease> {
-    fn is_none_or_expired(self, now: Millis) -> bool {
-        self.map_or(true, |l| l.is_expired(now))
     }
 }

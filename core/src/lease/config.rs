@@ -187,7 +187,10 @@ impl ResourceTemplate {
     pub fn validate(&self, path: &str) -> Result<(), LeaseError> {
         let f = |name: &str| format!("{path}.{name}");
         if self.identifier_glob.is_empty() {
-            return Err(LeaseError::config(f("identifier_glob"), "must not be empty"));
+            return Err(LeaseError::config(
+                f("identifier_glob"),
+                "must not be empty",
+            ));
         }
         let min_capacity_ok = if self.algorithm.kind == AlgorithmKind::None {
             self.capacity >= 0.0
@@ -204,7 +207,10 @@ impl ResourceTemplate {
         if !a.lease_length.is_finite() || a.lease_length <= 0.0 {
             return Err(LeaseError::config(
                 f("algorithm.lease_length"),
-                format!("must be a positive number of seconds, got {}", a.lease_length),
+                format!(
+                    "must be a positive number of seconds, got {}",
+                    a.lease_length
+                ),
             ));
         }
         if !a.refresh_interval.is_finite()
@@ -246,7 +252,10 @@ impl ResourceTemplate {
             if !s.is_finite() || s < 0.0 || (a.kind != AlgorithmKind::None && s > self.capacity) {
                 return Err(LeaseError::config(
                     f("safe_capacity"),
-                    format!("must be between 0 and capacity ({}), got {s}", self.capacity),
+                    format!(
+                        "must be between 0 and capacity ({}), got {s}",
+                        self.capacity
+                    ),
                 ));
             }
         }

@@ -186,7 +186,10 @@ impl Coordinator {
         priority: u32,
         now: Millis,
     ) -> Result<Lease, LeaseError> {
-        self.request_with(&LeaseRequest::new(client_id, resource, wants, priority), now)
+        self.request_with(
+            &LeaseRequest::new(client_id, resource, wants, priority),
+            now,
+        )
     }
 
     /// Requests (or refreshes) a lease with every field of the protocol.
@@ -200,10 +203,16 @@ impl Coordinator {
             return Err(bad("client_id", "must not be empty".into()));
         }
         if !req.wants.is_finite() || req.wants < 0.0 {
-            return Err(bad("wants", format!("must be a finite number >= 0, got {}", req.wants)));
+            return Err(bad(
+                "wants",
+                format!("must be a finite number >= 0, got {}", req.wants),
+            ));
         }
         if !req.has.is_finite() || req.has < 0.0 {
-            return Err(bad("has", format!("must be a finite number >= 0, got {}", req.has)));
+            return Err(bad(
+                "has",
+                format!("must be a finite number >= 0, got {}", req.has),
+            ));
         }
         if req.subclients == 0 {
             return Err(bad("subclients", "must be at least 1".into()));
@@ -396,10 +405,15 @@ fn clamp_grant(
             let others = rs.sum_with(client, 0.0);
             let mut grant = target.min((capacity - others).max(0.0));
             // The invariant is checked by summing in map order; walk down past rounding.
-            while grant > 0.0 && rs.sum_with(client, grant) > capacity {
-                grant = next_down(grant);
+            for _ in 0..64 {
+                let sum = rs.sum_with(client, grant);
+                if grant <= 0.0 || sum <= capacity {
+                    return grant;
+                }
+                grant = next_down((grant - (sum - capacity)).max(0.0));
             }
-            grant
+            // Not reached in practice (each pass removes the whole excess); stay safe anyway.
+            0.0
         }
     }
 }

@@ -286,7 +286,10 @@ mod tests {
         assert!(g.try_acquire_permits(2));
         assert!(matches!(
             g.release_permits(3),
-            Err(LeaseError::ReleaseUnderflow { released: 3, held: 2 })
+            Err(LeaseError::ReleaseUnderflow {
+                released: 3,
+                held: 2
+            })
         ));
         g.release_permits(2).unwrap();
         assert_eq!(units(2.9), 2);
@@ -345,7 +348,7 @@ mod loom_tests {
             };
             shrink.join().unwrap();
             let taken = take.join().unwrap();
-            assert!(taken >= 1 && taken <= 2);
+            assert!((1..=2).contains(&taken));
             assert_eq!(gauge.in_use(), 0);
             assert_eq!(gauge.capacity(), 1);
             let _one = gauge.try_acquire().unwrap();

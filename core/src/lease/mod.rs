@@ -25,7 +25,9 @@ pub mod timer;
 pub use algorithm::Demand;
 pub use client::{ClientOptions, ClientStatus, Enforcer, LeaseClient, LeaseSource, Wants};
 pub use coarse_clock::{CoarseClock, SharedClock};
-pub use config::{AlgorithmConfig, AlgorithmKind, LeaseConfig, RefreshFailureMode, ResourceTemplate};
+pub use config::{
+    AlgorithmConfig, AlgorithmKind, LeaseConfig, RefreshFailureMode, ResourceTemplate,
+};
 pub use coordinator::{ClientGrant, Coordinator, Lease, LeaseRequest};
 pub use demand::DemandEstimator;
 pub use error::LeaseError;

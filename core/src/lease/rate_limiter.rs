@@ -30,11 +30,11 @@ use crate::sync::{AtomicU64, Ordering};
 
 const NS_PER_MS: u64 = 1_000_000;
 const NS_PER_SEC: f64 = 1e9;
-const INTERVAL_BITS: u32 = 48;
+const INTERVAL_BITS: u32 = 40;
 const INTERVAL_MASK: u64 = (1 << INTERVAL_BITS) - 1;
 /// Interval meaning "rate 0": no permit until the lease changes.
 const ZERO_RATE: u64 = INTERVAL_MASK;
-const BURST_BITS: u32 = 15;
+const BURST_BITS: u32 = 23;
 /// The most permits one call can take at once.
 pub const MAX_BURST: u64 = (1 << BURST_BITS) - 1;
 const TRACK_BIT: u64 = 1 << 63;
@@ -82,7 +82,7 @@ pub struct RateParams {
 
 impl RateParams {
     /// Parameters for `rate` permits per second spread over `slices_per_second` slices.
-    /// Rates too small to represent (below one permit per 78 hours), negative or NaN give 0.
+    /// Rates too small to represent (below one permit per 18 minutes), negative or NaN give 0.
     /// The burst is at least one millisecond's worth, the clock's resolution.
     pub fn new(rate: f64, slices_per_second: u32) -> Self {
         if rate.is_nan() || rate <= 0.0 {
@@ -399,10 +399,17 @@ mod tests {
             rl.acquire(1).unwrap();
         }
         // 1 at once, then one per 5 ms.
-        assert!(start.elapsed() >= Duration::from_millis(15), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() >= Duration::from_millis(15),
+            "{:?}",
+            start.elapsed()
+        );
         assert!(matches!(
             rl.acquire(2),
-            Err(LeaseError::ExceedsLimit { requested: 2, limit: 1 })
+            Err(LeaseError::ExceedsLimit {
+                requested: 2,
+                limit: 1
+            })
         ));
         let fut = rl.acquire_async(1);
         block_on(fut).unwrap();

@@ -22,8 +22,9 @@ use crate::hash::mix64;
 use crate::page::{self, Page};
 use crate::room_counters::{RoomCounters, RoomLayout};
 use crate::shares::free_slots;
-use crate::slot_pool::{home_shard, PoolReading};
-use crate::sync::Ordering;
+use crate::slot_pool::home_shard;
+use crate::sync::{AtomicU64, Ordering};
+use crate::tick_block::{Cell, TickBlock};
 use crate::ticket::{random_id, room_tag, Keyring, Ticket, TicketError, TicketState};
 
 /// What never changes while a room's configuration stays the same.
@@ -59,28 +60,58 @@ struct Snapshot {
     by_name: FxHashMap<String, usize>,
 }
 
-/// Per-room state owned by `tick`.
-struct RoomTick {
-    s: Arc<RoomStatic>,
-    open_reading: PoolReading,
-    waiter_reading: PoolReading,
-    /// Exact admissions per bucket: `(bucket, count)`, one entry per ring slot.
-    admitted: Vec<(u64, u64)>,
-    admitted_total: u64,
-    frontier: u64,
-    rate_per_sec: f64,
-    last_tick: Option<Millis>,
+/// Where rooms' counters live: memory the engine owns, or a region the host hands in.
+enum Storage {
+    Owned,
+    Shared(SharedRegion),
 }
 
+/// A host-provided region holding every room's counters, in configuration order.
+struct SharedRegion {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the region is only ever accessed through atomics; the creator of the engine promised
+// (`Engine::new_shared`) that it outlives the engine.
+unsafe impl Send for SharedRegion {}
+// SAFETY: as above.
+unsafe impl Sync for SharedRegion {}
+
+/// State of `tick` and `reload` inside this process (cross-process state is in the regions).
 struct TickState {
-    rooms: HashMap<String, RoomTick>,
+    rooms: HashMap<String, Arc<RoomStatic>>,
     last_now: Millis,
+    storage: Storage,
 }
 
 /// The admission engine. Cheap to share (`Arc<Engine>`); every method takes `&self`.
 pub struct Engine {
     current: ArcSwap<Snapshot>,
     ticking: std::sync::Mutex<TickState>,
+}
+
+const ENGINE_MAGIC: u64 = u64::from_le_bytes(*b"vrENGINE");
+const ENGINE_VERSION: u64 = 1;
+/// Engine header of a shared region: magic, version, size, fingerprint, key state, key (4 words).
+const ENGINE_HEADER: usize = 128;
+
+/// Rooms' layouts and their offsets in a shared region, with a fingerprint of the whole.
+fn shared_plan(config: &Config) -> (Vec<(RoomLayout, usize)>, usize, u64) {
+    let mut at = ENGINE_HEADER;
+    let mut fingerprint = 0xcbf2_9ce4_8422_2325u64;
+    let mut mix = |v: u64| {
+        fingerprint = (fingerprint ^ v).wrapping_mul(0x0000_0100_0000_01b3);
+    };
+    let mut plan = Vec::with_capacity(config.rooms.len());
+    for room in &config.rooms {
+        let layout = RoomLayout::of(room, &config.settings);
+        mix(u64::from(room_tag(&room.name)));
+        mix(layout.size() as u64);
+        plan.push((layout, at));
+        at += layout.size();
+    }
+    (plan, at, fingerprint)
 }
 
 impl std::fmt::Debug for Engine {
@@ -95,8 +126,16 @@ impl std::fmt::Debug for Engine {
     }
 }
 
-fn keyring_of(config: &Config, previous: Option<&Arc<Keyring>>) -> Result<Arc<Keyring>> {
+fn keyring_of(
+    config: &Config,
+    previous: Option<&Arc<Keyring>>,
+    shared_key: Option<[u8; 32]>,
+) -> Result<Arc<Keyring>> {
     if config.tickets.keys.is_empty() {
+        if let Some(key) = shared_key {
+            // Every process sharing the region seals and opens with the region's key.
+            return Ok(Arc::new(Keyring::new(&[(0, key)], Some(0))?));
+        }
         if let Some(prev) = previous {
             // Keep the ephemeral key across reloads so tickets already out stay valid.
             return Ok(prev.clone());
@@ -144,16 +183,90 @@ impl Engine {
     /// An engine over a validated configuration, with its first tick at `now`.
     pub fn new(config: Config, now: Millis) -> Result<Self> {
         config.validate()?;
-        let keyring = keyring_of(&config, None)?;
+        let keyring = keyring_of(&config, None, None)?;
+        Self::start(config, keyring, Storage::Owned, now)
+    }
+
+    fn start(config: Config, keyring: Arc<Keyring>, storage: Storage, now: Millis) -> Result<Self> {
         let mut state = TickState {
             rooms: HashMap::new(),
             last_now: now,
+            storage,
         };
-        let snapshot = build(&mut state, Arc::new(config), keyring, now);
+        let snapshot = build(&mut state, Arc::new(config), keyring, now)?;
         Ok(Self {
             current: ArcSwap::from_pointee(snapshot),
             ticking: std::sync::Mutex::new(state),
         })
+    }
+
+    /// Bytes of shared memory an engine for `config` needs (see [`Engine::new_shared`]).
+    pub fn shared_region_size(config: &Config) -> usize {
+        shared_plan(config).1
+    }
+
+    /// An engine whose counters live in memory the host provides, so that several processes
+    /// mapping the same memory (nginx workers, a pre-fork server) share exact counts. A zeroed
+    /// region is initialised; a region initialised by an engine of the same layout is attached
+    /// and keeps its counts; anything else is refused. With no ticket keys configured, the
+    /// ephemeral key is kept in the region so every process shares it.
+    ///
+    /// # Safety
+    /// `region` must be valid for reads and writes of `len` bytes, aligned to 128 bytes, stay
+    /// mapped for the whole life of the engine, and be accessed by nothing but velvet-rope
+    /// engines (in any process) while they live.
+    pub unsafe fn new_shared(
+        config: Config,
+        now: Millis,
+        region: *mut u8,
+        len: usize,
+    ) -> Result<Self> {
+        config.validate()?;
+        let (_, size, fingerprint) = shared_plan(&config);
+        if len < size {
+            return Err(Error::Region(format!(
+                "{len} bytes given, the configuration needs {size}"
+            )));
+        }
+        // SAFETY: forwarded from this function's contract.
+        let header = unsafe { crate::region::Region::borrowed(region, ENGINE_HEADER) }?;
+        let h = header.u64s(0, 16);
+        match h[0].compare_exchange(0, ENGINE_MAGIC, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                h[1].store(ENGINE_VERSION, Ordering::Release);
+                h[2].store(size as u64, Ordering::Release);
+                h[3].store(fingerprint, Ordering::Release);
+            }
+            Err(found) if found != ENGINE_MAGIC => {
+                return Err(Error::Region("not a velvet-rope region (bad magic)".into()))
+            }
+            Err(_) => {
+                let spin_until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+                while h[3].load(Ordering::Acquire) == 0 && std::time::Instant::now() < spin_until {
+                    std::hint::spin_loop();
+                }
+                if h[1].load(Ordering::Acquire) != ENGINE_VERSION
+                    || h[3].load(Ordering::Acquire) != fingerprint
+                {
+                    return Err(Error::Region(
+                        "the region was laid out for another configuration (rooms or their sizes differ)"
+                            .into(),
+                    ));
+                }
+            }
+        }
+        let shared_key = if config.tickets.keys.is_empty() {
+            Some(shared_key(&h[4..9])?)
+        } else {
+            None
+        };
+        let keyring = keyring_of(&config, None, shared_key)?;
+        Self::start(
+            config,
+            keyring,
+            Storage::Shared(SharedRegion { base: region, len }),
+            now,
+        )
     }
 
     /// An engine from TOML or JSON text.
@@ -170,10 +283,24 @@ impl Engine {
     /// serving. Rooms whose memory layout is unchanged keep their counts.
     pub fn reload(&self, config: Config) -> Result<()> {
         config.validate()?;
-        let keyring = keyring_of(&config, Some(&self.current.load().keyring))?;
         let mut state = self.lock();
+        let previous = self.current.load_full();
+        let keyring =
+            if matches!(state.storage, Storage::Shared(_)) && config.tickets.keys.is_empty() {
+                // The region's shared key stays.
+                if previous.config.tickets.keys.is_empty() {
+                    previous.keyring.clone()
+                } else {
+                    return Err(Error::invalid(
+                        "tickets.keys",
+                        "cannot be emptied on reload of a shared engine: restart it instead",
+                    ));
+                }
+            } else {
+                keyring_of(&config, Some(&previous.keyring), None)?
+            };
         let now = state.last_now;
-        let snapshot = build(&mut state, Arc::new(config), keyring, now);
+        let snapshot = build(&mut state, Arc::new(config), keyring, now)?;
         self.current.store(Arc::new(snapshot));
         Ok(())
     }
@@ -185,8 +312,11 @@ impl Engine {
         let mut state = self.lock();
         let now = now.max(state.last_now);
         let snap = self.current.load_full();
-        let next = build(&mut state, snap.config.clone(), snap.keyring.clone(), now);
-        self.current.store(Arc::new(next));
+        // The configuration was accepted before, so building cannot fail for layout reasons;
+        // if it ever did, the current snapshot keeps serving.
+        if let Ok(next) = build(&mut state, snap.config.clone(), snap.keyring.clone(), now) {
+            self.current.store(Arc::new(next));
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, TickState> {
@@ -538,61 +668,120 @@ impl ItoaBuf {
     }
 }
 
-/// Builds a snapshot of every room of `config` as of `now`, running one tick step per room.
+/// Takes or makes the region's ephemeral key (words: state, then 4 words of key).
+fn shared_key(words: &[AtomicU64]) -> Result<[u8; 32]> {
+    const EMPTY: u64 = 0;
+    const WRITING: u64 = 1;
+    const READY: u64 = 2;
+    if words[0]
+        .compare_exchange(EMPTY, WRITING, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        for w in &words[1..5] {
+            w.store(random_id(), Ordering::Relaxed);
+        }
+        words[0].store(READY, Ordering::Release);
+    }
+    let spin_until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while words[0].load(Ordering::Acquire) != READY {
+        if std::time::Instant::now() > spin_until {
+            return Err(Error::Region(
+                "the region's ticket key was never written".into(),
+            ));
+        }
+        std::hint::spin_loop();
+    }
+    let mut key = [0u8; 32];
+    for (chunk, w) in key.chunks_mut(8).zip(&words[1..5]) {
+        chunk.copy_from_slice(&w.load(Ordering::Acquire).to_le_bytes());
+    }
+    Ok(key)
+}
+
+/// The counters of each room of `config`: kept from before when the layout allows, else new
+/// (owned storage), or at their fixed place in the region (shared storage).
+fn counters_for(state: &mut TickState, config: &Config) -> Result<Vec<Arc<RoomCounters>>> {
+    match &state.storage {
+        Storage::Owned => Ok(config
+            .rooms
+            .iter()
+            .map(|cfg| {
+                let layout = RoomLayout::of(cfg, &config.settings);
+                match state.rooms.get(&cfg.name) {
+                    Some(s) if s.counters.layout() == layout => s.counters.clone(),
+                    _ => Arc::new(RoomCounters::new(layout)),
+                }
+            })
+            .collect()),
+        Storage::Shared(region) => {
+            let (plan, size, _) = shared_plan(config);
+            if size > region.len {
+                return Err(Error::Region(format!(
+                    "the configuration needs {size} bytes, the region has {}: restart to resize",
+                    region.len
+                )));
+            }
+            plan.into_iter()
+                .map(|(layout, offset)| {
+                    // SAFETY: `offset + layout.size() <= size <= region.len` and the offsets are
+                    // multiples of 128 from a 128-aligned base; `Engine::new_shared`'s contract
+                    // covers the rest.
+                    let sub = unsafe {
+                        crate::region::Region::borrowed(region.base.add(offset), layout.size())
+                    }?;
+                    RoomCounters::attach(sub, layout).map(Arc::new)
+                })
+                .collect()
+        }
+    }
+}
+
+/// Builds a snapshot of every room of `config` as of `now`, running one tick per room.
 fn build(
     state: &mut TickState,
     config: Arc<Config>,
     keyring: Arc<Keyring>,
     now: Millis,
-) -> Snapshot {
+) -> Result<Snapshot> {
+    let counters = counters_for(state, &config)?;
     state.last_now = now;
     let bucket_ms = u64::from(config.settings.bucket_width_secs) * 1000;
     let mut old = std::mem::take(&mut state.rooms);
     let mut rooms = Vec::with_capacity(config.rooms.len());
     let mut by_name = FxHashMap::default();
-    for cfg in &config.rooms {
-        let layout = RoomLayout::of(cfg, &config.settings);
-        let mut rt = match old.remove(&cfg.name) {
-            Some(mut rt) if rt.s.counters.layout() == layout => {
-                if rt.s.cfg != *cfg {
-                    rt.s = Arc::new(room_static(cfg, &config, rt.s.counters.clone()));
-                }
-                rt
-            }
-            _ => {
-                let counters = Arc::new(RoomCounters::new(layout));
-                let open_reading = counters.open_pool().read();
-                let waiter_reading = counters.waiter_pool().read();
-                RoomTick {
-                    s: Arc::new(room_static(cfg, &config, counters)),
-                    open_reading,
-                    waiter_reading,
-                    admitted: vec![(u64::MAX, 0); layout.buckets],
-                    admitted_total: 0,
-                    frontier: 0,
-                    rate_per_sec: 0.0,
-                    last_tick: None,
-                }
-            }
+    for (cfg, counters) in config.rooms.iter().zip(counters) {
+        let s = match old.remove(&cfg.name) {
+            Some(s) if Arc::ptr_eq(&s.counters, &counters) && s.cfg == *cfg => s,
+            _ => Arc::new(room_static(cfg, &config, counters)),
         };
-        let view = tick_room(&mut rt, bucket_ms, now);
+        let view = tick_room(&s, bucket_ms, now);
         by_name.insert(cfg.name.clone(), rooms.len());
         rooms.push(view);
-        state.rooms.insert(cfg.name.clone(), rt);
+        state.rooms.insert(cfg.name.clone(), s);
     }
-    Snapshot {
+    Ok(Snapshot {
         keyring,
         skew_secs: config.settings.max_clock_skew_secs,
         config,
         bucket_ms,
         rooms,
         by_name,
-    }
+    })
 }
 
-/// One tick of one room: fold counts, compute targets, move the frontier.
-fn tick_room(rt: &mut RoomTick, bucket_ms: u64, now: Millis) -> RoomView {
-    let s = rt.s.clone();
+/// One tick of one room: advance the shared state if no other process is doing it, then read
+/// what was published into a view.
+fn tick_room(s: &Arc<RoomStatic>, bucket_ms: u64, now: Millis) -> RoomView {
+    let tb = s.counters.tick_block();
+    if tb.try_lock(now) {
+        advance(s, &tb, bucket_ms, now);
+        tb.unlock();
+    }
+    observe(s, &tb, bucket_ms, now)
+}
+
+/// Folds counts, computes targets, moves the frontier, publishes. One process at a time.
+fn advance(s: &RoomStatic, tb: &TickBlock<'_>, bucket_ms: u64, now: Millis) {
     let cfg = &s.cfg;
     let counters = &s.counters;
     let bucket = now / bucket_ms;
@@ -604,31 +793,22 @@ fn tick_room(rt: &mut RoomTick, bucket_ms: u64, now: Millis) -> RoomView {
     lanes.prepare(epoch);
     lanes.prepare(epoch + 1);
 
-    // Exact admissions since the last tick, from the pools' claim counters.
+    // Exact admissions since the last advance, from the pools' claim counters.
     let open = counters.open_pool();
     let waiters = counters.waiter_pool();
     let open_r = open.read();
     let waiter_r = waiters.read();
-    let claims = open_r.claims_since(&rt.open_reading) + waiter_r.claims_since(&rt.waiter_reading);
-    rt.admitted_total += claims;
-    let ring = rt.admitted.len() as u64;
-    let entry = &mut rt.admitted[(bucket % ring) as usize];
-    if entry.0 != bucket {
-        *entry = (bucket, 0);
-    }
-    entry.1 += claims;
-    let admitted_this_minute = entry.1;
+    let (open_seen, waiter_seen) = tb.readings();
+    let claims = open_r.claims_since(&open_seen) + waiter_r.claims_since(&waiter_seen);
+    tb.set(Cell::AdmittedTotal, tb.get(Cell::AdmittedTotal) + claims);
+    let admitted_this_minute = tb.add_admitted(bucket, claims);
 
     // Active users: visitors whose last check-in bucket is in the session window (one extra
     // bucket, so a visitor is never dropped early), floored by the admissions in the window.
     let first = bucket.saturating_sub(u64::from(cfg.session_duration));
-    let exact: u64 = rt
-        .admitted
-        .iter()
-        .filter(|(b, _)| *b != u64::MAX && (first..=bucket).contains(b))
-        .map(|(_, n)| n)
-        .sum();
-    let active = active_counts.sum(first, bucket).max(exact);
+    let active = active_counts
+        .sum(first, bucket)
+        .max(tb.admitted_in(first, bucket));
     let free = free_slots(
         cfg.total_active_users,
         active,
@@ -642,22 +822,17 @@ fn tick_room(rt: &mut RoomTick, bucket_ms: u64, now: Millis) -> RoomView {
     let live: Vec<u64> = (base..=bucket)
         .map(|b| lanes.live((b % q) as usize, epoch))
         .collect();
-    let mut ahead = Vec::with_capacity(live.len());
-    let mut sum = 0u64;
-    for n in &live {
-        ahead.push(sum);
-        sum += n;
-    }
-    let queue_length = sum;
+    let queue_length: u64 = live.iter().sum();
+    let previous_frontier = tb.get(Cell::Frontier);
 
     let (waiter_target, open_target, frontier, draw_threshold) = if cfg.queue_all {
-        (0, 0, rt.frontier, 0)
+        (0, 0, previous_frontier, 0)
     } else {
         match cfg.queueing_method {
             QueueingMethod::Fifo => {
                 // Waiters at or before the frontier hold `reserved` of the free slots; move the
                 // frontier forward until the slots are spoken for or nobody is left behind it.
-                let mut frontier = rt.frontier.max(base.saturating_sub(1));
+                let mut frontier = previous_frontier.max(base.saturating_sub(1));
                 let idx = |b: u64| (b - base) as usize;
                 let mut reserved: u64 = if frontier >= base {
                     live[..=idx(frontier.min(bucket))].iter().sum()
@@ -680,52 +855,72 @@ fn tick_room(rt: &mut RoomTick, bucket_ms: u64, now: Millis) -> RoomView {
                 } else if to_waiters >= queue_length {
                     u64::MAX
                 } else {
-                    ((to_waiters as u128) << 64)
-                        .checked_div(queue_length as u128)
-                        .unwrap_or(0) as u64
+                    ((u128::from(to_waiters) << 64) / u128::from(queue_length)) as u64
                 };
-                (to_waiters, free - to_waiters, rt.frontier, threshold)
+                (to_waiters, free - to_waiters, previous_frontier, threshold)
             }
-            QueueingMethod::Reject => (0, free, rt.frontier, 0),
-            QueueingMethod::Passthrough => (0, 0, rt.frontier, 0),
+            QueueingMethod::Reject => (0, free, previous_frontier, 0),
+            QueueingMethod::Passthrough => (0, 0, previous_frontier, 0),
         }
     };
-    rt.frontier = frontier;
     waiters.set_target(waiter_target, &waiter_r);
     open.set_target(open_target, &open_r);
-    rt.open_reading = open_r;
-    rt.waiter_reading = waiter_r;
+    tb.set_readings(&open_r, &waiter_r);
 
     // Admission rate: exponentially weighted over about a minute of ticks.
-    if let Some(last) = rt.last_tick {
-        let dt = now.saturating_sub(last) as f64 / 1000.0;
-        if dt > 0.0 {
-            let inst = claims as f64 / dt;
-            let w = (dt / 60.0).min(1.0);
-            rt.rate_per_sec = rt.rate_per_sec * (1.0 - w) + inst * w;
-        }
+    let last = tb.get(Cell::LastTick);
+    let mut rate = f64::from_bits(tb.get(Cell::RateBits));
+    if last != 0 && now > last {
+        let dt = (now - last) as f64 / 1000.0;
+        let w = (dt / 60.0).min(1.0);
+        rate = rate * (1.0 - w) + (claims as f64 / dt) * w;
     }
-    rt.last_tick = Some(now);
+    tb.set(Cell::RateBits, rate.to_bits());
+    tb.set(Cell::LastTick, now);
+    tb.set(Cell::Frontier, frontier);
+    tb.set(Cell::Active, active);
+    tb.set(Cell::AdmittedThisMinute, admitted_this_minute);
+    tb.set(Cell::QueueLength, queue_length);
+    tb.set(Cell::WaiterTarget, waiter_target);
+    tb.set(Cell::OpenTarget, open_target);
+    tb.set(Cell::DrawThreshold, draw_threshold);
+}
 
+/// A view of a room from its published state and its live-waiter table.
+fn observe(s: &Arc<RoomStatic>, tb: &TickBlock<'_>, bucket_ms: u64, now: Millis) -> RoomView {
+    let cfg = &s.cfg;
+    let bucket = now / bucket_ms;
+    let epoch = now / 1000 / u64::from(cfg.refresh_interval);
+    let q = u64::from(cfg.queue_buckets);
+    let base = (bucket + 1).saturating_sub(q);
+    let lanes = s.counters.lanes();
+    let mut ahead = Vec::with_capacity(q as usize);
+    let mut sum = 0u64;
+    for b in base..=bucket {
+        ahead.push(sum);
+        sum += lanes.live((b % q) as usize, epoch);
+    }
+    let rate = f64::from_bits(tb.get(Cell::RateBits));
+    let frontier = tb.get(Cell::Frontier);
     RoomView {
         stats: RoomStats {
-            active_users: active,
-            admitted_this_minute,
-            admitted_total: rt.admitted_total,
-            queue_length,
+            active_users: tb.get(Cell::Active),
+            admitted_this_minute: tb.get(Cell::AdmittedThisMinute),
+            admitted_total: tb.get(Cell::AdmittedTotal),
+            queue_length: sum,
             frontier,
-            free_slots: waiter_target + open_target,
-            admission_rate: rt.rate_per_sec,
+            free_slots: tb.get(Cell::WaiterTarget) + tb.get(Cell::OpenTarget),
+            admission_rate: rate,
             ticket_rejections: TicketRejections::default(),
-            memory_bytes: counters.bytes(),
+            memory_bytes: s.counters.bytes(),
         },
-        s,
+        s: s.clone(),
         frontier,
-        draw_threshold,
-        queue_length,
+        draw_threshold: tb.get(Cell::DrawThreshold),
+        queue_length: sum,
         queue_base: base,
         ahead: ahead.into(),
-        rate_per_sec: rt.rate_per_sec,
+        rate_per_sec: rate,
     }
 }
 

@@ -53,6 +53,8 @@ mod region;
 mod room_counters;
 pub mod slot_pool;
 mod sync;
+#[cfg(not(velvet_rope_loom))]
+mod tick_block;
 
 #[cfg(all(test, velvet_rope_loom))]
 mod loom_models;

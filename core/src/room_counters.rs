@@ -9,6 +9,7 @@
 //!              active-bucket counts           (buckets x i64)
 //!              queue lane tags                (lanes x u64)
 //!              queue lane counts              (queue_slots x lanes x i64)
+//!              tick block: cells, pool readings, admitted ring (16 + 2 x shards + 2 x buckets u64)
 //!              replay guards                  (buckets x guard_words x u64)
 //! ```
 //! Every block starts on a 128-byte boundary. The size depends only on the room's
@@ -23,6 +24,7 @@ use crate::queue_lanes::QueueLanes;
 use crate::region::{round_up, Region};
 use crate::slot_pool::SlotPool;
 use crate::sync::{AtomicU64, Ordering};
+use crate::tick_block::{TickBlock, CELLS};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"vrROOM\x00\x01");
 const LAYOUT_VERSION: u64 = 1;
@@ -78,8 +80,10 @@ impl RoomLayout {
         let active_counts = take(self.buckets * 8);
         let lane_tags = take(self.lanes() * 8);
         let lane_counts = take(self.queue_slots * self.lanes() * 8);
+        let tick = take((CELLS + 2 * self.shards + 2 * self.buckets) * 8);
         let guard = take(self.buckets * self.guard_words * 8);
         Offsets {
+            tick,
             open,
             waiters,
             rejections,
@@ -112,6 +116,7 @@ impl RoomLayout {
 
 #[derive(Debug, Clone, Copy)]
 struct Offsets {
+    tick: usize,
     open: usize,
     waiters: usize,
     rejections: usize,
@@ -233,6 +238,20 @@ impl RoomCounters {
         )
     }
 
+    /// The state `tick` carries between ticks (shared by every process using the region).
+    #[inline]
+    pub(crate) fn tick_block(&self) -> TickBlock<'_> {
+        let l = &self.layout;
+        let at = self.offsets.tick;
+        TickBlock::new(
+            self.region.u64s(at, CELLS),
+            self.region.u64s(at + CELLS * 8, l.shards),
+            self.region.u64s(at + (CELLS + l.shards) * 8, l.shards),
+            self.region
+                .u64s(at + (CELLS + 2 * l.shards) * 8, 2 * l.buckets),
+        )
+    }
+
     /// The live-waiter table.
     #[inline]
     pub(crate) fn lanes(&self) -> QueueLanes<'_> {
@@ -262,11 +281,11 @@ mod tests {
         // The queue table (24 KiB) and 8 replay guards of 2 KiB dominate; the size depends on
         // the configuration only, never on how many visitors come.
         assert_eq!(layout.guard_words, 256);
-        assert_eq!(layout.size(), 42_624);
+        assert_eq!(layout.size(), 43_008);
         // A room for 100,000 users: 8 guards of 1 MiB (64 bits per possible visitor).
         let big = RoomLayout::of(&RoomConfig::new("r", 100_000, 1000), &settings);
         assert_eq!(big.guard_words, 131_072);
-        assert_eq!(big.size(), 42_624 - 8 * 2048 + 8 * 131_072 * 8);
+        assert_eq!(big.size(), 43_008 - 8 * 2048 + 8 * 131_072 * 8);
     }
 
     #[test]

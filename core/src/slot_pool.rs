@@ -43,6 +43,16 @@ pub(crate) struct PoolReading {
 }
 
 impl PoolReading {
+    /// A reading made of per-shard claim counters saved earlier.
+    pub(crate) fn from_claimed(claimed: Vec<u32>) -> Self {
+        Self { claimed, free: 0 }
+    }
+
+    /// The per-shard claim counters.
+    pub(crate) fn claimed(&self) -> &[u32] {
+        &self.claimed
+    }
+
     /// Slots claimed since `earlier` (wrapping arithmetic: exact while fewer than 2^32 claims
     /// happen between two readings).
     pub(crate) fn claims_since(&self, earlier: &PoolReading) -> u64 {

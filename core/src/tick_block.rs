@@ -1,0 +1,133 @@
+//! The state `tick` carries from one tick to the next, kept in the room's region so that every
+//! process sharing the region (nginx workers, say) continues where another left off.
+//!
+//! One process at a time advances a room: it takes the block's try-lock (a compare-and-swap of
+//! the time it started, so a lock left by a process that died mid-tick is taken over after
+//! [`STALE_LOCK_MS`]), folds the counters, moves the frontier, writes the pools' new targets and
+//! publishes the figures every process's snapshot reads. Others that call `tick` meanwhile skip
+//! the advance and read what was last published.
+
+use crate::slot_pool::PoolReading;
+use crate::sync::{AtomicU64, Ordering};
+
+/// A tick lock older than this is assumed abandoned (its process died) and taken over.
+pub(crate) const STALE_LOCK_MS: u64 = 5_000;
+
+/// Fixed cells of the block.
+#[derive(Clone, Copy)]
+#[repr(usize)]
+pub(crate) enum Cell {
+    Lock = 0,
+    Frontier,
+    AdmittedTotal,
+    RateBits,
+    LastTick,
+    Active,
+    AdmittedThisMinute,
+    QueueLength,
+    WaiterTarget,
+    OpenTarget,
+    DrawThreshold,
+}
+
+/// Number of fixed cells reserved (room to grow without a layout change).
+pub(crate) const CELLS: usize = 16;
+
+/// A view over a room's tick block.
+pub(crate) struct TickBlock<'a> {
+    cells: &'a [AtomicU64],
+    open_seen: &'a [AtomicU64],
+    waiter_seen: &'a [AtomicU64],
+    admitted: &'a [AtomicU64],
+}
+
+impl<'a> TickBlock<'a> {
+    /// Wraps the cells, the per-shard claim readings of both pools, and the admitted ring
+    /// (`2 x buckets` cells: tag, count).
+    pub(crate) fn new(
+        cells: &'a [AtomicU64],
+        open_seen: &'a [AtomicU64],
+        waiter_seen: &'a [AtomicU64],
+        admitted: &'a [AtomicU64],
+    ) -> Self {
+        Self {
+            cells,
+            open_seen,
+            waiter_seen,
+            admitted,
+        }
+    }
+
+    pub(crate) fn get(&self, c: Cell) -> u64 {
+        self.cells[c as usize].load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set(&self, c: Cell, v: u64) {
+        self.cells[c as usize].store(v, Ordering::Release);
+    }
+
+    /// Takes the advance lock at `now`, or takes over one older than [`STALE_LOCK_MS`].
+    pub(crate) fn try_lock(&self, now: u64) -> bool {
+        let lock = &self.cells[Cell::Lock as usize];
+        let mine = now.max(1);
+        let held = lock.load(Ordering::Acquire);
+        if held != 0 && held.saturating_add(STALE_LOCK_MS) > now {
+            return false;
+        }
+        lock.compare_exchange(held, mine, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Releases the advance lock.
+    pub(crate) fn unlock(&self) {
+        self.cells[Cell::Lock as usize].store(0, Ordering::Release);
+    }
+
+    /// The pools' claim counters as of the last advance.
+    pub(crate) fn readings(&self) -> (PoolReading, PoolReading) {
+        let read = |cells: &[AtomicU64]| {
+            PoolReading::from_claimed(
+                cells
+                    .iter()
+                    .map(|c| c.load(Ordering::Acquire) as u32)
+                    .collect(),
+            )
+        };
+        (read(self.open_seen), read(self.waiter_seen))
+    }
+
+    /// Records the pools' claim counters of this advance.
+    pub(crate) fn set_readings(&self, open: &PoolReading, waiters: &PoolReading) {
+        for (cell, v) in self.open_seen.iter().zip(open.claimed()) {
+            cell.store(u64::from(*v), Ordering::Release);
+        }
+        for (cell, v) in self.waiter_seen.iter().zip(waiters.claimed()) {
+            cell.store(u64::from(*v), Ordering::Release);
+        }
+    }
+
+    fn ring(&self) -> usize {
+        self.admitted.len() / 2
+    }
+
+    /// Adds `n` admissions to `bucket` and returns the bucket's total.
+    pub(crate) fn add_admitted(&self, bucket: u64, n: u64) -> u64 {
+        let i = (bucket % self.ring() as u64) as usize * 2;
+        if self.admitted[i].load(Ordering::Acquire) != bucket + 1 {
+            self.admitted[i + 1].store(0, Ordering::Release);
+            self.admitted[i].store(bucket + 1, Ordering::Release);
+        }
+        self.admitted[i + 1].fetch_add(n, Ordering::AcqRel) + n
+    }
+
+    /// Admissions counted in buckets `first..=last`.
+    pub(crate) fn admitted_in(&self, first: u64, last: u64) -> u64 {
+        (0..self.ring())
+            .filter_map(|slot| {
+                let tag = self.admitted[slot * 2].load(Ordering::Acquire);
+                (tag != 0 && (first..=last).contains(&(tag - 1)))
+                    .then(|| self.admitted[slot * 2 + 1].load(Ordering::Acquire))
+            })
+            .sum()
+    }
+}

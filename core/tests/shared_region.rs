@@ -1,0 +1,215 @@
+//! Engines over one shared region: the host tier (nginx workers, pre-fork servers).
+
+use std::sync::Barrier;
+
+use velvet_rope::{Config, Engine, Outcome};
+
+const T0: u64 = 1_800_000_000_000;
+
+fn config(total: u64) -> Config {
+    Config::from_toml(&format!(
+        "[[rooms]]\nname = \"r\"\ntotal_active_users = {total}\nnew_users_per_minute = 100000\n\
+         [rooms.cookie]\nsecure = false\n"
+    ))
+    .unwrap()
+}
+
+/// 128-byte aligned, zeroed memory standing in for a shared mapping.
+struct Memory(Vec<u128>);
+
+impl Memory {
+    fn new(bytes: usize) -> Self {
+        Self(vec![0u128; bytes.div_ceil(16) + 8])
+    }
+    fn ptr(&mut self) -> (*mut u8, usize) {
+        let raw = self.0.as_mut_ptr() as *mut u8;
+        let pad = raw.align_offset(128);
+        // SAFETY: `pad < 128` and the buffer has 128 spare bytes.
+        (unsafe { raw.add(pad) }, self.0.len() * 16 - pad)
+    }
+}
+
+#[test]
+fn two_engines_on_one_region_admit_exactly_the_limit() {
+    let cfg = config(10);
+    let size = Engine::shared_region_size(&cfg);
+    let mut mem = Memory::new(size);
+    let (ptr, len) = mem.ptr();
+    // SAFETY: `mem` outlives both engines and nothing else touches it.
+    let a = unsafe { Engine::new_shared(cfg.clone(), T0, ptr, len) }.unwrap();
+    // SAFETY: as above.
+    let b = unsafe { Engine::new_shared(cfg.clone(), T0, ptr, len) }.unwrap();
+    let barrier = Barrier::new(2);
+    let admitted: usize = std::thread::scope(|s| {
+        let hs: Vec<_> = [&a, &b]
+            .into_iter()
+            .map(|e| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    (0..15)
+                        .filter(|_| e.admit("r", None, T0 + 1).unwrap().outcome == Outcome::Admit)
+                        .count()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    assert_eq!(admitted, 10, "30 arrivals on two engines, a limit of 10");
+    // A ticket sealed by one engine opens in the other (the region's shared key).
+    a.tick(T0 + 1000);
+    b.tick(T0 + 1000);
+    let c = a.admit("r", None, T0 + 1001).unwrap();
+    assert_eq!(c.outcome, Outcome::Queue);
+    assert_eq!(b.stats("r").unwrap().active_users, 10);
+    assert_eq!(a.stats("r").unwrap().admitted_total, 10);
+}
+
+#[test]
+fn tickets_cross_engines_and_counts_survive_a_new_engine() {
+    let cfg = config(3);
+    let mut mem = Memory::new(Engine::shared_region_size(&cfg));
+    let (ptr, len) = mem.ptr();
+    // SAFETY: `mem` outlives the engines.
+    let a = unsafe { Engine::new_shared(cfg.clone(), T0, ptr, len) }.unwrap();
+    let d = a.admit("r", None, T0).unwrap();
+    let cookie = d.set_cookie.unwrap().split(';').next().unwrap().to_owned();
+    a.admit("r", None, T0).unwrap();
+    a.tick(T0 + 1000);
+    drop(a);
+    // A new engine over the same memory (a reloaded or restarted worker) keeps the counts.
+    // SAFETY: as above.
+    let b = unsafe { Engine::new_shared(cfg.clone(), T0 + 1000, ptr, len) }.unwrap();
+    assert_eq!(b.stats("r").unwrap().active_users, 2);
+    let again = b.admit("r", Some(&cookie), T0 + 1001).unwrap();
+    assert_eq!((again.outcome, again.ticket_error), (Outcome::Admit, None));
+    assert_eq!(
+        b.admit("r", None, T0 + 1001).unwrap().outcome,
+        Outcome::Admit
+    );
+    assert_eq!(
+        b.admit("r", None, T0 + 1001).unwrap().outcome,
+        Outcome::Queue
+    );
+}
+
+#[test]
+fn wrong_regions_are_refused() {
+    let cfg = config(3);
+    let size = Engine::shared_region_size(&cfg);
+    let mut mem = Memory::new(size * 2);
+    let (ptr, len) = mem.ptr();
+    // Too small.
+    // SAFETY: `mem` outlives every engine made here.
+    let err = unsafe { Engine::new_shared(cfg.clone(), T0, ptr, size - 128) }.unwrap_err();
+    assert!(err.to_string().contains("needs"), "{err}");
+    // Laid out for another configuration.
+    // SAFETY: as above.
+    let _a = unsafe { Engine::new_shared(cfg.clone(), T0, ptr, len) }.unwrap();
+    // Same size, another room: refused. (Limits may differ: they are not part of the layout.)
+    let other = Config::from_toml(
+        "[[rooms]]\nname = \"s\"\ntotal_active_users = 3\nnew_users_per_minute = 10\n",
+    )
+    .unwrap();
+    assert_eq!(Engine::shared_region_size(&other), size);
+    // SAFETY: as above.
+    let _same_layout = unsafe { Engine::new_shared(config(4), T0, ptr, len) }.unwrap();
+    // SAFETY: as above.
+    let err = unsafe { Engine::new_shared(other, T0, ptr, len) }.unwrap_err();
+    assert!(err.to_string().contains("another configuration"), "{err}");
+    // Not ours at all.
+    let mut junk = Memory::new(size);
+    let (jptr, jlen) = junk.ptr();
+    // SAFETY: `junk` is ours; writing its first byte is fine.
+    unsafe { *jptr = 0xAB };
+    // SAFETY: as above.
+    let err = unsafe { Engine::new_shared(cfg, T0, jptr, jlen) }.unwrap_err();
+    assert!(err.to_string().contains("magic"), "{err}");
+    // Misaligned.
+    let cfg = config(3);
+    // SAFETY: in bounds of `mem`.
+    let err = unsafe { Engine::new_shared(cfg, T0, ptr.add(8), len - 8) }.unwrap_err();
+    assert!(err.to_string().contains("aligned"), "{err}");
+}
+
+/// Real processes: this test re-runs its own binary as children that map the same file and
+/// admit concurrently; the parent counts what they admitted.
+#[test]
+fn separate_processes_share_exact_counts() {
+    const CHILDREN: usize = 3;
+    const EACH: usize = 40;
+    const LIMIT: u64 = 50;
+    if let Ok(path) = std::env::var("VR_SHARED_CHILD") {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        // SAFETY: the file is not truncated while mapped; all access is through atomics.
+        let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }.unwrap();
+        // SAFETY: the mapping outlives the engine (dropped at the end of this block).
+        let e =
+            unsafe { Engine::new_shared(config(LIMIT), T0, map.as_mut_ptr(), map.len()) }.unwrap();
+        let n = (0..EACH)
+            .filter(|_| e.admit("r", None, T0 + 1).unwrap().outcome == Outcome::Admit)
+            .count();
+        println!("ADMITTED {n}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("vr-shared-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("region");
+    let size = Engine::shared_region_size(&config(LIMIT));
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(size as u64)
+        .unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..CHILDREN)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "separate_processes_share_exact_counts",
+                    "--nocapture",
+                ])
+                .env("VR_SHARED_CHILD", &path)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let total: usize = children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            assert!(out.status.success());
+            let text = String::from_utf8_lossy(&out.stdout);
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("ADMITTED "))
+                .expect("child reported");
+            line["ADMITTED ".len()..].trim().parse::<usize>().unwrap()
+        })
+        .sum();
+    assert_eq!(
+        total as u64,
+        LIMIT,
+        "{} arrivals in {CHILDREN} processes",
+        CHILDREN * EACH
+    );
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    // SAFETY: as in the children.
+    let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }.unwrap();
+    // SAFETY: the mapping outlives the engine.
+    let e = unsafe { Engine::new_shared(config(LIMIT), T0 + 1000, map.as_mut_ptr(), map.len()) }
+        .unwrap();
+    assert_eq!(e.stats("r").unwrap().admitted_total, LIMIT);
+    drop(e);
+    drop(map);
+    std::fs::remove_dir_all(dir).unwrap();
+}

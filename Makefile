@@ -5,12 +5,12 @@ SHELL := /bin/bash
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 
-.PHONY: demo test test-rust test-loom lint bench fuzz clean
+.PHONY: demo test test-rust test-loom test-c lint header bench fuzz clean
 
 demo:
 	$(CARGO) run --release -q -p velvet-rope-cli -- demo
 
-test: lint test-rust test-loom
+test: lint test-rust test-loom test-c
 	@echo "make test: all suites passed"
 
 lint:
@@ -24,6 +24,19 @@ test-rust:
 test-loom:
 	RUSTFLAGS="--cfg velvet_rope_loom" CARGO_TARGET_DIR=target/loom \
 		$(CARGO) test -p velvet-rope --lib --release -- loom
+
+# The C ABI from C: every function and error path plus a pthreads stress test, under
+# AddressSanitizer (leaks included) and UndefinedBehaviorSanitizer.
+test-c:
+	$(CARGO) build --release -p velvet-rope-c
+	gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fsanitize=address,undefined -g -O1 \
+		-Iinclude bindings/c/tests/c/test_velvet_rope.c target/release/libvelvet_rope.a \
+		-lpthread -ldl -lm -o target/test_velvet_rope
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 ./target/test_velvet_rope
+
+# Regenerates include/velvet_rope.h (make test fails while it is stale).
+header:
+	VR_BLESS_HEADER=1 $(CARGO) test --release -p velvet-rope-c --test header
 
 bench:
 	$(CARGO) bench -p velvet-rope-benches

@@ -173,9 +173,39 @@ fn room_static(cfg: &RoomConfig, config: &Config, counters: Arc<RoomCounters>) -
 
 /// Finds `name`'s value in a `Cookie` header (`a=b; c=d`).
 pub fn find_cookie<'h>(header: &'h str, name: &str) -> Option<&'h str> {
-    header.split(';').find_map(|pair| {
-        let (k, v) = pair.trim_start().split_once('=')?;
-        (k.trim_end() == name).then(|| v.trim().trim_matches('"'))
+    // The value is a byte slice of a str cut at ASCII delimiters, so it is valid UTF-8.
+    find_cookie_bytes(header.as_bytes(), name).and_then(|v| std::str::from_utf8(v).ok())
+}
+
+/// Finds `name`'s value in a `Cookie` header given as bytes (headers need not be UTF-8).
+pub fn find_cookie_bytes<'h>(header: &'h [u8], name: &str) -> Option<&'h [u8]> {
+    let trim = |mut b: &'h [u8]| {
+        while let [first, rest @ ..] = b {
+            if first.is_ascii_whitespace() {
+                b = rest;
+            } else {
+                break;
+            }
+        }
+        while let [rest @ .., last] = b {
+            if last.is_ascii_whitespace() {
+                b = rest;
+            } else {
+                break;
+            }
+        }
+        b
+    };
+    header.split(|&c| c == b';').find_map(|pair| {
+        let eq = pair.iter().position(|&c| c == b'=')?;
+        let (k, v) = (trim(&pair[..eq]), trim(&pair[eq + 1..]));
+        if k != name.as_bytes() {
+            return None;
+        }
+        Some(match v {
+            [b'"', inner @ .., b'"'] => inner,
+            v => v,
+        })
     })
 }
 
@@ -348,6 +378,43 @@ impl Engine {
         Ok(stats)
     }
 
+    /// Every room's stats as one JSON object: `{"rooms": {"<name>": {...}}}` (what an nginx
+    /// status location or a metrics scrape serves).
+    pub fn stats_json(&self) -> String {
+        let snap = self.current.load();
+        let mut rooms = serde_json::Map::new();
+        for view in &snap.rooms {
+            let name = &view.s.cfg.name;
+            if let Ok(st) = self.stats(name) {
+                let r = st.ticket_rejections;
+                rooms.insert(
+                    name.clone(),
+                    serde_json::json!({
+                        "active_users": st.active_users,
+                        "admitted_this_minute": st.admitted_this_minute,
+                        "admitted_total": st.admitted_total,
+                        "queue_length": st.queue_length,
+                        "frontier": st.frontier,
+                        "free_slots": st.free_slots,
+                        "admission_rate": st.admission_rate,
+                        "memory_bytes": st.memory_bytes,
+                        "total_active_users": view.s.cfg.total_active_users,
+                        "new_users_per_minute": view.s.cfg.new_users_per_minute,
+                        "ticket_rejections": {
+                            "bad_encoding": r.bad_encoding,
+                            "unknown_key": r.unknown_key,
+                            "bad_tag": r.bad_tag,
+                            "wrong_room": r.wrong_room,
+                            "expired": r.expired,
+                            "from_future": r.from_future,
+                        },
+                    }),
+                );
+            }
+        }
+        serde_json::json!({ "rooms": rooms }).to_string()
+    }
+
     /// Names of the configured rooms.
     pub fn rooms(&self) -> Vec<String> {
         self.current
@@ -379,6 +446,26 @@ impl Engine {
         let view = snap.room(room)?;
         let ticket = cookie_header.and_then(|h| find_cookie(h, &view.s.cookie_name));
         Ok(snap.decide(view, ticket, now))
+    }
+
+    /// Decides one request given the `Cookie` header as bytes (as servers receive it; it need
+    /// not be UTF-8). A ticket that is not ASCII is refused as badly encoded.
+    pub fn admit_header_bytes(
+        &self,
+        room: &str,
+        cookie_header: Option<&[u8]>,
+        now: Millis,
+    ) -> Result<Decision> {
+        let snap = self.current.load();
+        let view = snap.room(room)?;
+        match cookie_header.and_then(|h| find_cookie_bytes(h, &view.s.cookie_name)) {
+            Some(raw) => match std::str::from_utf8(raw) {
+                Ok(ticket) => Ok(snap.decide(view, Some(ticket), now)),
+                // Not UTF-8 cannot be base64url: the same refusal as any other bad encoding.
+                Err(_) => Ok(snap.decide(view, Some(""), now)),
+            },
+            None => Ok(snap.decide(view, None, now)),
+        }
     }
 
     /// Decides one request given the ticket cookie's value itself (no header parsing).

@@ -64,7 +64,7 @@ pub use config::{Config, QueueingMethod, RoomConfig};
 #[cfg(not(velvet_rope_loom))]
 pub use decision::{Decision, Outcome, RoomStats, TicketRejections};
 #[cfg(not(velvet_rope_loom))]
-pub use engine::{find_cookie, Engine};
+pub use engine::{find_cookie, find_cookie_bytes, Engine};
 pub use error::{Error, Result};
 #[cfg(not(velvet_rope_loom))]
 pub use page::{wants_json, Page};

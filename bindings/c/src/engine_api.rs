@@ -1,0 +1,513 @@
+//! The admission engine over the C ABI.
+
+use std::ffi::c_char;
+
+use engine::{Config, Decision, Engine, Outcome, TicketError};
+
+use crate::error::{guard, null, vr_result, Failure, VR_BUFFER_TOO_SMALL, VR_INVALID_ARGUMENT};
+use crate::strings::{bytes, c_text, text, write};
+
+/// An admission engine (opaque). Create with `vr_engine_new*`, free with [`vr_engine_free`].
+/// Thread-safe: every function taking a `const vr_engine *` may be called from any thread.
+pub struct vr_engine {
+    engine: Engine,
+}
+
+/// A rendered waiting page (opaque). Read it with [`vr_page_get_view`], free it with
+/// [`vr_page_free`].
+pub struct vr_page {
+    page: engine::Page,
+}
+
+/// Capacity of [`vr_decision::set_cookie`], NUL included.
+pub const VR_SET_COOKIE_CAPACITY: usize = 512;
+
+/// `vr_decision.outcome`: pass the request to the origin.
+pub const VR_OUTCOME_ADMIT: u32 = 0;
+/// `vr_decision.outcome`: serve the waiting page.
+pub const VR_OUTCOME_QUEUE: u32 = 1;
+/// `vr_decision.outcome`: refuse with Retry-After.
+pub const VR_OUTCOME_REJECT: u32 = 2;
+
+/// The engine's answer for one request. Plain data, owned by the caller (no free).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct vr_decision {
+    /// `VR_OUTCOME_ADMIT`, `VR_OUTCOME_QUEUE` or `VR_OUTCOME_REJECT`.
+    pub outcome: u32,
+    /// -1 when the incoming ticket (if any) was fine; else why it was refused: 0 bad_encoding,
+    /// 1 unknown_key, 2 bad_tag, 3 wrong_room, 4 expired, 5 from_future.
+    pub ticket_error: i32,
+    /// Queue: live waiters ahead plus one; 0 otherwise.
+    pub position: u64,
+    /// Queue: estimated seconds to admission; 0 otherwise.
+    pub estimated_wait_secs: u64,
+    /// Queue: seconds until the page should refresh. Reject: seconds until a retry. Else 0.
+    pub retry_after_secs: u64,
+    /// Queue: live waiters in the room; 0 otherwise.
+    pub queue_length: u64,
+    /// Length of `set_cookie`; 0 when no cookie is to be set.
+    pub set_cookie_len: usize,
+    /// A complete `Set-Cookie` header value, NUL-terminated.
+    pub set_cookie: [c_char; VR_SET_COOKIE_CAPACITY],
+}
+
+/// A page's parts; pointers stay valid until the page is freed.
+#[repr(C)]
+pub struct vr_page_view {
+    /// HTTP status.
+    pub status: u16,
+    /// `Content-Type` value (not NUL-terminated).
+    pub content_type: *const c_char,
+    /// Its length.
+    pub content_type_len: usize,
+    /// The body.
+    pub body: *const u8,
+    /// Its length.
+    pub body_len: usize,
+    /// Seconds for a `Refresh` header; 0 = none.
+    pub refresh_secs: u64,
+    /// Seconds for a `Retry-After` header; 0 = none.
+    pub retry_after_secs: u64,
+}
+
+/// Room statistics as of the last tick.
+#[repr(C)]
+pub struct vr_room_stats {
+    /// Visitors active within the session window.
+    pub active_users: u64,
+    /// First admissions in the current minute.
+    pub admitted_this_minute: u64,
+    /// First admissions since the room was created.
+    pub admitted_total: u64,
+    /// Live waiters.
+    pub queue_length: u64,
+    /// Arrival bucket up to which waiters may enter.
+    pub frontier: u64,
+    /// Slots free until the next tick.
+    pub free_slots: u64,
+    /// Ticket refusals by reason code (index = `ticket_error` value).
+    pub ticket_rejections: [u64; 6],
+}
+
+fn to_c(d: &Decision, out: &mut vr_decision) -> Result<(), Failure> {
+    out.outcome = d.outcome as u32;
+    out.ticket_error = d.ticket_error.map_or(-1, |e| e as i32);
+    out.position = d.position.unwrap_or(0);
+    out.estimated_wait_secs = d.estimated_wait_secs.unwrap_or(0);
+    out.retry_after_secs = d.retry_after_secs.unwrap_or(0);
+    out.queue_length = d.queue_length.unwrap_or(0);
+    let cookie = d.set_cookie.as_deref().unwrap_or("");
+    if cookie.len() >= VR_SET_COOKIE_CAPACITY {
+        return Err(Failure(
+            VR_BUFFER_TOO_SMALL,
+            format!("Set-Cookie value of {} bytes does not fit", cookie.len()),
+        ));
+    }
+    for (dst, src) in out.set_cookie.iter_mut().zip(cookie.bytes()) {
+        *dst = src as c_char;
+    }
+    out.set_cookie[cookie.len()] = 0;
+    out.set_cookie_len = cookie.len();
+    Ok(())
+}
+
+fn from_c(d: &vr_decision) -> Result<Decision, Failure> {
+    let outcome = match d.outcome {
+        VR_OUTCOME_ADMIT => Outcome::Admit,
+        VR_OUTCOME_QUEUE => Outcome::Queue,
+        VR_OUTCOME_REJECT => Outcome::Reject,
+        n => {
+            return Err(Failure(
+                VR_INVALID_ARGUMENT,
+                format!("outcome {n} is not 0, 1 or 2"),
+            ))
+        }
+    };
+    let some = |v: u64| (v != 0).then_some(v);
+    Ok(Decision {
+        outcome,
+        set_cookie: None,
+        position: some(d.position),
+        estimated_wait_secs: (outcome == Outcome::Queue).then_some(d.estimated_wait_secs),
+        retry_after_secs: some(d.retry_after_secs),
+        queue_length: (outcome == Outcome::Queue).then_some(d.queue_length),
+        ticket_error: usize::try_from(d.ticket_error)
+            .ok()
+            .and_then(|i| TicketError::ALL.get(i).copied()),
+    })
+}
+
+/// Frees what `out` owns on success: nothing to do on failure (out-pointers are only written
+/// on success).
+fn boxed(engine: Engine) -> *mut vr_engine {
+    Box::into_raw(Box::new(vr_engine { engine }))
+}
+
+/// Creates an engine from configuration text (TOML, or JSON starting with `{`).
+/// On success `*engine_out` owns a new engine: free it with [`vr_engine_free`].
+///
+/// # Safety
+/// `config` must be valid for reads of `config_len` bytes; `engine_out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_new(
+    config: *const c_char,
+    config_len: usize,
+    now_ms: u64,
+    engine_out: *mut *mut vr_engine,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let text = unsafe { text(config, config_len, "config") }?;
+        if engine_out.is_null() {
+            return Err(null("engine_out"));
+        }
+        let e = Engine::from_text(text, now_ms)?;
+        // SAFETY: checked non-null; writable per the contract.
+        unsafe { write(engine_out, boxed(e), "engine_out") }
+    })
+}
+
+/// Creates an engine from a configuration file (NUL-terminated path; `.json` or TOML).
+/// Ownership as for [`vr_engine_new`].
+///
+/// # Safety
+/// `path` must be a NUL-terminated string; `engine_out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_new_from_file(
+    path: *const c_char,
+    now_ms: u64,
+    engine_out: *mut *mut vr_engine,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let path = unsafe { c_text(path, "path") }?;
+        if engine_out.is_null() {
+            return Err(null("engine_out"));
+        }
+        let e = Engine::from_path(path, now_ms)?;
+        // SAFETY: checked non-null.
+        unsafe { write(engine_out, boxed(e), "engine_out") }
+    })
+}
+
+/// Bytes of shared memory an engine for this configuration needs ([`vr_engine_new_shared`]).
+///
+/// # Safety
+/// `config` readable for `config_len` bytes; `size_out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn vr_shared_region_size(
+    config: *const c_char,
+    config_len: usize,
+    size_out: *mut usize,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let text = unsafe { text(config, config_len, "config") }?;
+        let cfg = Config::from_text(text)?;
+        // SAFETY: per this function's contract.
+        unsafe { write(size_out, Engine::shared_region_size(&cfg), "size_out") }
+    })
+}
+
+/// Creates an engine whose counters live in `region`, shared with every other engine (in any
+/// process) over the same memory: a zeroed region is initialised, one initialised for the same
+/// configuration layout is attached (counts kept), anything else is refused with
+/// `VR_REGION_REFUSED`. Ownership of the engine as for [`vr_engine_new`]; the region stays the
+/// caller's and must outlive the engine.
+///
+/// # Safety
+/// `region` must be valid for reads and writes of `region_len` bytes, 128-byte aligned, mapped
+/// for the whole life of the engine, and touched by nothing but velvet-rope engines.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_new_shared(
+    config: *const c_char,
+    config_len: usize,
+    now_ms: u64,
+    region: *mut u8,
+    region_len: usize,
+    engine_out: *mut *mut vr_engine,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let text = unsafe { text(config, config_len, "config") }?;
+        if region.is_null() {
+            return Err(null("region"));
+        }
+        if engine_out.is_null() {
+            return Err(null("engine_out"));
+        }
+        let cfg = Config::from_text(text)?;
+        // SAFETY: forwarded from this function's contract.
+        let e = unsafe { Engine::new_shared(cfg, now_ms, region, region_len) }?;
+        // SAFETY: checked non-null.
+        unsafe { write(engine_out, boxed(e), "engine_out") }
+    })
+}
+
+/// Frees an engine. NULL is ignored. Not while other threads still use it.
+///
+/// # Safety
+/// `engine` must be NULL or a pointer from `vr_engine_new*` not freed before.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_free(engine: *mut vr_engine) {
+    if !engine.is_null() {
+        let _ = std::panic::catch_unwind(|| {
+            // SAFETY: per this function's contract, this is the Box made by vr_engine_new*.
+            drop(unsafe { Box::from_raw(engine) });
+        });
+    }
+}
+
+/// Borrows the engine behind a handle.
+///
+/// # Safety
+/// `engine` must be NULL or a live handle.
+unsafe fn engine_ref<'a>(engine: *const vr_engine) -> Result<&'a Engine, Failure> {
+    // SAFETY: per the caller.
+    unsafe { engine.as_ref() }
+        .map(|e| &e.engine)
+        .ok_or_else(|| null("engine"))
+}
+
+/// Decides one request. `cookie_header` is the request's whole `Cookie` header (NULL/0 when
+/// absent; need not be UTF-8); `room` names the room. Writes `*decision_out` on success.
+/// Thread-safe; never blocks.
+///
+/// # Safety
+/// Pointers valid for their lengths; `decision_out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_admit(
+    engine: *const vr_engine,
+    room: *const c_char,
+    room_len: usize,
+    cookie_header: *const c_char,
+    cookie_header_len: usize,
+    now_ms: u64,
+    decision_out: *mut vr_decision,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let e = unsafe { engine_ref(engine) }?;
+        // SAFETY: per this function's contract.
+        let room = unsafe { text(room, room_len, "room") }?;
+        // SAFETY: per this function's contract.
+        let header = unsafe { bytes(cookie_header, cookie_header_len, "cookie_header") }?;
+        // SAFETY: per this function's contract.
+        let out = unsafe { decision_out.as_mut() }.ok_or_else(|| null("decision_out"))?;
+        let d = e.admit_header_bytes(room, (!header.is_empty()).then_some(header), now_ms)?;
+        to_c(&d, out)
+    })
+}
+
+/// Folds the counters into a new snapshot. Call about once a second; safe from any thread
+/// and process at once (one advances, the others read what it published).
+///
+/// # Safety
+/// `engine` must be a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_tick(engine: *const vr_engine, now_ms: u64) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        unsafe { engine_ref(engine) }?.tick(now_ms);
+        Ok(())
+    })
+}
+
+/// Replaces the configuration with `config` text; on failure the running one keeps serving.
+///
+/// # Safety
+/// `engine` live; `config` readable for `config_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_reload(
+    engine: *const vr_engine,
+    config: *const c_char,
+    config_len: usize,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let e = unsafe { engine_ref(engine) }?;
+        // SAFETY: per this function's contract.
+        let text = unsafe { text(config, config_len, "config") }?;
+        e.reload(Config::from_text(text)?)?;
+        Ok(())
+    })
+}
+
+/// Whether the configuration has a room of this name.
+///
+/// # Safety
+/// `engine` live; `room` readable; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_has_room(
+    engine: *const vr_engine,
+    room: *const c_char,
+    room_len: usize,
+    out: *mut bool,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let e = unsafe { engine_ref(engine) }?;
+        // SAFETY: per this function's contract.
+        let room = unsafe { text(room, room_len, "room") }?;
+        let has = e.stats(room).is_ok();
+        // SAFETY: per this function's contract.
+        unsafe { write(out, has, "out") }
+    })
+}
+
+/// A room's statistics as of the last tick.
+///
+/// # Safety
+/// `engine` live; `room` readable; `stats_out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_stats(
+    engine: *const vr_engine,
+    room: *const c_char,
+    room_len: usize,
+    stats_out: *mut vr_room_stats,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let e = unsafe { engine_ref(engine) }?;
+        // SAFETY: per this function's contract.
+        let room = unsafe { text(room, room_len, "room") }?;
+        let s = e.stats(room)?;
+        let r = s.ticket_rejections;
+        let stats = vr_room_stats {
+            active_users: s.active_users,
+            admitted_this_minute: s.admitted_this_minute,
+            admitted_total: s.admitted_total,
+            queue_length: s.queue_length,
+            frontier: s.frontier,
+            free_slots: s.free_slots,
+            ticket_rejections: [
+                r.bad_encoding,
+                r.unknown_key,
+                r.bad_tag,
+                r.wrong_room,
+                r.expired,
+                r.from_future,
+            ],
+        };
+        // SAFETY: per this function's contract.
+        unsafe { write(stats_out, stats, "stats_out") }
+    })
+}
+
+/// Every room's statistics as a JSON object, NUL-terminated, into `buf`. `*written_out` gets
+/// the JSON's length (without the NUL); when `buf_len` is too small the result is
+/// `VR_BUFFER_TOO_SMALL` and `*written_out` is the size needed (NUL included).
+///
+/// # Safety
+/// `engine` live; `buf` NULL or writable for `buf_len` bytes; `written_out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_stats_json(
+    engine: *const vr_engine,
+    buf: *mut c_char,
+    buf_len: usize,
+    written_out: *mut usize,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let e = unsafe { engine_ref(engine) }?;
+        if written_out.is_null() {
+            return Err(null("written_out"));
+        }
+        let json = e.stats_json();
+        if buf.is_null() || buf_len < json.len() + 1 {
+            // SAFETY: checked non-null; writable per the contract.
+            unsafe { written_out.write(json.len() + 1) };
+            return Err(Failure(
+                VR_BUFFER_TOO_SMALL,
+                format!("stats need {} bytes, {buf_len} given", json.len() + 1),
+            ));
+        }
+        // SAFETY: `buf` has `buf_len > json.len()` writable bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(json.as_ptr(), buf.cast::<u8>(), json.len());
+            *buf.add(json.len()) = 0;
+            written_out.write(json.len());
+        }
+        Ok(())
+    })
+}
+
+/// Renders the page for a queue or reject decision: `*page_out` owns a new page (free with
+/// [`vr_page_free`]), or is set to NULL for an admit decision. `accept` is the request's
+/// `Accept` header (NULL/0 when absent).
+///
+/// # Safety
+/// `engine` live; strings readable; `decision` readable; `page_out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_render_page(
+    engine: *const vr_engine,
+    room: *const c_char,
+    room_len: usize,
+    decision: *const vr_decision,
+    accept: *const c_char,
+    accept_len: usize,
+    page_out: *mut *mut vr_page,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let e = unsafe { engine_ref(engine) }?;
+        // SAFETY: per this function's contract.
+        let room = unsafe { text(room, room_len, "room") }?;
+        // SAFETY: per this function's contract.
+        let d = unsafe { decision.as_ref() }.ok_or_else(|| null("decision"))?;
+        // SAFETY: per this function's contract.
+        let accept = unsafe { bytes(accept, accept_len, "accept") }?;
+        let accept = std::str::from_utf8(accept).ok();
+        if page_out.is_null() {
+            return Err(null("page_out"));
+        }
+        let page = e
+            .render_page(room, &from_c(d)?, accept)?
+            .map_or(std::ptr::null_mut(), |page| {
+                Box::into_raw(Box::new(vr_page { page }))
+            });
+        // SAFETY: checked non-null.
+        unsafe { write(page_out, page, "page_out") }
+    })
+}
+
+/// The parts of a page; the pointers in `*view_out` live as long as the page.
+///
+/// # Safety
+/// `page` live; `view_out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn vr_page_get_view(
+    page: *const vr_page,
+    view_out: *mut vr_page_view,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let p = &unsafe { page.as_ref() }.ok_or_else(|| null("page"))?.page;
+        let view = vr_page_view {
+            status: p.status,
+            content_type: p.content_type.as_ptr().cast(),
+            content_type_len: p.content_type.len(),
+            body: p.body.as_ptr(),
+            body_len: p.body.len(),
+            refresh_secs: p.refresh_secs.unwrap_or(0),
+            retry_after_secs: p.retry_after_secs.unwrap_or(0),
+        };
+        // SAFETY: per this function's contract.
+        unsafe { write(view_out, view, "view_out") }
+    })
+}
+
+/// Frees a page. NULL is ignored.
+///
+/// # Safety
+/// `page` must be NULL or a page from [`vr_engine_render_page`] not freed before.
+#[no_mangle]
+pub unsafe extern "C" fn vr_page_free(page: *mut vr_page) {
+    if !page.is_null() {
+        let _ = std::panic::catch_unwind(|| {
+            // SAFETY: per this function's contract.
+            drop(unsafe { Box::from_raw(page) });
+        });
+    }
+}

@@ -1,0 +1,330 @@
+/* C tests of the velvet-rope ABI: every function, every error path, and a pthreads stress
+ * test that checks counts are exact. Built and run under AddressSanitizer by `make test-c`. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "velvet_rope.h"
+
+static int passed, failed;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (cond) {                                                                  \
+            passed++;                                                                \
+        } else {                                                                     \
+            failed++;                                                                \
+            char msg_[512];                                                          \
+            vr_last_error(msg_, sizeof msg_);                                        \
+            fprintf(stderr, "FAIL %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, \
+                    #cond, msg_);                                                    \
+        }                                                                            \
+    } while (0)
+
+#define T0 1800000000000ULL
+
+static const char *CONFIG =
+    "[[tickets.keys]]\n"
+    "id = 1\n"
+    "secret = \"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"\n"
+    "[[rooms]]\n"
+    "name = \"shop\"\n"
+    "total_active_users = 3\n"
+    "new_users_per_minute = 1000\n"
+    "[rooms.cookie]\n"
+    "secure = false\n"
+    "[[resources]]\n"
+    "identifier_glob = \"db-*\"\n"
+    "capacity = 100\n"
+    "algorithm = { kind = \"fair_share\", lease_length = 60, refresh_interval = 5 }\n";
+
+static vr_engine *new_engine(const char *config) {
+    vr_engine *e = NULL;
+    vr_result r = vr_engine_new(config, strlen(config), T0, &e);
+    CHECK(r == VR_OK && e != NULL);
+    return e;
+}
+
+/* The `name=value` part of a Set-Cookie value, as a browser would send it back. */
+static void cookie_of(const vr_decision *d, char *out, size_t len) {
+    size_t n = strcspn(d->set_cookie, ";");
+    if (n >= len) n = len - 1;
+    memcpy(out, d->set_cookie, n);
+    out[n] = 0;
+}
+
+static void test_misc(void) {
+    CHECK(strcmp(vr_version(), "0.1.0") == 0);
+    CHECK(strcmp(vr_result_name(VR_OK), "VR_OK") == 0);
+    CHECK(strcmp(vr_result_name(VR_PANIC), "VR_PANIC") == 0);
+    CHECK(strcmp(vr_result_name(999), "VR_UNKNOWN_RESULT") == 0);
+    CHECK(vr_now_ms() > T0 / 2);
+}
+
+static void test_errors(void) {
+    vr_engine *e = NULL;
+    char msg[256];
+    CHECK(vr_engine_new(NULL, 5, T0, &e) == VR_NULL_PARAMETER && e == NULL);
+    CHECK(vr_last_error(msg, sizeof msg) > 0 && strstr(msg, "config") != NULL);
+    CHECK(vr_engine_new(CONFIG, strlen(CONFIG), T0, NULL) == VR_NULL_PARAMETER);
+    const char *bad = "[[rooms]]\nname = \"x\"\ntotal_active_users = 0\nnew_users_per_minute = 1\n";
+    CHECK(vr_engine_new(bad, strlen(bad), T0, &e) == VR_INVALID_CONFIG && e == NULL);
+    size_t need = vr_last_error(NULL, 0);
+    CHECK(need > 0);
+    vr_last_error(msg, sizeof msg);
+    CHECK(strstr(msg, "rooms[0].total_active_users") != NULL);
+    /* Truncation keeps a NUL and returns the full length. */
+    char tiny[8];
+    CHECK(vr_last_error(tiny, sizeof tiny) == need && strlen(tiny) == 7);
+    const char *junk = "this is [ not toml";
+    CHECK(vr_engine_new(junk, strlen(junk), T0, &e) == VR_PARSE_ERROR);
+    const char not_utf8[] = {'[', (char)0xff, ']'};
+    CHECK(vr_engine_new(not_utf8, 3, T0, &e) == VR_INVALID_UTF8);
+    CHECK(vr_engine_new_from_file("/nonexistent/velvet.toml", T0, &e) == VR_IO_ERROR);
+    CHECK(vr_engine_new_from_file(NULL, T0, &e) == VR_NULL_PARAMETER);
+
+    e = new_engine(CONFIG);
+    vr_decision d;
+    CHECK(vr_engine_admit(NULL, "shop", 4, NULL, 0, T0, &d) == VR_NULL_PARAMETER);
+    CHECK(vr_engine_admit(e, "nope", 4, NULL, 0, T0, &d) == VR_UNKNOWN_ROOM);
+    CHECK(vr_engine_admit(e, "shop", 4, NULL, 0, T0, NULL) == VR_NULL_PARAMETER);
+    CHECK(vr_engine_admit(e, NULL, 4, NULL, 0, T0, &d) == VR_NULL_PARAMETER);
+    CHECK(vr_engine_tick(NULL, T0) == VR_NULL_PARAMETER);
+    CHECK(vr_engine_reload(e, bad, strlen(bad)) == VR_INVALID_CONFIG);
+    bool has = true;
+    CHECK(vr_engine_has_room(e, "nope", 4, &has) == VR_OK && !has);
+    CHECK(vr_engine_has_room(e, "shop", 4, &has) == VR_OK && has);
+    vr_room_stats st;
+    CHECK(vr_engine_stats(e, "nope", 4, &st) == VR_UNKNOWN_ROOM);
+    size_t written = 0;
+    CHECK(vr_engine_stats_json(e, NULL, 0, &written) == VR_BUFFER_TOO_SMALL && written > 10);
+    char small[4];
+    CHECK(vr_engine_stats_json(e, small, sizeof small, &written) == VR_BUFFER_TOO_SMALL);
+    CHECK(vr_engine_stats_json(e, small, sizeof small, NULL) == VR_NULL_PARAMETER);
+    vr_decision bogus = {0};
+    bogus.outcome = 7;
+    vr_page *p = NULL;
+    CHECK(vr_engine_render_page(e, "shop", 4, &bogus, NULL, 0, &p) == VR_INVALID_ARGUMENT);
+    CHECK(vr_page_get_view(NULL, NULL) == VR_NULL_PARAMETER);
+    vr_engine_free(e);
+    vr_engine_free(NULL);
+    vr_page_free(NULL);
+}
+
+static void test_admission_flow(void) {
+    vr_engine *e = new_engine(CONFIG);
+    vr_decision d;
+    char cookie[600];
+    /* Three visitors fill the room. */
+    CHECK(vr_engine_admit(e, "shop", 4, NULL, 0, T0, &d) == VR_OK);
+    CHECK(d.outcome == VR_OUTCOME_ADMIT && d.set_cookie_len > 84 && d.ticket_error == -1);
+    CHECK(strncmp(d.set_cookie, "__vr_shop=", 10) == 0 && strlen(d.set_cookie) == d.set_cookie_len);
+    cookie_of(&d, cookie, sizeof cookie);
+    CHECK(vr_engine_admit(e, "shop", 4, NULL, 0, T0, &d) == VR_OK && d.outcome == VR_OUTCOME_ADMIT);
+    CHECK(vr_engine_admit(e, "shop", 4, NULL, 0, T0, &d) == VR_OK && d.outcome == VR_OUTCOME_ADMIT);
+    /* The fourth waits, with a position and a page. */
+    CHECK(vr_engine_admit(e, "shop", 4, NULL, 0, T0, &d) == VR_OK && d.outcome == VR_OUTCOME_QUEUE);
+    CHECK(d.position == 1 && d.retry_after_secs == 20 && d.set_cookie_len > 0);
+    vr_page *p = NULL;
+    CHECK(vr_engine_render_page(e, "shop", 4, &d, "text/html", 9, &p) == VR_OK && p != NULL);
+    vr_page_view v;
+    CHECK(vr_page_get_view(p, &v) == VR_OK);
+    CHECK(v.status == 200 && v.refresh_secs == 20 && v.body_len > 100);
+    CHECK(memmem(v.body, v.body_len, "id=\"position\"", 13) != NULL);
+    CHECK(v.content_type_len == strlen("text/html; charset=utf-8"));
+    vr_page_free(p);
+    p = NULL;
+    CHECK(vr_engine_render_page(e, "shop", 4, &d, "application/json", 16, &p) == VR_OK && p);
+    CHECK(vr_page_get_view(p, &v) == VR_OK && memmem(v.body, v.body_len, "\"position\":1", 12));
+    vr_page_free(p);
+    /* An admitted visitor comes back: admitted, nothing to re-issue this minute. */
+    CHECK(vr_engine_admit(e, "shop", 4, cookie, strlen(cookie), T0 + 1, &d) == VR_OK);
+    CHECK(d.outcome == VR_OUTCOME_ADMIT && d.set_cookie_len == 0 && d.ticket_error == -1);
+    /* Admit decisions have no page. */
+    p = (vr_page *)1;
+    CHECK(vr_engine_render_page(e, "shop", 4, &d, NULL, 0, &p) == VR_OK && p == NULL);
+    /* A tampered cookie is no cookie: refused with a reason, the visitor queues as new. */
+    char tampered[600];
+    strcpy(tampered, cookie);
+    tampered[40] = tampered[40] == 'A' ? 'B' : 'A';
+    CHECK(vr_engine_admit(e, "shop", 4, tampered, strlen(tampered), T0 + 2, &d) == VR_OK);
+    CHECK(d.ticket_error == 2 && d.outcome == VR_OUTCOME_QUEUE);
+    /* A header that is not UTF-8 around the cookie is fine. */
+    char weird[700];
+    snprintf(weird, sizeof weird, "x=\xff\xfe; %s", cookie);
+    CHECK(vr_engine_admit(e, "shop", 4, weird, strlen(weird), T0 + 3, &d) == VR_OK);
+    CHECK(d.outcome == VR_OUTCOME_ADMIT && d.ticket_error == -1);
+    CHECK(vr_engine_tick(e, T0 + 1000) == VR_OK);
+    vr_room_stats st;
+    CHECK(vr_engine_stats(e, "shop", 4, &st) == VR_OK);
+    CHECK(st.active_users == 3 && st.admitted_total == 3 && st.queue_length == 2);
+    CHECK(st.ticket_rejections[2] == 1);
+    char json[4096];
+    size_t n = 0;
+    CHECK(vr_engine_stats_json(e, json, sizeof json, &n) == VR_OK && n == strlen(json));
+    CHECK(strstr(json, "\"shop\"") && strstr(json, "\"active_users\":3"));
+    /* Reload to a bigger room keeps the counts. */
+    char bigger[2048];
+    snprintf(bigger, sizeof bigger, "%s", CONFIG);
+    char *at = strstr(bigger, "total_active_users = 3");
+    memcpy(at, "total_active_users = 4", 22);
+    CHECK(vr_engine_reload(e, bigger, strlen(bigger)) == VR_OK);
+    CHECK(vr_engine_tick(e, T0 + 2000) == VR_OK);
+    CHECK(vr_engine_stats(e, "shop", 4, &st) == VR_OK && st.active_users == 3 && st.free_slots == 1);
+    vr_engine_free(e);
+}
+
+static void test_shared_region(void) {
+    size_t size = 0;
+    CHECK(vr_shared_region_size(CONFIG, strlen(CONFIG), &size) == VR_OK && size > 0);
+    uint8_t *region = aligned_alloc(128, (size + 127) / 128 * 128);
+    memset(region, 0, size);
+    vr_engine *a = NULL, *b = NULL;
+    CHECK(vr_engine_new_shared(CONFIG, strlen(CONFIG), T0, region, size, &a) == VR_OK);
+    CHECK(vr_engine_new_shared(CONFIG, strlen(CONFIG), T0, region, size, &b) == VR_OK);
+    vr_decision d;
+    int admitted = 0;
+    for (int i = 0; i < 5; i++) {
+        CHECK(vr_engine_admit(i % 2 ? a : b, "shop", 4, NULL, 0, T0, &d) == VR_OK);
+        admitted += d.outcome == VR_OUTCOME_ADMIT;
+    }
+    CHECK(admitted == 3);
+    vr_engine *c = NULL;
+    CHECK(vr_engine_new_shared(CONFIG, strlen(CONFIG), T0, region, size / 2, &c) == VR_REGION_REFUSED);
+    CHECK(vr_engine_new_shared(CONFIG, strlen(CONFIG), T0, region + 8, size - 8, &c) == VR_REGION_REFUSED);
+    CHECK(vr_engine_new_shared(CONFIG, strlen(CONFIG), T0, NULL, size, &c) == VR_NULL_PARAMETER);
+    CHECK(c == NULL);
+    vr_engine_free(a);
+    vr_engine_free(b);
+    free(region);
+}
+
+static void test_leases(void) {
+    vr_coordinator *c = NULL;
+    CHECK(vr_coordinator_new(CONFIG, strlen(CONFIG), T0, &c) == VR_OK && c);
+    vr_lease l;
+    /* Learning mode for one lease length after start: new clients get nothing yet. */
+    CHECK(vr_coordinator_request(c, "a", 1, "db-1", 4, 10.0, 0, T0, &l) == VR_OK);
+    CHECK(l.capacity == 0.0);
+    uint64_t later = T0 + 61000;
+    CHECK(vr_coordinator_request(c, "a", 1, "db-1", 4, 80.0, 0, later, &l) == VR_OK);
+    CHECK(l.capacity == 80.0 && l.expires_at_ms > later && l.refresh_interval_secs == 5.0);
+    CHECK(vr_coordinator_request(c, "b", 1, "db-1", 4, 80.0, 0, later, &l) == VR_OK);
+    CHECK(l.capacity >= 0.0 && l.capacity <= 20.0);
+    CHECK(vr_coordinator_request(c, "a", 1, "nothing", 7, 1.0, 0, later, &l) == VR_LEASE_ERROR);
+    CHECK(vr_coordinator_request(c, "a", 1, "db-1", 4, -1.0, 0, later, &l) == VR_INVALID_ARGUMENT);
+    bool released = false;
+    CHECK(vr_coordinator_release(c, "a", 1, "db-1", 4, &released) == VR_OK && released);
+    CHECK(vr_coordinator_release(c, "a", 1, "db-1", 4, &released) == VR_OK && !released);
+    vr_coordinator_free(c);
+
+    vr_rate_limiter *rl = NULL;
+    CHECK(vr_rate_limiter_new(-5.0, &rl) == VR_INVALID_ARGUMENT && rl == NULL);
+    CHECK(vr_rate_limiter_new(1000.0, &rl) == VR_OK && rl);
+    bool ok = false;
+    int got = 0, errors = 0;
+    for (int i = 0; i < 10000; i++) {
+        errors += vr_rate_limiter_try_acquire(rl, 1, &ok) != VR_OK;
+        got += ok;
+    }
+    CHECK(errors == 0);
+    CHECK(got > 0 && got <= 1000);
+    CHECK(vr_rate_limiter_set_rate(rl, 0.0) == VR_OK);
+    CHECK(vr_rate_limiter_try_acquire(rl, 1, &ok) == VR_OK && !ok);
+    vr_rate_limiter_free(rl);
+
+    vr_gauge *g = NULL;
+    CHECK(vr_gauge_new(2, &g) == VR_OK);
+    CHECK(vr_gauge_try_acquire(g, 2, &ok) == VR_OK && ok);
+    CHECK(vr_gauge_try_acquire(g, 1, &ok) == VR_OK && !ok);
+    uint32_t in_use = 0;
+    CHECK(vr_gauge_in_use(g, &in_use) == VR_OK && in_use == 2);
+    CHECK(vr_gauge_release(g, 3) == VR_LEASE_ERROR);
+    CHECK(vr_gauge_release(g, 2) == VR_OK);
+    CHECK(vr_gauge_in_use(g, &in_use) == VR_OK && in_use == 0);
+    vr_gauge_free(g);
+}
+
+/* Stress: threads hammer vr_engine_admit on one engine with new visitors while one thread
+ * ticks; exactly the limit is admitted and the engine's exact counter agrees. */
+#define STRESS_THREADS 4
+#define STRESS_EACH 20000
+#define STRESS_LIMIT 5000
+
+struct stress {
+    vr_engine *e;
+    long admitted;
+    int errors;
+};
+
+static void *hammer(void *arg) {
+    struct stress *s = arg;
+    vr_decision d;
+    for (int i = 0; i < STRESS_EACH; i++) {
+        if (vr_engine_admit(s->e, "big", 3, NULL, 0, T0 + 1 + i / 1000, &d) != VR_OK) {
+            s->errors++;
+        } else if (d.outcome == VR_OUTCOME_ADMIT) {
+            s->admitted++;
+        }
+    }
+    return NULL;
+}
+
+static volatile int stop_ticking;
+
+static void *ticker(void *arg) {
+    vr_engine *e = arg;
+    uint64_t now = T0;
+    while (!stop_ticking) {
+        now += 7;
+        vr_engine_tick(e, now < T0 + 20000 ? now : T0 + 20000);
+    }
+    return NULL;
+}
+
+static void test_stress(void) {
+    const char *cfg =
+        "[[rooms]]\nname = \"big\"\ntotal_active_users = 5000\nnew_users_per_minute = 1000000\n"
+        "session_duration = 30\n";
+    vr_engine *e = new_engine(cfg);
+    pthread_t th[STRESS_THREADS], tk;
+    struct stress s[STRESS_THREADS];
+    stop_ticking = 0;
+    pthread_create(&tk, NULL, ticker, e);
+    for (int i = 0; i < STRESS_THREADS; i++) {
+        s[i] = (struct stress){.e = e};
+        pthread_create(&th[i], NULL, hammer, &s[i]);
+    }
+    long total = 0;
+    int errors = 0;
+    for (int i = 0; i < STRESS_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        total += s[i].admitted;
+        errors += s[i].errors;
+    }
+    stop_ticking = 1;
+    pthread_join(tk, NULL);
+    CHECK(errors == 0);
+    CHECK(vr_engine_tick(e, T0 + 30000) == VR_OK);
+    vr_room_stats st;
+    CHECK(vr_engine_stats(e, "big", 3, &st) == VR_OK);
+    CHECK((long)st.admitted_total == total);
+    CHECK(total <= STRESS_LIMIT);
+    CHECK(total >= STRESS_LIMIT * 97 / 100);
+    if (total > STRESS_LIMIT || (long)st.admitted_total != total)
+        fprintf(stderr, "stress: admitted %ld, engine says %lu\n", total,
+                (unsigned long)st.admitted_total);
+    vr_engine_free(e);
+}
+
+int main(void) {
+    test_misc();
+    test_errors();
+    test_admission_flow();
+    test_shared_region();
+    test_leases();
+    test_stress();
+    printf("c-abi: %d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

@@ -5,12 +5,12 @@ SHELL := /bin/bash
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 
-.PHONY: demo test test-rust test-loom test-c lint header bench fuzz clean
+.PHONY: demo test test-rust test-loom test-c test-nginx lint header bench bench-nginx fuzz clean
 
 demo:
 	$(CARGO) run --release -q -p velvet-rope-cli -- demo
 
-test: lint test-rust test-loom test-c
+test: lint test-rust test-loom test-c test-nginx
 	@echo "make test: all suites passed"
 
 lint:
@@ -34,12 +34,22 @@ test-c:
 		-lpthread -ldl -lm -o target/test_velvet_rope
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 ./target/test_velvet_rope
 
+# The nginx module against Debian's real nginx (installs nginx and nginx-dev if missing).
+test-nginx:
+	bindings/nginx/build.sh
+	python3 bindings/nginx/tests/test_nginx.py
+
 # Regenerates include/velvet_rope.h (make test fails while it is stale).
 header:
 	VR_BLESS_HEADER=1 $(CARGO) test --release -p velvet-rope-c --test header
 
 bench:
 	$(CARGO) bench -p velvet-rope-benches
+
+# nginx with the module against nginx without it, interleaved wrk runs on 127.0.0.1.
+bench-nginx:
+	bindings/nginx/build.sh
+	bindings/nginx/bench.sh
 
 # Coverage-guided fuzzing (libFuzzer with AddressSanitizer, on stable via RUSTC_BOOTSTRAP).
 fuzz:

@@ -75,6 +75,25 @@ fn admission(c: &mut Criterion) {
             },
         );
     }
+    // Cold: 4,096 visitors in turn, more than a thread's cache of 256 opened tickets, so every
+    // call pays for base64 and AES-GCM.
+    let many: Vec<String> = (0..4096).map(|_| admitted_cookie(&engine)).collect();
+    for threads in [1usize, 2] {
+        g.bench_with_input(
+            BenchmarkId::new("admit_valid_ticket_cold", threads),
+            &threads,
+            |b, &t| {
+                b.iter_custom(|iters| {
+                    let next = std::sync::atomic::AtomicUsize::new(0);
+                    on_threads(t, iters, || {
+                        let i =
+                            next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % many.len();
+                        black_box(engine.admit("shop", Some(&many[i]), T0 + 1).unwrap());
+                    })
+                })
+            },
+        );
+    }
     // A ticket counted in the previous minute: every call renews it (move guard + new ticket).
     let old = admitted_cookie(&engine);
     engine.tick(T0 + 60_000);
@@ -162,7 +181,26 @@ fn tickets(c: &mut Criterion) {
     };
     let sealed = keys.seal(&t).as_str().to_owned();
     g.bench_function("encode", |b| b.iter(|| black_box(keys.seal(black_box(&t)))));
-    g.bench_function("decode", |b| {
+    // Distinct tickets in turn, so the per-thread cache of opened tickets never hits.
+    let sealed_many: Vec<String> = (0..4096u64)
+        .map(|id| keys.seal(&Ticket { id, ..t }).as_str().to_owned())
+        .collect();
+    let mut i = 0;
+    g.bench_function("decode_cold", |b| {
+        b.iter(|| {
+            i = (i + 1) % sealed_many.len();
+            black_box(
+                keys.open(
+                    black_box(&sealed_many[i]),
+                    room_tag("shop"),
+                    1_800_000_001,
+                    30,
+                )
+                .unwrap(),
+            )
+        })
+    });
+    g.bench_function("decode_cached", |b| {
         b.iter(|| {
             black_box(
                 keys.open(black_box(&sealed), room_tag("shop"), 1_800_000_001, 30)

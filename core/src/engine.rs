@@ -33,6 +33,7 @@ struct RoomStatic {
     counters: Arc<RoomCounters>,
     tag: u32,
     cookie_name: String,
+    cookie_finder: CookieFinder,
     cookie_attrs: String,
     session_secs: u32,
 }
@@ -166,6 +167,7 @@ fn room_static(cfg: &RoomConfig, config: &Config, counters: Arc<RoomCounters>) -
         counters,
         tag: room_tag(&cfg.name),
         cookie_name: cfg.cookie_name(),
+        cookie_finder: CookieFinder::new(&cfg.cookie_name()),
         cookie_attrs: attrs,
         session_secs: cfg.session_duration * config.settings.bucket_width_secs,
     }
@@ -179,34 +181,46 @@ pub fn find_cookie<'h>(header: &'h str, name: &str) -> Option<&'h str> {
 
 /// Finds `name`'s value in a `Cookie` header given as bytes (headers need not be UTF-8).
 pub fn find_cookie_bytes<'h>(header: &'h [u8], name: &str) -> Option<&'h [u8]> {
-    let trim = |mut b: &'h [u8]| {
-        while let [first, rest @ ..] = b {
-            if first.is_ascii_whitespace() {
-                b = rest;
-            } else {
-                break;
+    CookieFinder::new(name).find(header)
+}
+
+/// A compiled search for one cookie in `Cookie` headers (SIMD substring search for `name=`,
+/// then a check that the match starts a cookie).
+#[derive(Clone)]
+pub(crate) struct CookieFinder {
+    needle_len: usize,
+    finder: memchr::memmem::Finder<'static>,
+}
+
+impl CookieFinder {
+    pub(crate) fn new(name: &str) -> Self {
+        let needle = format!("{name}=");
+        Self {
+            needle_len: needle.len(),
+            finder: memchr::memmem::Finder::new(needle.as_bytes()).into_owned(),
+        }
+    }
+
+    /// The value of the cookie in `header`, without surrounding blanks or quotes.
+    #[inline]
+    pub(crate) fn find<'h>(&self, header: &'h [u8]) -> Option<&'h [u8]> {
+        let mut from = 0;
+        while let Some(pos) = self.finder.find(&header[from..]) {
+            let at = from + pos;
+            if at == 0 || matches!(header[at - 1], b';' | b' ' | b'\t') {
+                let start = at + self.needle_len;
+                let end =
+                    memchr::memchr(b';', &header[start..]).map_or(header.len(), |e| start + e);
+                let value = header[start..end].trim_ascii();
+                return Some(match value {
+                    [b'"', inner @ .., b'"'] => inner,
+                    v => v,
+                });
             }
+            from = at + 1;
         }
-        while let [rest @ .., last] = b {
-            if last.is_ascii_whitespace() {
-                b = rest;
-            } else {
-                break;
-            }
-        }
-        b
-    };
-    header.split(|&c| c == b';').find_map(|pair| {
-        let eq = pair.iter().position(|&c| c == b'=')?;
-        let (k, v) = (trim(&pair[..eq]), trim(&pair[eq + 1..]));
-        if k != name.as_bytes() {
-            return None;
-        }
-        Some(match v {
-            [b'"', inner @ .., b'"'] => inner,
-            v => v,
-        })
-    })
+        None
+    }
 }
 
 impl Engine {
@@ -444,7 +458,7 @@ impl Engine {
     pub fn admit(&self, room: &str, cookie_header: Option<&str>, now: Millis) -> Result<Decision> {
         let snap = self.current.load();
         let view = snap.room(room)?;
-        let ticket = cookie_header.and_then(|h| find_cookie(h, &view.s.cookie_name));
+        let ticket = cookie_header.and_then(|h| view.s.cookie_finder.find(h.as_bytes()));
         Ok(snap.decide(view, ticket, now))
     }
 
@@ -458,21 +472,15 @@ impl Engine {
     ) -> Result<Decision> {
         let snap = self.current.load();
         let view = snap.room(room)?;
-        match cookie_header.and_then(|h| find_cookie_bytes(h, &view.s.cookie_name)) {
-            Some(raw) => match std::str::from_utf8(raw) {
-                Ok(ticket) => Ok(snap.decide(view, Some(ticket), now)),
-                // Not UTF-8 cannot be base64url: the same refusal as any other bad encoding.
-                Err(_) => Ok(snap.decide(view, Some(""), now)),
-            },
-            None => Ok(snap.decide(view, None, now)),
-        }
+        let ticket = cookie_header.and_then(|h| view.s.cookie_finder.find(h));
+        Ok(snap.decide(view, ticket, now))
     }
 
     /// Decides one request given the ticket cookie's value itself (no header parsing).
     pub fn admit_ticket(&self, room: &str, ticket: Option<&str>, now: Millis) -> Result<Decision> {
         let snap = self.current.load();
         let view = snap.room(room)?;
-        Ok(snap.decide(view, ticket, now))
+        Ok(snap.decide(view, ticket.map(str::as_bytes), now))
     }
 }
 
@@ -486,12 +494,15 @@ impl Snapshot {
     }
 
     #[inline]
-    fn decide(&self, view: &RoomView, cookie: Option<&str>, now: Millis) -> Decision {
+    fn decide(&self, view: &RoomView, cookie: Option<&[u8]>, now: Millis) -> Decision {
         let s = &view.s;
         let now_secs = (now / 1000).min(u32::MAX as u64) as u32;
         let mut ticket_error = None;
         let ticket = match cookie {
-            Some(text) => match self.keyring.open(text, s.tag, now_secs, self.skew_secs) {
+            Some(text) => match self
+                .keyring
+                .open_bytes(text, s.tag, now_secs, self.skew_secs)
+            {
                 Ok(t) => Some(t),
                 Err(e) => {
                     s.counters.rejections()[e as usize].fetch_add(1, Ordering::Relaxed);

@@ -55,6 +55,7 @@ pub mod slot_pool;
 mod sync;
 #[cfg(not(velvet_rope_loom))]
 mod tick_block;
+mod ticket_cache;
 
 #[cfg(all(test, velvet_rope_loom))]
 mod loom_models;

@@ -147,7 +147,11 @@ pub struct Keyring {
     keys: Vec<(u8, LessSafeKey)>,
     index: [u8; 256],
     signing: usize,
+    /// Unique per keyring: tickets cached as opened under one are not trusted by another.
+    generation: u64,
 }
+
+static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl std::fmt::Debug for Keyring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -190,6 +194,7 @@ impl Keyring {
             keys: sealed_keys,
             index,
             signing,
+            generation: GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
 
@@ -243,10 +248,41 @@ impl Keyring {
         now_secs: u32,
         skew_secs: u32,
     ) -> Result<Ticket, TicketError> {
-        let text = text.as_bytes();
-        if text.len() != ENCODED_LEN {
-            return Err(TicketError::BadEncoding);
+        self.open_bytes(text.as_bytes(), room_tag, now_secs, skew_secs)
+    }
+
+    /// [`Keyring::open`] over the raw bytes of a cookie value (which need not be UTF-8; a
+    /// ticket is base64url, so anything else is refused as badly encoded).
+    pub fn open_bytes(
+        &self,
+        text: &[u8],
+        room_tag: u32,
+        now_secs: u32,
+        skew_secs: u32,
+    ) -> Result<Ticket, TicketError> {
+        let text: &[u8; ENCODED_LEN] = text.try_into().map_err(|_| TicketError::BadEncoding)?;
+        let t = match crate::ticket_cache::get(self.generation, text) {
+            Some(t) => t,
+            None => {
+                let t = self.authenticate(text)?;
+                crate::ticket_cache::put(self.generation, text, t);
+                t
+            }
+        };
+        if t.room_tag != room_tag {
+            return Err(TicketError::WrongRoom);
         }
+        if t.last_checkin.max(t.accepted_at) > now_secs.saturating_add(skew_secs) {
+            return Err(TicketError::FromFuture);
+        }
+        if t.expires <= now_secs {
+            return Err(TicketError::Expired);
+        }
+        Ok(t)
+    }
+
+    /// Decodes and authenticates an encoded ticket (no checks that depend on the request).
+    fn authenticate(&self, text: &[u8; ENCODED_LEN]) -> Result<Ticket, TicketError> {
         let mut sealed = [0u8; SEALED_LEN + 2];
         let n = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode_slice_unchecked(text, &mut sealed)
@@ -288,15 +324,6 @@ impl Keyring {
             last_checkin: u32_at(25),
             expires: u32_at(29),
         };
-        if t.room_tag != room_tag {
-            return Err(TicketError::WrongRoom);
-        }
-        if t.last_checkin.max(t.accepted_at) > now_secs.saturating_add(skew_secs) {
-            return Err(TicketError::FromFuture);
-        }
-        if t.expires <= now_secs {
-            return Err(TicketError::Expired);
-        }
         Ok(t)
     }
 }

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Throughput of Debian's nginx serving a static 128-byte page through a location with the
+# velvet-rope module (`velvet_rope bench`) and one without it (`velvet_rope off`), in one nginx
+# instance, runs interleaved so that machine noise hits both alike. Every request of both
+# carries the same valid admission cookie (the steady state of an admitted visitor; the same
+# request bytes on both sides, so only the module's work differs). Prints each run, the
+# medians and their ratio (with / without). Not a test.
+#
+# Environment: ROUNDS (3), DURATION (10s), CONNECTIONS (32), THREADS (1), WORKERS (1: leave a
+# core to wrk on small machines), SKIP_BUILD=1 to use the module already built.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+module="$repo/target/nginx-module/ngx_http_velvet_rope_module.so"
+rounds="${ROUNDS:-3}"
+duration="${DURATION:-10s}"
+connections="${CONNECTIONS:-32}"
+threads="${THREADS:-1}"
+workers="${WORKERS:-1}"
+
+if ! command -v wrk >/dev/null || [[ ! -x /usr/sbin/nginx ]]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q && apt-get install -y -q nginx nginx-dev wrk
+fi
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+    "$here/build.sh"
+fi
+
+prefix="$(mktemp -d /tmp/velvet-rope-bench.XXXXXX)"
+master=""
+cleanup() {
+    if [[ -n "$master" ]] && kill -0 "$master" 2>/dev/null; then
+        kill -QUIT "$master"
+        for _ in $(seq 50); do kill -0 "$master" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$master" 2>/dev/null || true
+    fi
+    rm -rf "$prefix"
+}
+trap cleanup EXIT
+
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+mkdir -p "$prefix"/{conf,logs,tmp,html/with,html/without}
+# Exactly 128 bytes of HTML, the same file behind both locations.
+page="$(printf '<!doctype html><title>bench</title><p>%s</p>' "$(printf 'x%.0s' $(seq 128))")"
+page="${page:0:127}"
+printf '%s\n' "$page" | tee "$prefix/html/with/page.html" > "$prefix/html/without/page.html"
+[[ "$(stat -c %s "$prefix/html/with/page.html")" == 128 ]]
+
+secret="$(python3 -c 'import base64,os; print(base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode())')"
+cat > "$prefix/conf/velvet-rope.toml" <<EOF
+[settings]
+bucket_width_secs = 60
+
+[[tickets.keys]]
+id = 1
+secret = "$secret"
+
+# Large enough never to queue: the benchmark measures the admitted visitor's path.
+[[rooms]]
+name = "bench"
+total_active_users = 1000000
+new_users_per_minute = 1000000
+session_duration = 60
+[rooms.cookie]
+secure = false
+EOF
+
+cat > "$prefix/conf/nginx.conf" <<EOF
+load_module $module;
+user root;
+worker_processes $workers;
+error_log $prefix/logs/error.log warn;
+pid $prefix/logs/nginx.pid;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $prefix/tmp/body;
+    proxy_temp_path       $prefix/tmp/proxy;
+    fastcgi_temp_path     $prefix/tmp/fastcgi;
+    uwsgi_temp_path       $prefix/tmp/uwsgi;
+    scgi_temp_path        $prefix/tmp/scgi;
+    default_type text/html;
+    velvet_rope_config $prefix/conf/velvet-rope.toml;
+    server {
+        listen 127.0.0.1:$port;
+        root $prefix/html;
+        location /with/    { velvet_rope bench; }
+        location /without/ { velvet_rope off; }
+    }
+}
+EOF
+
+/usr/sbin/nginx -p "$prefix" -c "$prefix/conf/nginx.conf" -g 'daemon off;' &
+master=$!
+for _ in $(seq 50); do
+    python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null && break
+    sleep 0.1
+done
+
+# One admission: the cookie every benchmark request then carries.
+cookie="$(python3 - "$port" <<'EOF'
+import http.client, sys
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=5)
+c.request("GET", "/with/page.html")
+r = c.getresponse()
+body = r.read()
+sc = [v for k, v in r.getheaders() if k.lower() == "set-cookie"]
+assert r.status == 200 and len(body) == 128 and sc, (r.status, body[:80], sc)
+print(sc[0].split(";")[0])
+EOF
+)"
+
+run() {   # run <path> [extra wrk args...] -> prints requests/s
+    local out
+    out="$(wrk -t"$threads" -c"$connections" -d"$duration" "${@:2}" "http://127.0.0.1:$port$1")"
+    if grep -q 'Non-2xx' <<<"$out"; then
+        echo "bench.sh: non-2xx responses on $1:" >&2
+        echo "$out" >&2
+        exit 1
+    fi
+    awk '/^Requests\/sec:/ { print $2 }' <<<"$out"
+}
+
+# Warm-up of both paths (page cache, connections, engine snapshot).
+run /without/page.html -d2s -H "Cookie: $cookie" >/dev/null
+run /with/page.html -d2s -H "Cookie: $cookie" >/dev/null
+
+with=(); without=()
+for i in $(seq "$rounds"); do
+    w="$(run /without/page.html -H "Cookie: $cookie")"
+    m="$(run /with/page.html -H "Cookie: $cookie")"
+    without+=("$w"); with+=("$m")
+    printf 'round %d: without %s req/s, with module %s req/s\n' "$i" "$w" "$m"
+done
+
+median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+mw="$(median "${with[@]}")"
+mo="$(median "${without[@]}")"
+printf 'median: without %s req/s, with module %s req/s, ratio %s\n' \
+    "$mo" "$mw" "$(awk -v a="$mw" -v b="$mo" 'BEGIN { printf "%.3f", a / b }')"

@@ -1,0 +1,1255 @@
+/*
+ * ngx_http_velvet_rope_module: a virtual waiting room in front of nginx locations.
+ *
+ * Directives:
+ *   velvet_rope_config <path>;   http      the engine's configuration file (TOML or JSON)
+ *   velvet_rope <room> | off;    server, location
+ *   velvet_rope_status;          location  the rooms' counters as JSON
+ *
+ * How the pieces fit:
+ *   - At configuration time the file is read once and `vr_shared_region_size` says how much
+ *     shared memory the engine's counters need; that much is requested as an nginx shared
+ *     memory zone. A throw-away private engine (`vr_engine_new`) validates the file and the
+ *     room names used by `velvet_rope`, so every mistake is reported by `nginx -t`.
+ *   - The zone's init callback runs in the master before the workers are forked: it carves a
+ *     128-byte aligned region out of the zone and creates the engine over it with
+ *     `vr_engine_new_shared`. Every worker inherits that engine; the counters it touches live
+ *     in the shared zone, so all workers share exact counts. On `nginx -s reload` nginx hands
+ *     the same zone memory to the new cycle (same name and size) and the new engine attaches
+ *     to the counters already there, so counts survive.
+ *   - Each worker drives `vr_engine_tick` from a 1 s timer.
+ *   - The access phase handler decides once per client request and either lets it through
+ *     (declines, so other access modules still have their say) or serves the waiting page.
+ *     The ticket cookie is added by a header filter, so it is sent whatever response the
+ *     request ends with (origin, error page, waiting page).
+ *   - Like every access check, the waiting room does not see requests answered in the rewrite
+ *     phase (e.g. by `return`): put it in front of content (static files, proxy_pass, ...).
+ */
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <velvet_rope.h>
+
+
+/* The engine's shared region must be aligned to this many bytes (C ABI contract). */
+#define NGX_HTTP_VELVET_ROPE_REGION_ALIGN  128
+
+/* How often each worker folds the shared counters into a fresh snapshot (C ABI contract:
+ * "call ~every second from each worker"). */
+#define NGX_HTTP_VELVET_ROPE_TICK_MSEC     1000
+
+/* First guess for the size of the stats JSON; a larger buffer is taken when the engine asks. */
+#define NGX_HTTP_VELVET_ROPE_STATS_GUESS   4096
+
+
+
+typedef struct {
+    ngx_str_t           file;        /* nginx configuration file of the directive */
+    ngx_uint_t          line;
+    ngx_str_t           room;
+} ngx_http_velvet_rope_room_ref_t;
+
+
+typedef struct {
+    ngx_str_t           config_path;  /* absolute path of the engine configuration */
+    ngx_str_t           config_text;  /* its contents, kept for the zone init (cycle pool) */
+    size_t              region_size;  /* bytes the engine's shared region needs */
+    ngx_shm_zone_t     *shm_zone;
+
+    /* The engine serving requests: created by the zone init in the master, inherited by the
+     * workers through fork. Freed with the cycle's pool. */
+    vr_engine          *engine;
+
+    /* A private engine used only while parsing the configuration to check room names. */
+    vr_engine          *check_engine;
+
+    ngx_array_t         room_refs;    /* ngx_http_velvet_rope_room_ref_t, checked at postconf */
+    ngx_uint_t          status_used;  /* a velvet_rope_status directive was seen */
+} ngx_http_velvet_rope_main_conf_t;
+
+
+typedef struct {
+    /* Room name; empty means off; data == NULL means unset (inherit). The string is
+     * NUL-free and lives in the configuration pool. */
+    ngx_str_t           room;
+} ngx_http_velvet_rope_loc_conf_t;
+
+
+/*
+ * The decision taken for a client request. nginx wipes r->ctx on internal redirects (`/` ->
+ * `/index.html`, error_page, try_files), so the context is also registered as the data of a
+ * request pool cleanup whose handler is a marker: it can always be found again there, and the
+ * decision is never taken twice for one client request.
+ */
+typedef struct {
+    ngx_uint_t          outcome;
+    ngx_str_t           set_cookie;   /* Set-Cookie value still to send; len 0 when none */
+} ngx_http_velvet_rope_ctx_t;
+
+
+static ngx_int_t ngx_http_velvet_rope_access_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_velvet_rope_header_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_velvet_rope_status_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_velvet_rope_send_page(ngx_http_request_t *r,
+    ngx_http_velvet_rope_main_conf_t *vmcf, ngx_str_t *room, vr_decision *d);
+static ngx_http_velvet_rope_ctx_t *ngx_http_velvet_rope_get_ctx(
+    ngx_http_request_t *r);
+static void ngx_http_velvet_rope_ctx_marker(void *data);
+static ngx_int_t ngx_http_velvet_rope_cookie_header(ngx_http_request_t *r,
+    ngx_str_t *out);
+static ngx_table_elt_t *ngx_http_velvet_rope_accept_header(
+    ngx_http_request_t *r);
+static ngx_int_t ngx_http_velvet_rope_add_header(ngx_http_request_t *r,
+    const char *key, ngx_str_t *value);
+static ngx_int_t ngx_http_velvet_rope_add_number_header(ngx_http_request_t *r,
+    const char *key, uint64_t n);
+static uint64_t ngx_http_velvet_rope_now_ms(void);
+static void ngx_http_velvet_rope_log_error(ngx_uint_t level, ngx_log_t *log,
+    const char *what, vr_result rc);
+
+static ngx_int_t ngx_http_velvet_rope_init_zone(ngx_shm_zone_t *shm_zone,
+    void *data);
+static void ngx_http_velvet_rope_cleanup_engines(void *data);
+static ngx_int_t ngx_http_velvet_rope_init_process(ngx_cycle_t *cycle);
+static void ngx_http_velvet_rope_tick(ngx_event_t *ev);
+
+static void *ngx_http_velvet_rope_create_main_conf(ngx_conf_t *cf);
+static void *ngx_http_velvet_rope_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_velvet_rope_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child);
+static ngx_int_t ngx_http_velvet_rope_postconfiguration(ngx_conf_t *cf);
+static char *ngx_http_velvet_rope_config(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_velvet_rope(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_velvet_rope_status(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+
+static ngx_command_t  ngx_http_velvet_rope_commands[] = {
+
+    { ngx_string("velvet_rope_config"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_velvet_rope_config,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("velvet_rope"),
+      NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_velvet_rope,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("velvet_rope_status"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_velvet_rope_status,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_velvet_rope_module_ctx = {
+    NULL,                                  /* preconfiguration */
+    ngx_http_velvet_rope_postconfiguration, /* postconfiguration */
+
+    ngx_http_velvet_rope_create_main_conf, /* create main configuration */
+    NULL,                                  /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    ngx_http_velvet_rope_create_loc_conf,  /* create location configuration */
+    ngx_http_velvet_rope_merge_loc_conf    /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_velvet_rope_module = {
+    NGX_MODULE_V1,
+    &ngx_http_velvet_rope_module_ctx,      /* module context */
+    ngx_http_velvet_rope_commands,         /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    ngx_http_velvet_rope_init_process,     /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    NULL,                                  /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+
+/* One tick timer per worker process (init_process runs once per worker). */
+static ngx_event_t  ngx_http_velvet_rope_tick_event;
+
+
+/* ---------------------------------------------------------------------------------------- */
+/* Request path                                                                             */
+/* ---------------------------------------------------------------------------------------- */
+
+static ngx_int_t
+ngx_http_velvet_rope_access_handler(ngx_http_request_t *r)
+{
+    vr_result                          rc;
+    ngx_str_t                          cookie;
+    vr_decision                        d;
+    ngx_pool_cleanup_t                *cln;
+    ngx_http_velvet_rope_ctx_t        *ctx;
+    ngx_http_velvet_rope_loc_conf_t   *vlcf;
+    ngx_http_velvet_rope_main_conf_t  *vmcf;
+
+    vlcf = ngx_http_get_module_loc_conf(r, ngx_http_velvet_rope_module);
+
+    if (vlcf->room.len == 0) {
+        return NGX_DECLINED;
+    }
+
+    /* Subrequests belong to a client request that was already decided (nginx does not even
+     * run the access phase for them; this is a second line of defence). */
+    if (r != r->main) {
+        return NGX_DECLINED;
+    }
+
+    /* An internal redirect of a request decided already: keep that decision. A queued or
+     * rejected request was finalized with its waiting page and never comes back here, so a
+     * decision found here is an admission. */
+    if (ngx_http_velvet_rope_get_ctx(r) != NULL) {
+        return NGX_DECLINED;
+    }
+
+    vmcf = ngx_http_get_module_main_conf(r, ngx_http_velvet_rope_module);
+
+    if (vmcf->engine == NULL) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "velvet_rope: no engine for room \"%V\"", &vlcf->room);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_velvet_rope_cookie_header(r, &cookie) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = vr_engine_admit(vmcf->engine, (const char *) vlcf->room.data,
+                         vlcf->room.len, (const char *) cookie.data, cookie.len,
+                         ngx_http_velvet_rope_now_ms(), &d);
+
+    if (rc != VR_OK) {
+        ngx_http_velvet_rope_log_error(NGX_LOG_ERR, r->connection->log,
+                                       "vr_engine_admit()", rc);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_http_velvet_rope_ctx_t));
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx = cln->data;
+    ctx->outcome = d.outcome;
+    ngx_str_null(&ctx->set_cookie);
+
+    if (d.set_cookie_len > 0) {
+        if (d.set_cookie_len > sizeof(d.set_cookie)) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "velvet_rope: Set-Cookie length %uz out of bounds",
+                          d.set_cookie_len);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        /* The decision lives on this stack frame; the header filter needs the value later. */
+        ctx->set_cookie.data = ngx_pnalloc(r->pool, d.set_cookie_len);
+        if (ctx->set_cookie.data == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_memcpy(ctx->set_cookie.data, d.set_cookie, d.set_cookie_len);
+        ctx->set_cookie.len = d.set_cookie_len;
+    }
+
+    cln->handler = ngx_http_velvet_rope_ctx_marker;
+    ngx_http_set_ctx(r, ctx, ngx_http_velvet_rope_module);
+
+    if (d.outcome == VR_OUTCOME_ADMIT) {
+        return NGX_DECLINED;
+    }
+
+    /* Queue or reject: this request ends here with the waiting page. Finalizing it ourselves
+     * and returning NGX_DONE stops the phase engine, as a content handler would. */
+    ngx_http_finalize_request(r,
+        ngx_http_velvet_rope_send_page(r, vmcf, &vlcf->room, &d));
+
+    return NGX_DONE;
+}
+
+
+static ngx_int_t
+ngx_http_velvet_rope_send_page(ngx_http_request_t *r,
+    ngx_http_velvet_rope_main_conf_t *vmcf, ngx_str_t *room, vr_decision *d)
+{
+    u_char            *body, *type;
+    size_t             body_len;
+    ngx_buf_t         *b;
+    ngx_int_t          rc;
+    ngx_str_t          value;
+    vr_page           *page;
+    vr_result          vrc;
+    ngx_chain_t        out;
+    vr_page_view       view;
+    ngx_table_elt_t   *accept;
+
+    rc = ngx_http_discard_request_body(r);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    accept = ngx_http_velvet_rope_accept_header(r);
+
+    page = NULL;
+    vrc = vr_engine_render_page(vmcf->engine, (const char *) room->data, room->len,
+                                d,
+                                accept ? (const char *) accept->value.data : NULL,
+                                accept ? accept->value.len : 0,
+                                &page);
+
+    if (vrc != VR_OK || page == NULL) {
+        ngx_http_velvet_rope_log_error(NGX_LOG_ERR, r->connection->log,
+                                       "vr_engine_render_page()", vrc);
+        if (page != NULL) {
+            vr_page_free(page);
+        }
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    vrc = vr_page_get_view(page, &view);
+
+    if (vrc != VR_OK) {
+        ngx_http_velvet_rope_log_error(NGX_LOG_ERR, r->connection->log,
+                                       "vr_page_get_view()", vrc);
+        vr_page_free(page);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* Copy what we need into the request pool and give the page back at once, so no engine
+     * allocation outlives this function whatever happens to the request. */
+    body_len = view.body_len;
+    body = ngx_pnalloc(r->pool, body_len + view.content_type_len);
+
+    if (body == NULL) {
+        vr_page_free(page);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    type = ngx_cpymem(body, view.body, body_len);
+    ngx_memcpy(type, view.content_type, view.content_type_len);
+
+    r->headers_out.status = view.status;
+    r->headers_out.content_length_n = body_len;
+    r->headers_out.content_type.len = view.content_type_len;
+    r->headers_out.content_type.data = type;
+    r->headers_out.content_type_len = view.content_type_len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    /* Queue pages carry `Refresh` (clients that ignore the HTML meta tag still come back on
+     * time), reject pages `Retry-After`. */
+    if ((view.refresh_secs > 0
+         && ngx_http_velvet_rope_add_number_header(r, "Refresh", view.refresh_secs)
+            != NGX_OK)
+        || (view.retry_after_secs > 0
+            && ngx_http_velvet_rope_add_number_header(r, "Retry-After",
+                                                      view.retry_after_secs)
+               != NGX_OK))
+    {
+        vr_page_free(page);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    vr_page_free(page);
+
+    /* A waiting page is personal and short-lived: no cache may keep it. */
+    ngx_str_set(&value, "no-store");
+    if (ngx_http_velvet_rope_add_header(r, "Cache-Control", &value) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (body_len == 0) {
+        r->header_only = 1;
+    }
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->pos = body;
+    b->last = body + body_len;
+    b->memory = 1;
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+static ngx_int_t
+ngx_http_velvet_rope_header_filter(ngx_http_request_t *r)
+{
+    ngx_http_velvet_rope_ctx_t  *ctx;
+
+    if (r != r->main) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx = ngx_http_velvet_rope_get_ctx(r);
+
+    if (ctx != NULL && ctx->set_cookie.len > 0) {
+        if (ngx_http_velvet_rope_add_header(r, "Set-Cookie", &ctx->set_cookie)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        /* Sent once, even if a header filter ran again for this request. */
+        ctx->set_cookie.len = 0;
+    }
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+static ngx_int_t
+ngx_http_velvet_rope_status_handler(ngx_http_request_t *r)
+{
+    size_t                             len, written;
+    u_char                            *buf;
+    ngx_int_t                          rc;
+    ngx_buf_t                         *b;
+    ngx_str_t                          value;
+    vr_result                          vrc;
+    ngx_chain_t                        out;
+    ngx_http_velvet_rope_main_conf_t  *vmcf;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    vmcf = ngx_http_get_module_main_conf(r, ngx_http_velvet_rope_module);
+
+    if (vmcf->engine == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    len = NGX_HTTP_VELVET_ROPE_STATS_GUESS;
+
+    for ( ;; ) {
+        buf = ngx_pnalloc(r->pool, len);
+        if (buf == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        written = 0;
+        vrc = vr_engine_stats_json(vmcf->engine, (char *) buf, len, &written);
+
+        if (vrc == VR_OK) {
+            break;
+        }
+
+        /* The engine says how much it needs; take that (plus the NUL) once more. A second
+         * refusal can only come from rooms growing in between, so loop rather than fail. */
+        if (vrc == VR_BUFFER_TOO_SMALL && written >= len) {
+            len = written + 1;
+            continue;
+        }
+
+        ngx_http_velvet_rope_log_error(NGX_LOG_ERR, r->connection->log,
+                                       "vr_engine_stats_json()", vrc);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* `written` excludes the NUL terminator the engine may have added. */
+    if (written > 0 && buf[written - 1] == '\0') {
+        written--;
+    }
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = written;
+    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    ngx_str_set(&value, "no-store");
+    if (ngx_http_velvet_rope_add_header(r, "Cache-Control", &value) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (written == 0) {
+        r->header_only = 1;
+    }
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    b->pos = buf;
+    b->last = buf + written;
+    b->memory = 1;
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+static ngx_http_velvet_rope_ctx_t *
+ngx_http_velvet_rope_get_ctx(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t          *cln;
+    ngx_http_velvet_rope_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_velvet_rope_module);
+
+    if (ctx != NULL) {
+        return ctx;
+    }
+
+    /* r->ctx was wiped by an internal redirect (or there is no decision): look for the
+     * context in the request pool's cleanups, which redirects leave alone. */
+    for (cln = r->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == ngx_http_velvet_rope_ctx_marker) {
+            ctx = cln->data;
+            ngx_http_set_ctx(r, ctx, ngx_http_velvet_rope_module);
+            return ctx;
+        }
+    }
+
+    return NULL;
+}
+
+
+static void
+ngx_http_velvet_rope_ctx_marker(void *data)
+{
+    /* Nothing to release: the context lives in the request pool. The handler only marks the
+     * cleanup entry that carries the context (see ngx_http_velvet_rope_get_ctx). */
+}
+
+
+/*
+ * The Cookie request header as one string. Clients may send several Cookie headers (HTTP/2
+ * sends one per cookie); the engine takes a single `a=b; c=d` list, so several are joined.
+ */
+static ngx_int_t
+ngx_http_velvet_rope_cookie_header(ngx_http_request_t *r, ngx_str_t *out)
+{
+    size_t            len;
+    u_char           *p;
+    ngx_table_elt_t  *h;
+
+#if (nginx_version >= 1023000)
+
+    ngx_table_elt_t  *first;
+
+    first = r->headers_in.cookie;
+
+    if (first == NULL) {
+        ngx_str_null(out);
+        return NGX_OK;
+    }
+
+    if (first->next == NULL) {
+        *out = first->value;
+        return NGX_OK;
+    }
+
+    len = 0;
+    for (h = first; h; h = h->next) {
+        len += h->value.len + sizeof("; ") - 1;
+    }
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    out->data = p;
+
+    for (h = first; h; h = h->next) {
+        if (p != out->data) {
+            *p++ = ';'; *p++ = ' ';
+        }
+        p = ngx_cpymem(p, h->value.data, h->value.len);
+    }
+
+    out->len = p - out->data;
+
+#else
+
+    ngx_uint_t         i, n;
+    ngx_table_elt_t  **hh;
+
+    n = r->headers_in.cookies.nelts;
+    hh = r->headers_in.cookies.elts;
+
+    if (n == 0) {
+        ngx_str_null(out);
+        return NGX_OK;
+    }
+
+    if (n == 1) {
+        *out = hh[0]->value;
+        return NGX_OK;
+    }
+
+    len = 0;
+    for (i = 0; i < n; i++) {
+        len += hh[i]->value.len + sizeof("; ") - 1;
+    }
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    out->data = p;
+
+    for (i = 0; i < n; i++) {
+        h = hh[i];
+        if (i > 0) {
+            *p++ = ';'; *p++ = ' ';
+        }
+        p = ngx_cpymem(p, h->value.data, h->value.len);
+    }
+
+    out->len = p - out->data;
+
+#endif
+
+    return NGX_OK;
+}
+
+
+static ngx_table_elt_t *
+ngx_http_velvet_rope_accept_header(ngx_http_request_t *r)
+{
+#if (NGX_HTTP_HEADERS)
+
+    return r->headers_in.accept;
+
+#else
+
+    /* Built without the parsed Accept field: find the header in the list. Only the waiting
+     * page needs it, so the linear scan is off the admitted path. */
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return NULL;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len == sizeof("Accept") - 1
+            && ngx_strncasecmp(h[i].key.data, (u_char *) "Accept",
+                               sizeof("Accept") - 1) == 0)
+        {
+            return &h[i];
+        }
+    }
+
+#endif
+}
+
+
+static ngx_int_t
+ngx_http_velvet_rope_add_header(ngx_http_request_t *r, const char *key,
+    ngx_str_t *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    h->key.len = ngx_strlen(key);
+    h->key.data = (u_char *) key;
+    h->value = *value;
+    h->lowcase_key = NULL;
+#if (nginx_version >= 1023000)
+    h->next = NULL;
+#endif
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_velvet_rope_add_number_header(ngx_http_request_t *r, const char *key,
+    uint64_t n)
+{
+    ngx_str_t  value;
+
+    value.data = ngx_pnalloc(r->pool, NGX_INT64_LEN);
+    if (value.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    value.len = ngx_sprintf(value.data, "%uL", n) - value.data;
+
+    return ngx_http_velvet_rope_add_header(r, key, &value);
+}
+
+
+/* Wall-clock milliseconds since the Unix epoch (tickets carry wall-clock time), from nginx's
+ * cached time: no system call on the request path. */
+static uint64_t
+ngx_http_velvet_rope_now_ms(void)
+{
+    ngx_time_t  *tp;
+
+    tp = ngx_timeofday();
+
+    return (uint64_t) tp->sec * 1000 + tp->msec;
+}
+
+
+static void
+ngx_http_velvet_rope_log_error(ngx_uint_t level, ngx_log_t *log, const char *what,
+    vr_result rc)
+{
+    size_t  n;
+    char    msg[512];
+
+    n = vr_last_error(msg, sizeof(msg));
+    if (n == 0) {
+        msg[0] = '\0';
+    }
+
+    ngx_log_error(level, log, 0, "velvet_rope: %s failed: %s: %s",
+                  what, vr_result_name(rc), msg);
+}
+
+
+/* ---------------------------------------------------------------------------------------- */
+/* Shared memory, engine life cycle, tick timer                                             */
+/* ---------------------------------------------------------------------------------------- */
+
+static ngx_int_t
+ngx_http_velvet_rope_init_zone(ngx_shm_zone_t *shm_zone, void *data)
+{
+    u_char                            *region, *raw;
+    vr_result                          rc;
+    ngx_slab_pool_t                   *shpool;
+    ngx_http_velvet_rope_main_conf_t  *vmcf;
+
+    vmcf = shm_zone->data;
+    shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+
+    if (data != NULL) {
+        /*
+         * Reload: nginx kept the previous cycle's zone (same name and size, so the same
+         * engine layout). The region is where the previous init put it; the new engine
+         * attaches to it and keeps every count.
+         */
+        region = shpool->data;
+
+    } else {
+        /* Fresh zone: anonymous shared memory mapped by the master before the fork, so it is
+         * at the same address in every worker. ngx_slab_calloc hands out zeroed memory,
+         * which the engine takes as a fresh region. */
+        raw = ngx_slab_calloc(shpool,
+                              vmcf->region_size + NGX_HTTP_VELVET_ROPE_REGION_ALIGN);
+        if (raw == NULL) {
+            ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                          "velvet_rope: zone \"%V\" too small for %uz bytes",
+                          &shm_zone->shm.name, vmcf->region_size);
+            return NGX_ERROR;
+        }
+
+        region = ngx_align_ptr(raw, NGX_HTTP_VELVET_ROPE_REGION_ALIGN);
+        shpool->data = region;
+    }
+
+    rc = vr_engine_new_shared((const char *) vmcf->config_text.data,
+                              vmcf->config_text.len, vr_now_ms(),
+                              region, vmcf->region_size, &vmcf->engine);
+
+    if (rc == VR_OK) {
+        ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                      "velvet_rope: %s counters in zone \"%V\" (%uz bytes)",
+                      data != NULL ? "kept the" : "new", &shm_zone->shm.name,
+                      vmcf->region_size);
+    } else {
+        vmcf->engine = NULL;
+        ngx_http_velvet_rope_log_error(NGX_LOG_EMERG, shm_zone->shm.log,
+                                       "vr_engine_new_shared()", rc);
+
+        if (data != NULL && rc == VR_REGION_REFUSED) {
+            /* Same zone size but another counter layout: the running workers still use
+             * the old one, so the region cannot be wiped under them. */
+            ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                          "velvet_rope: the new configuration changes the layout of the "
+                          "shared counters; restart nginx to apply it with fresh counts");
+        }
+
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Cleanup of the cycle pool: frees the engines of this configuration. It runs in the master
+ * when the configuration is replaced (reload) or nginx exits, and in each worker when it
+ * exits; the shared counters stay in the zone, which nginx owns.
+ */
+static void
+ngx_http_velvet_rope_cleanup_engines(void *data)
+{
+    ngx_http_velvet_rope_main_conf_t  *vmcf = data;
+
+    if (vmcf->engine != NULL) {
+        vr_engine_free(vmcf->engine);
+        vmcf->engine = NULL;
+    }
+
+    if (vmcf->check_engine != NULL) {
+        vr_engine_free(vmcf->check_engine);
+        vmcf->check_engine = NULL;
+    }
+}
+
+
+static ngx_int_t
+ngx_http_velvet_rope_init_process(ngx_cycle_t *cycle)
+{
+    ngx_event_t                       *ev;
+    ngx_http_velvet_rope_main_conf_t  *vmcf;
+
+    if (ngx_process != NGX_PROCESS_WORKER && ngx_process != NGX_PROCESS_SINGLE) {
+        return NGX_OK;
+    }
+
+    vmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_velvet_rope_module);
+
+    if (vmcf == NULL || vmcf->engine == NULL) {
+        return NGX_OK;
+    }
+
+    ev = &ngx_http_velvet_rope_tick_event;
+    ngx_memzero(ev, sizeof(ngx_event_t));
+
+    ev->handler = ngx_http_velvet_rope_tick;
+    ev->data = vmcf;
+    ev->log = cycle->log;
+
+    /* A pending tick must not hold up a graceful shutdown (QUIT, reload). */
+    ev->cancelable = 1;
+
+    /* The engine's snapshot was built when the master created it, possibly long before this
+     * worker started (a respawn): bring it up to date before the first request. */
+    ngx_http_velvet_rope_tick(ev);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_velvet_rope_tick(ngx_event_t *ev)
+{
+    vr_result                          rc;
+    ngx_http_velvet_rope_main_conf_t  *vmcf = ev->data;
+
+    if (ngx_exiting || ngx_quit || ngx_terminate) {
+        return;
+    }
+
+    rc = vr_engine_tick(vmcf->engine, ngx_http_velvet_rope_now_ms());
+
+    if (rc != VR_OK) {
+        ngx_http_velvet_rope_log_error(NGX_LOG_ERR, ev->log, "vr_engine_tick()", rc);
+    }
+
+    ngx_add_timer(ev, NGX_HTTP_VELVET_ROPE_TICK_MSEC);
+}
+
+
+/* ---------------------------------------------------------------------------------------- */
+/* Configuration                                                                            */
+/* ---------------------------------------------------------------------------------------- */
+
+static void *
+ngx_http_velvet_rope_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_velvet_rope_main_conf_t  *vmcf;
+
+    vmcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_velvet_rope_main_conf_t));
+    if (vmcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     vmcf->config_path = { 0, NULL };
+     *     vmcf->config_text = { 0, NULL };
+     *     vmcf->shm_zone = NULL;
+     *     vmcf->engine = NULL;
+     *     vmcf->check_engine = NULL;
+     *     vmcf->status_used = 0;
+     */
+
+    if (ngx_array_init(&vmcf->room_refs, cf->pool, 4,
+                       sizeof(ngx_http_velvet_rope_room_ref_t))
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
+    return vmcf;
+}
+
+
+static void *
+ngx_http_velvet_rope_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_velvet_rope_loc_conf_t  *vlcf;
+
+    vlcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_velvet_rope_loc_conf_t));
+    if (vlcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     vlcf->room = { 0, NULL };   unset, inherited from the enclosing level
+     */
+
+    return vlcf;
+}
+
+
+static char *
+ngx_http_velvet_rope_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_velvet_rope_loc_conf_t  *prev = parent;
+    ngx_http_velvet_rope_loc_conf_t  *conf = child;
+
+    ngx_conf_merge_str_value(conf->room, prev->room, "");
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_velvet_rope_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_velvet_rope_main_conf_t  *vmcf = conf;
+
+    size_t               size, pages;
+    ssize_t              n;
+    ngx_fd_t             fd;
+    ngx_str_t           *value, name;
+    vr_result            rc;
+    ngx_file_info_t      fi;
+    ngx_pool_cleanup_t  *cln;
+
+    if (vmcf->config_path.data != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    vmcf->config_path = value[1];
+
+    /* Relative paths are relative to the nginx configuration prefix, like `include`. */
+    if (ngx_conf_full_name(cf->cycle, &vmcf->config_path, 1) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    /* Read the whole file now: the master reads it once per (re)load, workers never do. */
+    fd = ngx_open_file(vmcf->config_path.data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+    if (fd == NGX_INVALID_FILE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           ngx_open_file_n " \"%V\" failed", &vmcf->config_path);
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_fd_info(fd, &fi) == NGX_FILE_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           ngx_fd_info_n " \"%V\" failed", &vmcf->config_path);
+        (void) ngx_close_file(fd);
+        return NGX_CONF_ERROR;
+    }
+
+    size = (size_t) ngx_file_size(&fi);
+
+    /* One spare byte so that an empty file still has a valid pointer. */
+    vmcf->config_text.data = ngx_pnalloc(cf->pool, size + 1);
+    if (vmcf->config_text.data == NULL) {
+        (void) ngx_close_file(fd);
+        return NGX_CONF_ERROR;
+    }
+
+    vmcf->config_text.len = 0;
+
+    while (vmcf->config_text.len < size) {
+        n = ngx_read_fd(fd, vmcf->config_text.data + vmcf->config_text.len,
+                        size - vmcf->config_text.len);
+
+        if (n == -1) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                               ngx_read_fd_n " \"%V\" failed", &vmcf->config_path);
+            (void) ngx_close_file(fd);
+            return NGX_CONF_ERROR;
+        }
+
+        if (n == 0) {
+            break;   /* the file shrank while we read it: take what is there */
+        }
+
+        vmcf->config_text.len += n;
+    }
+
+    vmcf->config_text.data[vmcf->config_text.len] = '\0';
+
+    if (ngx_close_file(fd) == NGX_FILE_ERROR) {
+        ngx_conf_log_error(NGX_LOG_ALERT, cf, ngx_errno,
+                           ngx_close_file_n " \"%V\" failed", &vmcf->config_path);
+    }
+
+    /* Frees the engines with this configuration, whatever way it ends (failed test,
+     * reload, exit). Registered before any engine exists. */
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    cln->handler = ngx_http_velvet_rope_cleanup_engines;
+    cln->data = vmcf;
+
+    rc = vr_shared_region_size((const char *) vmcf->config_text.data,
+                               vmcf->config_text.len, &vmcf->region_size);
+    if (rc != VR_OK) {
+        goto invalid;
+    }
+
+    /* A private engine validates the whole configuration now (so `nginx -t` reports it) and
+     * answers which rooms exist when the `velvet_rope` directives are checked. */
+    rc = vr_engine_new((const char *) vmcf->config_text.data, vmcf->config_text.len,
+                       vr_now_ms(), &vmcf->check_engine);
+    if (rc != VR_OK) {
+        vmcf->check_engine = NULL;
+        goto invalid;
+    }
+
+    /*
+     * The zone holds the region (with NGX_HTTP_VELVET_ROPE_REGION_ALIGN spare bytes to align
+     * it) plus what nginx's slab allocator keeps in the zone: its pool header with the slot
+     * and stats tables (less than a page), one ngx_slab_page_t descriptor per page, and up
+     * to one page lost when the slab aligns its first page.
+     */
+    pages = ngx_align(vmcf->region_size + NGX_HTTP_VELVET_ROPE_REGION_ALIGN, ngx_pagesize)
+            / ngx_pagesize;
+    size = (pages + 2) * ngx_pagesize
+           + ngx_align(pages * sizeof(ngx_slab_page_t), ngx_pagesize);
+
+    ngx_str_set(&name, "velvet_rope");
+
+    vmcf->shm_zone = ngx_shared_memory_add(cf, &name, size,
+                                           &ngx_http_velvet_rope_module);
+    if (vmcf->shm_zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    vmcf->shm_zone->init = ngx_http_velvet_rope_init_zone;
+    vmcf->shm_zone->data = vmcf;
+
+    return NGX_CONF_OK;
+
+invalid:
+
+    {
+        char  msg[512];
+
+        if (vr_last_error(msg, sizeof(msg)) == 0) {
+            msg[0] = '\0';
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "velvet_rope_config \"%V\": %s: %s",
+                           &vmcf->config_path, vr_result_name(rc), msg);
+    }
+
+    return NGX_CONF_ERROR;
+}
+
+
+static char *
+ngx_http_velvet_rope(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_velvet_rope_loc_conf_t  *vlcf = conf;
+
+    ngx_str_t                         *value;
+    ngx_http_velvet_rope_room_ref_t   *ref;
+    ngx_http_velvet_rope_main_conf_t  *vmcf;
+
+    if (vlcf->room.data != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        ngx_str_set(&vlcf->room, "");
+        return NGX_CONF_OK;
+    }
+
+    if (value[1].len == 0) {
+        return "takes a room name or \"off\"";
+    }
+
+    vlcf->room = value[1];
+
+    /* The room is checked against the engine configuration at postconfiguration, when
+     * velvet_rope_config has certainly been read whatever the order of the directives. */
+    vmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_velvet_rope_module);
+
+    ref = ngx_array_push(&vmcf->room_refs);
+    if (ref == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ref->file = cf->conf_file->file.name;
+    ref->line = cf->conf_file->line;
+    ref->room = value[1];
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_velvet_rope_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t          *clcf;
+    ngx_http_velvet_rope_main_conf_t  *vmcf;
+
+    vmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_velvet_rope_module);
+    vmcf->status_used = 1;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_velvet_rope_status_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_velvet_rope_postconfiguration(ngx_conf_t *cf)
+{
+    bool                               exists;
+    ngx_uint_t                         i;
+    vr_result                          rc;
+    ngx_http_handler_pt               *h;
+    ngx_http_core_main_conf_t         *cmcf;
+    ngx_http_velvet_rope_room_ref_t   *ref;
+    ngx_http_velvet_rope_main_conf_t  *vmcf;
+
+    vmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_velvet_rope_module);
+
+    ref = vmcf->room_refs.elts;
+
+    if ((vmcf->room_refs.nelts > 0 || vmcf->status_used)
+        && vmcf->config_text.data == NULL)
+    {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "velvet_rope: \"velvet_rope\" or \"velvet_rope_status\" used "
+                      "without \"velvet_rope_config\" in the http block");
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < vmcf->room_refs.nelts; i++) {
+        exists = false;
+        rc = vr_engine_has_room(vmcf->check_engine, (const char *) ref[i].room.data,
+                                ref[i].room.len, &exists);
+
+        if (rc != VR_OK || !exists) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "velvet_rope: unknown room \"%V\" in %V:%ui "
+                          "(not among the rooms of \"%V\")",
+                          &ref[i].room, &ref[i].file, ref[i].line,
+                          &vmcf->config_path);
+            return NGX_ERROR;
+        }
+    }
+
+    /* Its job is done; the serving engine is created with the shared zone. */
+    if (vmcf->check_engine != NULL) {
+        vr_engine_free(vmcf->check_engine);
+        vmcf->check_engine = NULL;
+    }
+
+    if (vmcf->config_text.data == NULL) {
+        /* Module loaded but unused in this http block: stay out of the request path. */
+        return NGX_OK;
+    }
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_ACCESS_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_velvet_rope_access_handler;
+
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_velvet_rope_header_filter;
+
+    return NGX_OK;
+}

@@ -1,0 +1,662 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the velvet-rope nginx module against Debian's real nginx.
+
+Runs `/usr/sbin/nginx` (master + 2 workers) on a free 127.0.0.1 port with the module built by
+`bindings/nginx/build.sh`, and checks admission, the waiting page, tickets, exact counts across
+workers, reload, FIFO draining, internal redirects, the status page and a clean stop.
+
+Python standard library only. Prints `N passed, M failed` last; exits 1 on any failure.
+Environment: VELVET_ROPE_NGINX_MODULE overrides the module path; NGINX overrides the binary.
+"""
+
+import base64
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+MODULE = os.environ.get(
+    "VELVET_ROPE_NGINX_MODULE",
+    os.path.join(REPO, "target", "nginx-module", "ngx_http_velvet_rope_module.so"),
+)
+NGINX = os.environ.get("NGINX", "/usr/sbin/nginx")
+
+# The whole file must finish well within 3 minutes: a watchdog ends it (as a failure) first.
+WATCHDOG_SECS = 170
+HTTP_TIMEOUT = 5.0
+ORIGIN = "ORIGIN-PAGE"          # marker in every static page behind the waiting room
+
+BUCKET_SECS = 2                 # a room "minute" is 2 s, so sessions end within seconds
+SHOP_LIMIT = 5
+CONC_LIMIT = 7                  # K
+CONC_VISITORS = 24              # N > K
+FIFO_WAITERS = 3
+
+
+def room_config(secret):
+    """Engine configuration (TOML). Long sessions for every room but `fifo`, whose sessions
+    last one 2 s bucket so that its queue drains during the test."""
+    return f"""
+[settings]
+bucket_width_secs = {BUCKET_SECS}
+
+[[tickets.keys]]
+id = 1
+secret = "{secret}"
+
+[[rooms]]
+name = "shop"
+total_active_users = {SHOP_LIMIT}
+new_users_per_minute = 1000
+session_duration = 90
+refresh_interval = 1
+waiter_grace_refreshes = 2
+queueing_status_code = 202
+[rooms.cookie]
+secure = false
+
+[[rooms]]
+name = "conc"
+total_active_users = {CONC_LIMIT}
+new_users_per_minute = 1000
+session_duration = 90
+refresh_interval = 1
+[rooms.cookie]
+secure = false
+
+[[rooms]]
+name = "redir"
+total_active_users = 1
+new_users_per_minute = 1000
+session_duration = 90
+refresh_interval = 1
+[rooms.cookie]
+secure = false
+
+[[rooms]]
+name = "fifo"
+total_active_users = 1
+new_users_per_minute = 1000
+session_duration = 1
+refresh_interval = 1
+waiter_grace_refreshes = 2
+[rooms.cookie]
+secure = false
+"""
+
+
+def nginx_config(prefix, port, room_for_shop="shop"):
+    return f"""
+load_module {MODULE};
+user root;
+worker_processes 2;
+error_log {prefix}/logs/error.log info;
+pid {prefix}/logs/nginx.pid;
+events {{ worker_connections 256; }}
+http {{
+    log_format  vr  '$pid $request_uri $status';
+    access_log  {prefix}/logs/access.log vr;
+    client_body_temp_path {prefix}/tmp/body;
+    proxy_temp_path       {prefix}/tmp/proxy;
+    fastcgi_temp_path     {prefix}/tmp/fastcgi;
+    uwsgi_temp_path       {prefix}/tmp/uwsgi;
+    scgi_temp_path        {prefix}/tmp/scgi;
+    default_type text/html;
+
+    velvet_rope_config {prefix}/conf/velvet-rope.toml;
+
+    server {{
+        # reuseport: one listening socket per worker, so fresh connections spread over both.
+        listen 127.0.0.1:{port} reuseport;
+        root {prefix}/html;
+        velvet_rope {room_for_shop};                         # server level, inherited
+
+        location /shop/  {{ }}
+        location /free/  {{ velvet_rope off; }}
+        location /conc/  {{ velvet_rope conc; }}
+        location /fifo/  {{ velvet_rope fifo; }}
+        location /redir/ {{ velvet_rope redir; index index.html; }}
+        location = /vr-status {{ velvet_rope off; velvet_rope_status; }}
+    }}
+}}
+"""
+
+
+# ------------------------------------------------------------------------------------------
+# HTTP helpers
+
+class Response:
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers          # list of (name, value), names as sent
+        self.body = body
+
+    def header(self, name):
+        for k, v in self.headers:
+            if k.lower() == name.lower():
+                return v
+        return None
+
+    def all(self, name):
+        return [v for k, v in self.headers if k.lower() == name.lower()]
+
+    @property
+    def admitted(self):
+        return self.status == 200 and ORIGIN in self.body
+
+    @property
+    def waiting(self):
+        return 'id="position"' in self.body or '"position"' in self.body
+
+    def __repr__(self):
+        return f"<{self.status} {self.headers} {self.body[:120]!r}>"
+
+
+class Jar:
+    """A visitor's cookies (name -> value), updated from Set-Cookie like a browser."""
+
+    def __init__(self, cookies=None):
+        self.cookies = dict(cookies or {})
+
+    def update(self, resp):
+        for sc in resp.all("Set-Cookie"):
+            pair, _, attrs = sc.partition(";")
+            name, _, value = pair.strip().partition("=")
+            if re.search(r"(?i)max-age=0(\D|$)", attrs):
+                self.cookies.pop(name, None)
+            else:
+                self.cookies[name] = value
+
+    def header(self):
+        return "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+
+
+def get(port, path, jar=None, headers=None):
+    """One request on a fresh connection (so the kernel may hand it to either worker)."""
+    h = {"Connection": "close"}
+    if jar is not None and jar.cookies:
+        h["Cookie"] = jar.header()
+    h.update(headers or {})
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=HTTP_TIMEOUT)
+    try:
+        conn.request("GET", path, headers=h)
+        r = conn.getresponse()
+        resp = Response(r.status, r.getheaders(), r.read().decode("utf-8", "replace"))
+    finally:
+        conn.close()
+    if jar is not None:
+        jar.update(resp)
+    return resp
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def children(pid):
+    """Pids of the live processes whose parent is `pid` (nginx workers of a master)."""
+    out = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.add(int(entry))
+    return out
+
+
+def wait_until(pred, timeout, step=0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return pred()
+
+
+# ------------------------------------------------------------------------------------------
+# The nginx instance
+
+class Nginx:
+    def __init__(self):
+        self.prefix = tempfile.mkdtemp(prefix="velvet-rope-nginx-")
+        self.port = free_port()
+        self.proc = None
+        for d in ("conf", "logs", "tmp", "html/shop", "html/free", "html/conc", "html/fifo",
+                  "html/redir"):
+            os.makedirs(os.path.join(self.prefix, d), exist_ok=True)
+        for d in ("shop", "free", "conc", "fifo"):
+            self.write(f"html/{d}/page.html", f"<p>{ORIGIN} {d}</p>\n")
+        self.write("html/redir/index.html", f"<p>{ORIGIN} redir index</p>\n")
+        secret = base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
+        self.write("conf/velvet-rope.toml", room_config(secret))
+        self.conf = self.write("conf/nginx.conf", nginx_config(self.prefix, self.port))
+
+    def write(self, rel, text):
+        path = os.path.join(self.prefix, rel)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def start(self):
+        self.stderr = open(os.path.join(self.prefix, "logs", "stderr.log"), "w")
+        self.proc = subprocess.Popen(
+            [NGINX, "-p", self.prefix, "-c", self.conf, "-g", "daemon off;"],
+            stdout=self.stderr, stderr=subprocess.STDOUT)
+        ok = wait_until(lambda: self.proc.poll() is not None or self.listening(), 10)
+        if self.proc.poll() is not None or not ok:
+            raise RuntimeError(f"nginx did not start: {self.log_tail()}")
+        if not wait_until(lambda: len(children(self.proc.pid)) == 2, 5):
+            raise RuntimeError("nginx did not start 2 workers")
+
+    def listening(self):
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return True
+        except OSError:
+            return False
+
+    def log(self, name="error.log"):
+        try:
+            with open(os.path.join(self.prefix, "logs", name)) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def log_tail(self, n=15):
+        text = self.log() + self.log("stderr.log")
+        return "\n".join(text.splitlines()[-n:])
+
+    def stop(self):
+        """Graceful stop (QUIT); returns the master's exit status, or None on timeout."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGQUIT)
+        try:
+            return self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self):
+        """Last resort: kill the master and its workers (only processes we started)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            workers = children(self.proc.pid)
+            self.proc.kill()
+            for w in workers:
+                try:
+                    os.kill(w, signal.SIGKILL)
+                except OSError:
+                    pass
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def status(self):
+        r = get(self.port, "/vr-status")
+        if r.status != 200:
+            raise AssertionError(f"status page answered {r}")
+        return r, json.loads(r.body)
+
+    def room_stats(self, room):
+        return self.status()[1]["rooms"][room]
+
+
+# ------------------------------------------------------------------------------------------
+# Checks (run in order; later ones build on the state left by earlier ones)
+
+class Suite:
+    def __init__(self, ngx):
+        self.ngx = ngx
+        self.port = ngx.port
+        self.shop_visitors = []
+        self.conc_jars = []
+
+    def wait_tick(self):
+        """Every worker folds counters into its snapshot once a second."""
+        time.sleep(1.3)
+
+    # -- admission -------------------------------------------------------------------------
+
+    def test_visitors_under_limit_pass(self):
+        for i in range(SHOP_LIMIT):
+            jar = Jar()
+            r = get(self.port, "/shop/page.html", jar)
+            assert r.admitted, f"visitor {i + 1} of {SHOP_LIMIT} not admitted: {r}"
+            assert "__vr_shop" in jar.cookies, f"no __vr_shop ticket set: {r.all('Set-Cookie')}"
+            assert len(r.all("Set-Cookie")) == 1, f"Set-Cookie sent {r.all('Set-Cookie')}"
+            self.shop_visitors.append(jar)
+
+    def test_waiting_page_once_full(self):
+        jar = Jar()
+        r = get(self.port, "/shop/page.html", jar)
+        assert not r.admitted and r.waiting, f"over the limit and not queued: {r}"
+        assert r.status == 202, f"room's queueing_status_code 202 not used: {r.status}"
+        refresh = r.header("Refresh")
+        assert refresh is not None and re.fullmatch(r"\d+", refresh) and int(refresh) >= 1, \
+            f"Refresh header {refresh!r}"
+        assert r.header("Cache-Control") == "no-store", f"Cache-Control {r.header('Cache-Control')!r}"
+        assert (r.header("Content-Type") or "").startswith("text/html"), r.header("Content-Type")
+        m = re.search(r'id="position"[^>]*>\s*(\d+)', r.body)
+        assert m and int(m.group(1)) >= 1, f"no position in the HTML: {r.body[:400]}"
+        assert "__vr_shop" in jar.cookies, "a waiter gets a queued ticket"
+        # JSON for clients that ask for it.
+        r = get(self.port, "/shop/page.html", Jar(), {"Accept": "application/json"})
+        assert r.status == 202 and not r.admitted, f"JSON visitor not queued: {r}"
+        assert (r.header("Content-Type") or "").startswith("application/json"), r.header("Content-Type")
+        doc = json.loads(r.body)
+        assert isinstance(doc.get("position"), int) and doc["position"] >= 1, doc
+        assert r.header("Refresh") is not None, "JSON waiting page without Refresh"
+
+    def test_admission_cookie_passes_again(self):
+        for i, jar in enumerate(self.shop_visitors):
+            for _ in range(2):
+                r = get(self.port, "/shop/page.html", jar)
+                assert r.admitted, f"admitted visitor {i + 1} refused with its ticket: {r}"
+
+    def test_forged_and_tampered_cookies_are_no_cookie(self):
+        before = self.ngx.room_stats("shop")["ticket_rejections"]
+        forged = base64.urlsafe_b64encode(os.urandom(60)).rstrip(b"=").decode()
+        good = self.shop_visitors[0].cookies["__vr_shop"]
+        mid = len(good) // 2
+        flipped = "A" if good[mid] != "A" else "B"
+        tampered = good[:mid] + flipped + good[mid + 1:]
+        for label, value in (("forged", forged), ("tampered", tampered),
+                             ("garbage", "not-a-ticket!")):
+            jar = Jar({"__vr_shop": value})
+            r = get(self.port, "/shop/page.html", jar)
+            assert not r.admitted and r.waiting, f"{label} cookie admitted: {r}"
+            assert jar.cookies.get("__vr_shop") not in (None, value), \
+                f"{label} cookie: no fresh ticket issued as for a new visitor"
+        # The rejections are counted by reason.
+        self.wait_tick()
+        after = self.ngx.room_stats("shop")["ticket_rejections"]
+        assert sum(after.values()) - sum(before.values()) >= 3, f"{before} -> {after}"
+        # The genuine ticket still passes.
+        assert get(self.port, "/shop/page.html", self.shop_visitors[0]).admitted
+
+    def test_velvet_rope_off_passes_untouched(self):
+        for _ in range(3):
+            r = get(self.port, "/free/page.html", Jar())
+            assert r.admitted, f"`velvet_rope off` location blocked: {r}"
+            assert not r.all("Set-Cookie"), f"`velvet_rope off` set {r.all('Set-Cookie')}"
+
+    def test_internal_redirect_decides_once(self):
+        # Room `redir` admits 1. `/redir/` is redirected internally to `/redir/index.html`,
+        # which runs the access phase again: deciding twice would queue the first visitor.
+        jar = Jar()
+        r = get(self.port, "/redir/", jar)
+        assert r.admitted, f"first visitor of a 1-place room not admitted through `/`: {r}"
+        assert len(r.all("Set-Cookie")) == 1, f"Set-Cookie sent {r.all('Set-Cookie')}"
+        r2 = get(self.port, "/redir/", Jar())
+        assert not r2.admitted and r2.waiting, f"second visitor not queued: {r2}"
+        assert get(self.port, "/redir/", jar).admitted, "first visitor's ticket refused"
+        self.wait_tick()
+        st = self.ngx.room_stats("redir")
+        assert st["active_users"] == 1, f"redir counted {st['active_users']} active users"
+
+    def test_concurrent_visitors_admit_exactly_k(self):
+        barrier = threading.Barrier(CONC_VISITORS)
+        results = [None] * CONC_VISITORS
+        jars = [Jar() for _ in range(CONC_VISITORS)]
+
+        def visit(i):
+            try:
+                barrier.wait(timeout=10)
+                results[i] = get(self.port, f"/conc/page.html?v={i}", jars[i])
+            except Exception as e:          # recorded and asserted below
+                results[i] = e
+
+        threads = [threading.Thread(target=visit, args=(i,)) for i in range(CONC_VISITORS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=20)
+        errors = [r for r in results if not isinstance(r, Response)]
+        assert not errors, f"requests failed: {errors[:3]}"
+        admitted = [i for i, r in enumerate(results) if r.admitted]
+        queued = [i for i, r in enumerate(results) if not r.admitted and r.waiting]
+        assert len(admitted) == CONC_LIMIT, \
+            f"{len(admitted)} of {CONC_VISITORS} admitted, limit {CONC_LIMIT}"
+        assert len(queued) == CONC_VISITORS - CONC_LIMIT, f"{len(queued)} queued"
+        self.conc_jars = [jars[i] for i in admitted]
+        # Both workers took part (access log: `$pid $request_uri $status`).
+        pids = set(re.findall(r"^(\d+) /conc/page\.html\?v=\d+ ", self.ngx.log("access.log"), re.M))
+        assert len(pids) == 2, f"requests served by workers {pids}, expected both"
+        self.wait_tick()
+        st = self.ngx.room_stats("conc")
+        assert st["active_users"] == CONC_LIMIT, f"conc active_users {st['active_users']}"
+
+    def test_status_page_json(self):
+        r, doc = self.ngx.status()
+        assert (r.header("Content-Type") or "").startswith("application/json"), r.header("Content-Type")
+        assert set(doc["rooms"]) == {"shop", "conc", "redir", "fifo"}, list(doc["rooms"])
+        shop = doc["rooms"]["shop"]
+        for key in ("active_users", "admitted_this_minute", "admitted_total", "queue_length",
+                    "frontier", "free_slots", "ticket_rejections"):
+            assert key in shop, f"status lacks {key}: {shop}"
+        assert shop["active_users"] == SHOP_LIMIT, f"shop active_users {shop['active_users']}"
+        assert shop["free_slots"] == 0, f"shop free_slots {shop['free_slots']}"
+
+    # -- queue draining --------------------------------------------------------------------
+
+    def test_queue_drains_fifo(self):
+        # Room `fifo`: one place, sessions of one 2 s bucket. The holder keeps its session
+        # alive while three waiters arrive in three different buckets; then it leaves, and
+        # each admitted waiter leaves too, so the place passes on one by one.
+        port = self.port
+        holder = Jar()
+        assert get(port, "/fifo/page.html", holder).admitted, "fifo holder not admitted"
+        stop_holder = threading.Event()
+
+        def hold():
+            while not stop_holder.is_set():
+                get(port, "/fifo/page.html", holder)
+                stop_holder.wait(0.5)
+
+        holder_thread = threading.Thread(target=hold)
+        holder_thread.start()
+        admitted_at = {}
+        first_position = {}
+        errors = []
+        deadline = time.monotonic() + 60
+
+        def wait_in_line(n, jar):
+            try:
+                while time.monotonic() < deadline:
+                    r = get(port, "/fifo/page.html", jar, {"Accept": "application/json"})
+                    if r.admitted:
+                        admitted_at[n] = time.monotonic()
+                        return      # leaves: its session ends within a bucket or two
+                    doc = json.loads(r.body)
+                    first_position.setdefault(n, doc["position"])
+                    refresh = int(r.header("Refresh") or 0)
+                    if refresh < 1:
+                        raise AssertionError(f"waiter {n}: no Refresh header: {r}")
+                    time.sleep(refresh)
+            except Exception as e:
+                errors.append((n, e))
+
+        waiters = []
+        try:
+            for n in range(FIFO_WAITERS):
+                if n > 0:
+                    # Next arrival bucket.
+                    now = time.time()
+                    time.sleep(BUCKET_SECS - now % BUCKET_SECS + 0.2)
+                t = threading.Thread(target=wait_in_line, args=(n, Jar()))
+                t.start()
+                waiters.append(t)
+                time.sleep(0.3)
+            time.sleep(1.2)
+        finally:
+            stop_holder.set()
+            holder_thread.join(timeout=10)
+        for t in waiters:
+            t.join(timeout=max(1.0, deadline - time.monotonic() + 6))
+        assert not errors, f"waiters failed: {errors}"
+        assert len(admitted_at) == FIFO_WAITERS, \
+            f"only waiters {sorted(admitted_at)} admitted before the deadline"
+        order = sorted(admitted_at, key=admitted_at.get)
+        assert order == list(range(FIFO_WAITERS)), f"admission order {order}, arrival order 0..2"
+        positions = [first_position.get(n) for n in range(FIFO_WAITERS)]
+        assert positions == sorted(positions) and positions[0] < positions[-1], \
+            f"first positions by arrival {positions}"
+
+    # -- reload ----------------------------------------------------------------------------
+
+    def test_reload_keeps_counts(self):
+        master = self.ngx.proc.pid
+        old = children(master)
+        os.kill(master, signal.SIGHUP)
+        ok = wait_until(lambda: (lambda c: len(c) == 2 and not (c & old))(children(master)), 20)
+        assert ok, f"workers not replaced after HUP: old {old}, now {children(master)}:\n" \
+                   f"{self.ngx.log_tail()}"
+        assert self.ngx.proc.poll() is None, "master died on reload"
+        assert "velvet_rope: kept the counters" in self.ngx.log(), \
+            "the new configuration did not attach to the existing shared counters"
+        # A new visitor still finds the room full; the admitted ones still pass.
+        r = get(self.port, "/conc/page.html", Jar())
+        assert not r.admitted and r.waiting, f"room `conc` forgot its {CONC_LIMIT} visitors: {r}"
+        for jar in self.conc_jars:
+            assert get(self.port, "/conc/page.html", jar).admitted, "ticket refused after reload"
+        assert get(self.port, "/shop/page.html", self.shop_visitors[1]).admitted
+        self.wait_tick()
+        st = self.ngx.room_stats("conc")
+        assert st["active_users"] == CONC_LIMIT, f"conc active_users {st['active_users']} after reload"
+
+    # -- configuration errors (separate `nginx -t` runs) -----------------------------------
+
+    def test_config_errors_are_reported(self):
+        bad_room = self.ngx.write("conf/bad-room.conf",
+                                  nginx_config(self.ngx.prefix, free_port(), "no-such-room"))
+        p = subprocess.run([NGINX, "-t", "-p", self.ngx.prefix, "-c", bad_room],
+                           capture_output=True, text=True, timeout=20)
+        assert p.returncode != 0, "nginx -t accepted an unknown room"
+        assert "no-such-room" in p.stderr, f"error does not name the room: {p.stderr}"
+        broken = self.ngx.write("conf/broken.toml", "[[rooms]]\nname = \"x\"\n")
+        text = nginx_config(self.ngx.prefix, free_port()).replace(
+            "conf/velvet-rope.toml", "conf/broken.toml")
+        bad_toml = self.ngx.write("conf/bad-toml.conf", text)
+        p = subprocess.run([NGINX, "-t", "-p", self.ngx.prefix, "-c", bad_toml],
+                           capture_output=True, text=True, timeout=20)
+        assert p.returncode != 0, "nginx -t accepted an invalid engine configuration"
+        assert "velvet_rope_config" in p.stderr, f"no velvet_rope_config error: {p.stderr}"
+
+    # -- stop ------------------------------------------------------------------------------
+
+    def test_stops_cleanly(self):
+        master = self.ngx.proc.pid
+        workers = children(master)
+        rc = self.ngx.stop()
+        assert rc == 0, f"master exit status {rc}"
+        assert wait_until(lambda: not any(os.path.exists(f"/proc/{w}") for w in workers), 5), \
+            "workers still alive after QUIT"
+        log = self.ngx.log()
+        bad = [l for l in log.splitlines()
+               if re.search(r"\[(alert|crit|emerg)\]|exited on signal|velvet_rope: .*failed", l)]
+        assert not bad, "error log:\n" + "\n".join(bad[:10])
+        exits = re.findall(r"worker process \d+ exited with code (\d+)", log)
+        assert exits and all(c == "0" for c in exits), f"worker exits {exits}"
+
+
+ORDER = [
+    "test_visitors_under_limit_pass",
+    "test_waiting_page_once_full",
+    "test_admission_cookie_passes_again",
+    "test_forged_and_tampered_cookies_are_no_cookie",
+    "test_velvet_rope_off_passes_untouched",
+    "test_internal_redirect_decides_once",
+    "test_concurrent_visitors_admit_exactly_k",
+    "test_status_page_json",
+    "test_queue_drains_fifo",
+    "test_reload_keeps_counts",
+    "test_config_errors_are_reported",
+    "test_stops_cleanly",
+]
+
+
+class Watchdog(BaseException):
+    """Raised by SIGALRM; a BaseException so that no check's `except Exception` swallows it."""
+
+
+def ensure_nginx():
+    if os.path.exists(NGINX) and os.path.isdir("/usr/share/nginx/src"):
+        return
+    print("installing nginx and nginx-dev (apt-get)", flush=True)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, timeout=600)
+    subprocess.run(["apt-get", "install", "-y", "-q", "nginx", "nginx-dev"], check=True,
+                   env=env, timeout=600)
+
+
+def main():
+    ensure_nginx()
+    if not os.path.exists(MODULE):
+        print(f"module not built: {MODULE} (run bindings/nginx/build.sh)")
+        print("0 passed, 1 failed")
+        return 1
+
+    ngx = Nginx()
+    passed = failed = 0
+
+    def on_watchdog(signum, frame):
+        raise Watchdog(f"watchdog: the suite ran over {WATCHDOG_SECS} s")
+
+    signal.signal(signal.SIGALRM, on_watchdog)
+    signal.alarm(WATCHDOG_SECS)
+    t0 = time.monotonic()
+    try:
+        try:
+            ngx.start()
+        except Exception as e:
+            print(f"FAIL start nginx: {e}")
+            print(f"0 passed, {len(ORDER)} failed")
+            return 1
+        suite = Suite(ngx)
+        for name in ORDER:
+            t = time.monotonic()
+            try:
+                getattr(suite, name)()
+                passed += 1
+                print(f"ok   {name} ({time.monotonic() - t:.1f} s)", flush=True)
+            except Exception as e:
+                failed += 1
+                print(f"FAIL {name} ({time.monotonic() - t:.1f} s): {type(e).__name__}: {e}",
+                      flush=True)
+    except Watchdog as e:
+        failed += 1
+        print(f"FAIL {e}")
+    finally:
+        signal.alarm(0)
+        ngx.kill()
+        if failed:
+            print(f"--- nginx error log (last lines) in {ngx.prefix}:\n{ngx.log_tail(25)}")
+        else:
+            shutil.rmtree(ngx.prefix, ignore_errors=True)
+    print(f"total {time.monotonic() - t0:.1f} s")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

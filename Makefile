@@ -22,7 +22,7 @@ test-rust:
 
 # loom models of every lock-free structure (a separate target dir: the cfg changes every crate).
 test-loom:
-	RUSTFLAGS="--cfg velvet_rope_loom" CARGO_TARGET_DIR=target/loom \
+	RUSTFLAGS="--cfg velvet_rope_loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=3 \
 		$(CARGO) test -p velvet-rope --lib --release -- loom
 
 # The C ABI from C: every function and error path plus a pthreads stress test, under

@@ -28,7 +28,7 @@
 //! re-tags a slot, always the slot of the next bucket, so writers (current bucket, and buckets
 //! of the window for the decrement and the filter) never race with a clear.
 
-use crate::hash::mix64;
+use crate::fingerprint_set::{contains, fingerprint, insert_if_absent};
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
 
 /// How a renewal went.
@@ -52,53 +52,16 @@ pub(crate) struct ActiveCounts<'a> {
     words: usize,
 }
 
-/// Guard words per bucket for a room of `total_active_users`: one word (two lanes) per
-/// possible visitor, a power of two between 2^4 and 2^18.
+/// Guard words per bucket for a room of `total_active_users` (at most 2^20, the largest room
+/// the configuration allows): a power of two, two words (four lanes) per possible visitor,
+/// since a bucket's guard holds both the visitors that moved out of it (at most the room) and
+/// those admitted from the queue in it (at most the room again), and stays at most half full.
 pub(crate) fn guard_words(total_active_users: u64) -> usize {
-    (total_active_users.clamp(16, 1 << 18) as usize)
-        .next_power_of_two()
-        .min(1 << 18)
+    (total_active_users.clamp(16, 1 << 20) as usize).next_power_of_two() * 2
 }
 
-/// Longest probe before the guard gives up and lets a move through (a full table is
-/// impossible at the sizes above; this only bounds the work if it ever were).
-const MAX_PROBE: usize = 256;
-
-/// Where `id`'s probe starts, and its non-zero 32-bit fingerprint.
-#[inline]
-fn fingerprint(id: u64, words: usize) -> (usize, u64) {
-    let h = mix64(id ^ 0x5bd1_e995_9e37_79b9);
-    let fp = (h >> 32).max(1);
-    ((h as usize) & (words - 1), fp)
-}
-
-/// Inserts `fp` into the table unless present. True if this call inserted it.
-#[inline]
-fn insert_if_absent(table: &[AtomicU64], start: usize, fp: u64) -> bool {
-    let mask = table.len() - 1;
-    for i in 0..MAX_PROBE.min(table.len()) {
-        let cell = &table[(start + i) & mask];
-        let mut cur = cell.load(Ordering::Acquire);
-        loop {
-            let (lo, hi) = (cur & 0xFFFF_FFFF, cur >> 32);
-            if lo == fp || hi == fp {
-                return false;
-            }
-            let new = if lo == 0 {
-                cur | fp
-            } else if hi == 0 {
-                cur | (fp << 32)
-            } else {
-                break; // full word: probe the next
-            };
-            match cell.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
-                Err(actual) => cur = actual,
-            }
-        }
-    }
-    true
-}
+/// Salt that keeps "admitted from the queue" keys apart from "moved out" keys in a guard.
+const FROM_QUEUE: u64 = 0x51_7c_c1_b7_27_22_0a_95;
 
 impl<'a> ActiveCounts<'a> {
     /// Wraps a ring of `tags.len()` buckets with `words` filter words each.
@@ -148,13 +111,34 @@ impl<'a> ActiveCounts<'a> {
             return Renewal::Counted;
         };
         let (start, fp) = fingerprint(id, self.words);
-        let table = &self.guard[from_slot * self.words..(from_slot + 1) * self.words];
-        if !insert_if_absent(table, start, fp) {
+        if !insert_if_absent(self.guard_of(from_slot), start, fp) {
             return Renewal::AlreadyMoved;
         }
         self.counts[from_slot].fetch_sub(1, Ordering::Relaxed);
         self.counts[to_slot].fetch_add(1, Ordering::Relaxed);
         Renewal::Moved
+    }
+
+    fn guard_of(&self, slot: usize) -> &[AtomicU64] {
+        &self.guard[slot * self.words..(slot + 1) * self.words]
+    }
+
+    /// Whether ticket `id` was admitted from the queue in any of buckets `first..=last`.
+    pub(crate) fn admitted_from_queue(&self, id: u64, first: u64, last: u64) -> bool {
+        let (start, fp) = fingerprint(id ^ FROM_QUEUE, self.words);
+        (first..=last)
+            .filter_map(|b| self.slot(b))
+            .any(|s| contains(self.guard_of(s), start, fp))
+    }
+
+    /// Records that ticket `id` was admitted from the queue in `bucket`; false if it already
+    /// was (a concurrent request with the same ticket) or the bucket is not prepared.
+    pub(crate) fn mark_admitted_from_queue(&self, id: u64, bucket: u64) -> bool {
+        let Some(s) = self.slot(bucket) else {
+            return false;
+        };
+        let (start, fp) = fingerprint(id ^ FROM_QUEUE, self.words);
+        insert_if_absent(self.guard_of(s), start, fp)
     }
 
     /// Makes the slot of `bucket` empty and tagged for it, unless it already is. `tick` only.
@@ -185,6 +169,7 @@ impl<'a> ActiveCounts<'a> {
 #[cfg(all(test, not(velvet_rope_loom)))]
 mod tests {
     use super::*;
+    use crate::hash::mix64;
 
     struct Ring {
         tags: Vec<AtomicU64>,
@@ -270,11 +255,7 @@ mod tests {
             let fresh = (0..100_000u64)
                 .filter(|i| {
                     let (start, fp) = fingerprint(mix64(i + (1 << 40)), words);
-                    let table = &r.guard[..words];
-                    (0..MAX_PROBE).any(|k| {
-                        let w = table[(start + k) & (words - 1)].load(Ordering::Relaxed);
-                        (w & 0xFFFF_FFFF) == fp || (w >> 32) == fp
-                    })
+                    contains(&r.guard[..words], start, fp)
                 })
                 .count();
             assert_eq!(fresh, 0, "fresh ids taken for moved ones at {total}");

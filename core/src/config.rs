@@ -172,6 +172,11 @@ pub struct RoomConfig {
     /// Cookie attributes.
     #[serde(default)]
     pub cookie: CookieConfig,
+    /// Most live waiters the queue's replay guard is sized for (per refresh epoch). Beyond it
+    /// replays of queued tickets can make the queue look longer (never admit more). Default
+    /// 32,768 (256 KiB per refresh epoch tracked).
+    #[serde(default = "default_max_live_waiters")]
+    pub max_live_waiters: u32,
     /// Number of arrival buckets the FIFO queue tracks; older waiters share the oldest. Default 1024.
     #[serde(default = "default_queue_buckets")]
     pub queue_buckets: u32,
@@ -194,6 +199,9 @@ fn default_refresh() -> u32 {
 }
 fn default_grace() -> u32 {
     2
+}
+fn default_max_live_waiters() -> u32 {
+    32_768
 }
 fn default_queue_buckets() -> u32 {
     1024
@@ -363,6 +371,7 @@ impl RoomConfig {
             waiter_grace_refreshes: default_grace(),
             cookie: CookieConfig::default(),
             queue_buckets: default_queue_buckets(),
+            max_live_waiters: default_max_live_waiters(),
             page_title: default_title(),
         }
     }
@@ -388,10 +397,16 @@ impl RoomConfig {
                 "must be 1-64 characters of A-Z, a-z, 0-9, `_` or `-`",
             ));
         }
-        if self.total_active_users == 0 || self.total_active_users > u32::MAX as u64 {
+        if self.total_active_users == 0 || self.total_active_users > 1 << 20 {
             return Err(Error::invalid(
                 f("total_active_users"),
-                "must be between 1 and 4294967295",
+                "must be between 1 and 1048576",
+            ));
+        }
+        if self.max_live_waiters < 1024 || self.max_live_waiters > 1 << 22 {
+            return Err(Error::invalid(
+                f("max_live_waiters"),
+                "must be between 1024 and 4194304",
             ));
         }
         if self.new_users_per_minute == 0 || self.new_users_per_minute > u32::MAX as u64 {

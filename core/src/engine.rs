@@ -20,6 +20,7 @@ use crate::decision::{Decision, Outcome, RoomStats, TicketRejections};
 use crate::error::{Error, Result};
 use crate::hash::mix64;
 use crate::page::{self, Page};
+use crate::queue_lanes::Counted;
 use crate::room_counters::{RoomCounters, RoomLayout};
 use crate::shares::free_slots;
 use crate::slot_pool::home_shard;
@@ -567,13 +568,21 @@ impl Snapshot {
         let cfg = &s.cfg;
         let epoch = u64::from(now_secs / cfg.refresh_interval);
         let lanes = s.counters.lanes();
+        // Counting uses the slot the waiter was counted in at arrival; only the FIFO order and
+        // the position use the arrival clamped to the tracked window.
+        let slot = (u64::from(t.arrival) % u64::from(cfg.queue_buckets)) as usize;
         let arrival = u64::from(t.arrival).max(view.queue_base);
-        let slot = (arrival % u64::from(cfg.queue_buckets)) as usize;
         let counted = u64::from(t.counted);
         if cfg.queueing_method == QueueingMethod::Passthrough {
             return self.admit_new(view, t.id, bucket, now_secs, err);
         }
+        let active = s.counters.active();
+        let window_start = bucket.saturating_sub(u64::from(cfg.session_duration));
+        // A queued ticket admits once: a replay of it after its holder got in (whose queued
+        // ticket expires within the session window this looks at) waits as before.
+        let already_in = active.admitted_from_queue(t.id, window_start, bucket);
         let eligible = !cfg.queue_all
+            && !already_in
             && match cfg.queueing_method {
                 QueueingMethod::Random => {
                     mix64(t.id ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15)) < view.draw_threshold
@@ -583,24 +592,36 @@ impl Snapshot {
         if eligible {
             let home = home_shard();
             if s.counters.waiter_pool().try_claim(home) || s.counters.open_pool().try_claim(home) {
-                if lanes.in_window(counted, epoch) {
-                    lanes.uncount(slot, counted);
+                if active.mark_admitted_from_queue(t.id, bucket) {
+                    if lanes.in_window(counted, epoch) {
+                        lanes.uncount(slot, counted);
+                    }
+                    return self.admit_new(view, t.id, bucket, now_secs, err);
                 }
-                return self.admit_new(view, t.id, bucket, now_secs, err);
+                // A concurrent request with the same ticket was admitted first: this one gets
+                // the same admission without being counted twice (its slot is spent).
+                return self.admit_again(view, t.id, bucket, now_secs, err);
             }
         }
         let mut set_cookie = None;
-        if counted != epoch && lanes.count(slot, epoch) {
-            if lanes.in_window(counted, epoch) {
-                lanes.uncount(slot, counted);
-            }
+        if counted != epoch && !already_in {
             let refreshed = Ticket {
                 counted: epoch as u32,
                 last_checkin: now_secs,
                 expires: now_secs.saturating_add(self.queued_ttl(s)),
                 ..t
             };
-            set_cookie = Some(self.cookie(s, &refreshed, now_secs));
+            match lanes.count(slot, epoch, t.id) {
+                Counted::New => {
+                    if lanes.in_window(counted, epoch) {
+                        lanes.uncount(slot, counted);
+                    }
+                    set_cookie = Some(self.cookie(s, &refreshed, now_secs));
+                }
+                // Counted in this epoch by a sibling request: same ticket, no count change.
+                Counted::Already => set_cookie = Some(self.cookie(s, &refreshed, now_secs)),
+                Counted::NotReady => {}
+            }
         }
         let position = match cfg.queueing_method {
             QueueingMethod::Fifo => {
@@ -647,10 +668,9 @@ impl Snapshot {
         };
         let slot = (arrival % u64::from(cfg.queue_buckets)) as usize;
         // If the lane is not ready (tick is late), the waiter is counted at its next refresh.
-        let counted = if s.counters.lanes().count(slot, epoch) {
-            epoch as u32
-        } else {
-            0
+        let counted = match s.counters.lanes().count(slot, epoch, id) {
+            Counted::NotReady => 0,
+            _ => epoch as u32,
         };
         let t = Ticket {
             room_tag: s.tag,
@@ -676,14 +696,44 @@ impl Snapshot {
         err: Option<TicketError>,
     ) -> Decision {
         let s = &view.s;
-        s.counters.active().add(bucket);
+        // If the bucket is not prepared (tick is late), the ticket names no bucket, so the
+        // visitor's next request counts it afresh instead of moving a count that never was.
+        let counted = if s.counters.active().add(bucket) {
+            bucket as u32
+        } else {
+            0
+        };
+        self.admitted_ticket(view, id, counted, now_secs, err)
+    }
+
+    /// Admits `id` again without counting it (it was counted by a concurrent request).
+    fn admit_again(
+        &self,
+        view: &RoomView,
+        id: u64,
+        bucket: u64,
+        now_secs: u32,
+        err: Option<TicketError>,
+    ) -> Decision {
+        self.admitted_ticket(view, id, bucket as u32, now_secs, err)
+    }
+
+    fn admitted_ticket(
+        &self,
+        view: &RoomView,
+        id: u64,
+        counted: u32,
+        now_secs: u32,
+        err: Option<TicketError>,
+    ) -> Decision {
+        let s = &view.s;
         let t = Ticket {
             room_tag: s.tag,
             id,
             state: TicketState::Admitted,
             arrival: 0,
             accepted_at: now_secs,
-            counted: bucket as u32,
+            counted,
             last_checkin: now_secs,
             expires: now_secs.saturating_add(s.session_secs),
         };
@@ -717,10 +767,10 @@ impl Snapshot {
 
     /// A queued ticket keeps its place for a session's length after the last refresh (a
     /// waiter that returns within it keeps its place; one that is away stops counting as live
-    /// after the grace period either way).
+    /// after the grace period either way). Never longer: the guard that stops a queued ticket
+    /// from admitting twice looks back exactly one session.
     fn queued_ttl(&self, s: &RoomStatic) -> u32 {
         s.session_secs
-            .max(s.cfg.refresh_interval * (s.cfg.waiter_grace_refreshes + 1))
     }
 
     fn cookie(&self, s: &RoomStatic, t: &Ticket, now_secs: u32) -> String {
@@ -871,9 +921,9 @@ fn build(
 /// what was published into a view.
 fn tick_room(s: &Arc<RoomStatic>, bucket_ms: u64, now: Millis) -> RoomView {
     let tb = s.counters.tick_block();
-    if tb.try_lock(now) {
+    if let Some(token) = tb.try_lock(now) {
         advance(s, &tb, bucket_ms, now);
-        tb.unlock();
+        tb.unlock(token);
     }
     observe(s, &tb, bucket_ms, now)
 }

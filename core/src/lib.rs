@@ -43,10 +43,12 @@ mod active_counts;
 mod decision;
 #[cfg(not(velvet_rope_loom))]
 mod engine;
+mod fingerprint_set;
 mod hash;
 #[cfg(not(velvet_rope_loom))]
 mod page;
 mod queue_lanes;
+mod random;
 #[cfg(not(velvet_rope_loom))]
 mod region;
 #[cfg(not(velvet_rope_loom))]

@@ -8,7 +8,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use crate::active_counts::{ActiveCounts, Renewal};
-use crate::queue_lanes::QueueLanes;
+use crate::queue_lanes::{Counted, QueueLanes};
 use crate::slot_pool::SlotPool;
 use crate::sync::{AtomicI64, AtomicU64};
 
@@ -142,33 +142,53 @@ fn active_counts_add_races_move() {
     });
 }
 
-/// Refreshes (move: count new epoch, uncount old) racing with a new waiter: the live count is
-/// exact in every interleaving.
+/// A refresh racing with its own replay (or a browser's sibling request): the waiter is
+/// counted once in every interleaving.
 #[test]
 fn queue_lanes_moves_are_exact() {
     loom::model(|| {
         let counts: Arc<Vec<AtomicI64>> = Arc::new((0..3).map(|_| AtomicI64::new(0)).collect());
         let tags: Arc<Vec<AtomicU64>> = Arc::new((0..3).map(|_| AtomicU64::new(0)).collect());
-        let lanes = QueueLanes::new(1, 2, &counts, &tags);
+        let guards: Arc<Vec<AtomicU64>> = Arc::new((0..3).map(|_| AtomicU64::new(0)).collect());
+        let lanes = QueueLanes::new(1, 2, &counts, &tags, &guards, 1);
         lanes.prepare(4);
         lanes.prepare(5);
-        assert!(lanes.count(0, 4));
+        assert_eq!(lanes.count(0, 4, 1), Counted::New);
         let mover = {
-            let (c, t) = (counts.clone(), tags.clone());
+            let (c, t, g) = (counts.clone(), tags.clone(), guards.clone());
             thread::spawn(move || {
-                let lanes = QueueLanes::new(1, 2, &c, &t);
-                assert!(lanes.count(0, 5));
-                lanes.uncount(0, 4);
+                let lanes = QueueLanes::new(1, 2, &c, &t, &g, 1);
+                if lanes.count(0, 5, 1) == Counted::New {
+                    lanes.uncount(0, 4);
+                }
+            })
+        };
+        let replay = {
+            let (c, t, g) = (counts.clone(), tags.clone(), guards.clone());
+            thread::spawn(move || {
+                let lanes = QueueLanes::new(1, 2, &c, &t, &g, 1);
+                if lanes.count(0, 5, 1) == Counted::New {
+                    lanes.uncount(0, 4);
+                }
             })
         };
         let arriver = {
-            let (c, t) = (counts.clone(), tags.clone());
+            let (c, t, g) = (counts.clone(), tags.clone(), guards.clone());
             thread::spawn(move || {
-                assert!(QueueLanes::new(1, 2, &c, &t).count(0, 5));
+                assert_eq!(
+                    QueueLanes::new(1, 2, &c, &t, &g, 1).count(0, 5, 2),
+                    Counted::New
+                );
             })
         };
         mover.join().unwrap();
+        replay.join().unwrap();
         arriver.join().unwrap();
-        assert_eq!(QueueLanes::new(1, 2, &counts, &tags).live(0, 5), 2);
+        let lanes = QueueLanes::new(1, 2, &counts, &tags, &guards, 1);
+        assert_eq!(
+            lanes.live(0, 5),
+            2,
+            "a refresh and its replay count once, plus the arrival"
+        );
     });
 }

@@ -8,17 +8,31 @@
 //! Counting is "move counting" on a small table: `counts[slot][lane]` is the number of waiters
 //! of arrival slot `slot` whose ticket says they were last counted in the epoch of `lane`. A
 //! refresh in a new epoch increments the new lane and decrements the old one; admission
-//! decrements the lane the waiter was counted in. The ticket carries the epoch it was counted
-//! in, so an honest waiter is counted once per epoch whatever its refresh rate. A client that
-//! replays an old queued ticket can only distort the count of its own arrival slot (the table
-//! clamps at zero when read); that can skew displayed positions and the frontier's pace, never
-//! admission itself, which always takes an exact slot from the pool.
+//! decrements the lane the waiter was counted in. Each lane also holds a set of the ticket ids
+//! counted in it (see `fingerprint_set`), so a waiter is counted at most once per epoch: a
+//! client that replays a queued ticket, however old, counts at most once in each epoch of the
+//! window (`grace` at once, where an honest waiter counts once). The set is sized
+//! by the room's `max_live_waiters`; beyond that many waiters in one epoch it stops refusing
+//! repeats, which can only make the queue look longer than it is (fewer admissions, never
+//! more).
 //!
 //! There are `grace + 1` lanes: the `grace` epochs of the window and the next one, which `tick`
 //! zeroes and tags ahead of its start. Writers check a lane's tag before touching it, so a lane
 //! is never written while it is being zeroed.
 
+use crate::fingerprint_set::{fingerprint, insert_if_absent};
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
+
+/// How counting a waiter went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Counted {
+    /// Counted now, for the first time in this epoch.
+    New,
+    /// This ticket was already counted in this epoch.
+    Already,
+    /// The epoch's lane is not prepared yet (tick is late).
+    NotReady,
+}
 
 /// A view over the lane table of one room.
 pub(crate) struct QueueLanes<'a> {
@@ -26,23 +40,32 @@ pub(crate) struct QueueLanes<'a> {
     grace: u64,
     counts: &'a [AtomicI64],
     lane_tags: &'a [AtomicU64],
+    guards: &'a [AtomicU64],
+    guard_words: usize,
 }
 
 impl<'a> QueueLanes<'a> {
-    /// Wraps a table of `slots * (grace + 1)` counters and `grace + 1` lane tags.
+    /// Wraps a table of `slots * (grace + 1)` counters, `grace + 1` lane tags and `grace + 1`
+    /// id sets of `guard_words` words each.
     pub(crate) fn new(
         slots: usize,
         grace: u64,
         counts: &'a [AtomicI64],
         lane_tags: &'a [AtomicU64],
+        guards: &'a [AtomicU64],
+        guard_words: usize,
     ) -> Self {
         debug_assert_eq!(lane_tags.len() as u64, grace + 1);
         debug_assert_eq!(counts.len(), slots * lane_tags.len());
+        debug_assert_eq!(guards.len(), guard_words * lane_tags.len());
+        debug_assert!(guard_words.is_power_of_two());
         Self {
             slots,
             grace,
             counts,
             lane_tags,
+            guards,
+            guard_words,
         }
     }
 
@@ -64,15 +87,18 @@ impl<'a> QueueLanes<'a> {
         counted <= epoch && counted + self.grace > epoch
     }
 
-    /// Counts one waiter of `slot` as live in `epoch`. False if the lane is not ready yet.
-    pub(crate) fn count(&self, slot: usize, epoch: u64) -> bool {
-        match self.lane_of(epoch) {
-            Some(lane) => {
-                self.cell(slot, lane).fetch_add(1, Ordering::Relaxed);
-                true
-            }
-            None => false,
+    /// Counts waiter `id` of `slot` as live in `epoch`, unless it already is.
+    pub(crate) fn count(&self, slot: usize, epoch: u64, id: u64) -> Counted {
+        let Some(lane) = self.lane_of(epoch) else {
+            return Counted::NotReady;
+        };
+        let (start, fp) = fingerprint(id, self.guard_words);
+        let set = &self.guards[lane * self.guard_words..(lane + 1) * self.guard_words];
+        if !insert_if_absent(set, start, fp) {
+            return Counted::Already;
         }
+        self.cell(slot, lane).fetch_add(1, Ordering::Relaxed);
+        Counted::New
     }
 
     /// Removes one waiter of `slot` from `epoch`'s count, if that epoch is still tracked.
@@ -92,6 +118,9 @@ impl<'a> QueueLanes<'a> {
         for slot in 0..self.slots {
             self.cell(slot, lane).store(0, Ordering::Relaxed);
         }
+        for w in &self.guards[lane * self.guard_words..(lane + 1) * self.guard_words] {
+            w.store(0, Ordering::Relaxed);
+        }
         self.lane_tags[lane].store(epoch + 1, Ordering::Release);
     }
 
@@ -110,21 +139,30 @@ impl<'a> QueueLanes<'a> {
 mod tests {
     use super::*;
 
-    fn table(slots: usize, grace: u64) -> (Vec<AtomicI64>, Vec<AtomicU64>) {
+    struct Table(Vec<AtomicI64>, Vec<AtomicU64>, Vec<AtomicU64>);
+
+    fn table(slots: usize, grace: u64) -> Table {
         let lanes = grace as usize + 1;
-        (
+        Table(
             (0..slots * lanes).map(|_| AtomicI64::new(0)).collect(),
             (0..lanes).map(|_| AtomicU64::new(0)).collect(),
+            (0..lanes * 64).map(|_| AtomicU64::new(0)).collect(),
         )
+    }
+
+    impl Table {
+        fn view(&self, slots: usize, grace: u64) -> QueueLanes<'_> {
+            QueueLanes::new(slots, grace, &self.0, &self.1, &self.2, 64)
+        }
     }
 
     #[test]
     fn a_waiter_that_stops_refreshing_stops_counting_after_grace() {
-        let (c, t) = table(4, 2);
-        let q = QueueLanes::new(4, 2, &c, &t);
+        let t = table(4, 2);
+        let q = t.view(4, 2);
         q.prepare(10);
         q.prepare(11);
-        assert!(q.count(1, 10));
+        assert_eq!(q.count(1, 10, 7), Counted::New);
         assert_eq!(q.live(1, 10), 1);
         assert_eq!(q.live(1, 11), 1);
         q.prepare(12);
@@ -133,14 +171,18 @@ mod tests {
 
     #[test]
     fn refresh_moves_and_admission_removes() {
-        let (c, t) = table(4, 2);
-        let q = QueueLanes::new(4, 2, &c, &t);
+        let t = table(4, 2);
+        let q = t.view(4, 2);
         q.prepare(10);
         q.prepare(11);
-        q.count(2, 10);
+        q.count(2, 10, 5);
         // Refresh in epoch 11: counted in 11, removed from 10.
-        q.count(2, 11);
+        assert_eq!(q.count(2, 11, 5), Counted::New);
         q.uncount(2, 10);
+        // Replays of the same ticket in the same epoch count nothing.
+        for _ in 0..100 {
+            assert_eq!(q.count(2, 11, 5), Counted::Already);
+        }
         q.prepare(12);
         assert_eq!(q.live(2, 11), 1);
         q.uncount(2, 11);
@@ -149,9 +191,9 @@ mod tests {
 
     #[test]
     fn unprepared_lane_is_not_written() {
-        let (c, t) = table(2, 2);
-        let q = QueueLanes::new(2, 2, &c, &t);
-        assert!(!q.count(0, 5));
+        let t = table(2, 2);
+        let q = t.view(2, 2);
+        assert_eq!(q.count(0, 5, 1), Counted::NotReady);
         assert_eq!(q.live(0, 5), 0);
     }
 }

@@ -9,6 +9,7 @@
 //!              active-bucket counts           (buckets x i64)
 //!              queue lane tags                (lanes x u64)
 //!              queue lane counts              (queue_slots x lanes x i64)
+//!              queue lane id sets             (lanes x lane_guard_words x u64)
 //!              tick block: cells, pool readings, admitted ring (16 + 2 x shards + 2 x buckets u64)
 //!              replay guards                  (buckets x guard_words x u64)
 //! ```
@@ -27,7 +28,7 @@ use crate::sync::{AtomicU64, Ordering};
 use crate::tick_block::{TickBlock, CELLS};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"vrROOM\x00\x01");
-const LAYOUT_VERSION: u64 = 1;
+const LAYOUT_VERSION: u64 = 2;
 
 /// Number of ticket rejection reasons a region has room for.
 pub(crate) const REASONS: usize = 8;
@@ -40,6 +41,9 @@ pub(crate) struct RoomLayout {
     pub(crate) buckets: usize,
     pub(crate) queue_slots: usize,
     pub(crate) grace: usize,
+    pub(crate) lane_guard_words: usize,
+    /// Bucket width in seconds: counters numbered in buckets of another width are not reused.
+    pub(crate) bucket_secs: u32,
 }
 
 impl RoomLayout {
@@ -58,6 +62,9 @@ impl RoomLayout {
             buckets: room.session_duration as usize + 3,
             queue_slots: room.queue_buckets as usize,
             grace: room.waiter_grace_refreshes as usize,
+            // Two fingerprints per word: at most half full with `max_live_waiters` waiters.
+            lane_guard_words: (room.max_live_waiters as usize).next_power_of_two(),
+            bucket_secs: settings.bucket_width_secs,
         }
     }
 
@@ -80,6 +87,7 @@ impl RoomLayout {
         let active_counts = take(self.buckets * 8);
         let lane_tags = take(self.lanes() * 8);
         let lane_counts = take(self.queue_slots * self.lanes() * 8);
+        let lane_guards = take(self.lanes() * self.lane_guard_words * 8);
         let tick = take((CELLS + 2 * self.shards + 2 * self.buckets) * 8);
         let guard = take(self.buckets * self.guard_words * 8);
         Offsets {
@@ -91,6 +99,7 @@ impl RoomLayout {
             active_counts,
             lane_tags,
             lane_counts,
+            lane_guards,
             guard,
             total: at,
         }
@@ -101,7 +110,7 @@ impl RoomLayout {
         self.offsets().total
     }
 
-    fn header(&self) -> [u64; 7] {
+    fn header(&self) -> [u64; 9] {
         [
             MAGIC,
             LAYOUT_VERSION,
@@ -110,6 +119,8 @@ impl RoomLayout {
             self.buckets as u64,
             self.queue_slots as u64,
             self.grace as u64,
+            self.lane_guard_words as u64,
+            u64::from(self.bucket_secs),
         ]
     }
 }
@@ -124,6 +135,7 @@ struct Offsets {
     active_counts: usize,
     lane_tags: usize,
     lane_counts: usize,
+    lane_guards: usize,
     guard: usize,
     total: usize,
 }
@@ -144,7 +156,7 @@ impl RoomCounters {
             layout,
             offsets: layout.offsets(),
         };
-        let header = counters.region.u64s(0, 7);
+        let header = counters.region.u64s(0, 9);
         for (cell, v) in header.iter().zip(layout.header()) {
             cell.store(v, Ordering::Relaxed);
         }
@@ -162,7 +174,7 @@ impl RoomCounters {
                 layout.size()
             )));
         }
-        let header = region.u64s(0, 7);
+        let header = region.u64s(0, 9);
         let want = layout.header();
         match header[0].compare_exchange(0, MAGIC, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => {
@@ -262,6 +274,9 @@ impl RoomCounters {
             self.region
                 .i64s(self.offsets.lane_counts, l.queue_slots * l.lanes()),
             self.region.u64s(self.offsets.lane_tags, l.lanes()),
+            self.region
+                .u64s(self.offsets.lane_guards, l.lanes() * l.lane_guard_words),
+            l.lane_guard_words,
         )
     }
 }
@@ -278,14 +293,21 @@ mod tests {
             ..Settings::default()
         };
         let layout = RoomLayout::of(&room, &settings);
-        // The queue table (24 KiB) and 8 replay guards of 2 KiB dominate; the size depends on
-        // the configuration only, never on how many visitors come.
-        assert_eq!(layout.guard_words, 256);
-        assert_eq!(layout.size(), 43_008);
-        // A room for 100,000 users: 8 guards of 1 MiB (64 bits per possible visitor).
-        let big = RoomLayout::of(&RoomConfig::new("r", 100_000, 1000), &settings);
-        assert_eq!(big.guard_words, 131_072);
-        assert_eq!(big.size(), 43_008 - 8 * 2048 + 8 * 131_072 * 8);
+        // The queue's replay guard (3 refresh epochs x 32,768 words) dominates, then the queue
+        // table (1,024 arrival buckets x 3 epochs) and 8 active-user guards of 512 words. The
+        // size depends on the configuration only, never on how many visitors come.
+        assert_eq!(layout.guard_words, 512);
+        assert_eq!(layout.lane_guard_words, 32_768);
+        let fixed = layout.size() - 3 * 32_768 * 8 - 8 * 512 * 8;
+        assert_eq!(fixed, 26_624, "everything but the guards");
+        eprintln!(
+            "room of 200 users, 5-minute sessions: {} bytes",
+            layout.size()
+        );
+        // A room for 1,048,576 users: 8 guards of 16 MiB.
+        let big = RoomLayout::of(&RoomConfig::new("r", 1 << 20, 1000), &settings);
+        assert_eq!(big.guard_words, 1 << 21);
+        assert_eq!(big.size(), fixed + 3 * 32_768 * 8 + 8 * (1 << 21) * 8);
     }
 
     #[test]

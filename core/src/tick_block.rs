@@ -67,20 +67,29 @@ impl<'a> TickBlock<'a> {
     }
 
     /// Takes the advance lock at `now`, or takes over one older than [`STALE_LOCK_MS`].
-    pub(crate) fn try_lock(&self, now: u64) -> bool {
+    /// Returns the token to unlock with: the lock word holds the taker's time in its high bits
+    /// and a random tag in its low 16, so a stalled holder whose lock was taken over cannot
+    /// release the new holder's lock.
+    pub(crate) fn try_lock(&self, now: u64) -> Option<u64> {
         let lock = &self.cells[Cell::Lock as usize];
-        let mine = now.max(1);
         let held = lock.load(Ordering::Acquire);
-        if held != 0 && held.saturating_add(STALE_LOCK_MS) > now {
-            return false;
+        if held != 0 && (held >> 16).saturating_add(STALE_LOCK_MS) > now {
+            return None;
         }
-        lock.compare_exchange(held, mine, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        let token = (now << 16) | (crate::random::u64() & 0xFFFF) | 1;
+        lock.compare_exchange(held, token, Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .map(|_| token)
     }
 
-    /// Releases the advance lock.
-    pub(crate) fn unlock(&self) {
-        self.cells[Cell::Lock as usize].store(0, Ordering::Release);
+    /// Releases the advance lock if `token` still holds it.
+    pub(crate) fn unlock(&self, token: u64) {
+        let _ = self.cells[Cell::Lock as usize].compare_exchange(
+            token,
+            0,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 
     /// The pools' claim counters as of the last advance.

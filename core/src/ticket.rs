@@ -13,12 +13,12 @@
 //! Sealing uses the signing key; opening tries the key named in the ticket, so keys rotate by
 //! adding a new key, making it the signing key, and dropping the old one once the longest
 //! session has passed. Tag verification is constant-time (ring). Nonces come from the
-//! thread's CSPRNG (seeded once per thread from the OS, no syscall per ticket).
+//! thread's CSPRNG (seeded once per thread and process from the OS, reseeded after `fork`; no
+//! syscall per ticket).
 //! Every way a ticket can be refused has its own [`TicketError`], and a refused ticket is
 //! treated by the engine as no ticket at all.
 
 use base64::Engine as _;
-use rand::RngCore;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 
 use crate::error::Result;
@@ -170,7 +170,7 @@ impl Keyring {
         let mut owned: Vec<(u8, [u8; 32])> = keys.to_vec();
         if owned.is_empty() {
             let mut k = [0u8; 32];
-            rand::thread_rng().fill_bytes(&mut k);
+            crate::random::fill(&mut k);
             owned.push((0, k));
         }
         let signing_id = signing.unwrap_or_else(|| owned.iter().map(|k| k.0).max().unwrap_or(0));
@@ -205,7 +205,7 @@ impl Keyring {
         sealed[0] = VERSION;
         sealed[1] = *id;
         let mut nonce = [0u8; NONCE];
-        rand::thread_rng().fill_bytes(&mut nonce);
+        crate::random::fill(&mut nonce);
         sealed[2..HEAD].copy_from_slice(&nonce);
         let body = &mut sealed[HEAD..HEAD + BODY];
         body[0..4].copy_from_slice(&t.room_tag.to_le_bytes());
@@ -328,10 +328,10 @@ impl Keyring {
     }
 }
 
-/// A fresh random ticket id from the thread's CSPRNG.
+/// A fresh random ticket id (fork-safe CSPRNG).
 #[inline]
 pub(crate) fn random_id() -> u64 {
-    rand::thread_rng().next_u64()
+    crate::random::u64()
 }
 
 #[cfg(all(test, not(velvet_rope_loom)))]

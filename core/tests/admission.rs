@@ -492,3 +492,72 @@ fn stress_never_over_admits() {
     assert!(n <= total, "admitted {n} of {total}");
     assert!(n >= total * 97 / 100, "admitted only {n} of {total}");
 }
+
+/// A client that keeps its first queued ticket and replays it: it inflates neither the queue
+/// nor admissions, and once let in it cannot come in again on the same queued ticket.
+#[test]
+fn replayed_queued_ticket_admits_once_and_does_not_inflate_the_queue() {
+    let mut room = RoomConfig::new("r", 3, 100);
+    room.session_duration = 3;
+    room.disable_session_renewal = true;
+    let e = engine_with(room);
+    fill(&e, "r", 3, T0);
+    e.tick(T0 + 1000);
+    let mut waiter = Browser::default();
+    assert_eq!(waiter.visit(&e, "r", T0 + 1000).outcome, Outcome::Queue);
+    let first = waiter.cookie.clone().unwrap();
+    // The waiter refreshes honestly every 20 s; a copy of its first ticket is replayed 500
+    // times per refresh while it is valid (3 minutes: after that it is no ticket at all), in
+    // the arrival epoch and in later ones, past the grace window too.
+    let first_expires = T0 + 1000 + 3 * MIN;
+    let mut now = T0 + 1000;
+    let mut last_queued = first.clone();
+    while now < T0 + 6 * MIN {
+        e.tick(now);
+        for _ in 0..500 {
+            if now + 1 < first_expires {
+                let d = e.admit("r", Some(&first), now + 1).unwrap();
+                assert_eq!((d.outcome, d.ticket_error), (Outcome::Queue, None));
+            }
+        }
+        last_queued = waiter.cookie.clone().unwrap();
+        let d = waiter.visit(&e, "r", now + 2);
+        e.tick(now + 3);
+        if d.outcome == Outcome::Admit {
+            break;
+        }
+        // Counted at most once per refresh epoch: the stale copy is at most in each of the
+        // `waiter_grace_refreshes` (2) epochs of the window, plus the honest waiter: bounded,
+        // not 500 a refresh.
+        let q = e.stats("r").unwrap().queue_length;
+        assert!(q <= 3, "at {} s: queue {q}", (now - T0) / 1000);
+        now += 20_000;
+    }
+    assert!(
+        now < T0 + 6 * MIN,
+        "the waiter got in once the three sessions ended"
+    );
+    // Its last queued ticket, replayed, does not admit anyone else.
+    for _ in 0..10 {
+        let d = e.admit("r", Some(&last_queued), now + 4).unwrap();
+        assert_eq!(d.outcome, Outcome::Queue);
+    }
+    e.tick(now + 1000);
+    let st = e.stats("r").unwrap();
+    assert_eq!(st.admitted_total, 4);
+    assert_eq!(st.active_users, 1);
+}
+
+/// Counters numbered in buckets of one width are not reused when the width changes.
+#[test]
+fn changing_the_bucket_width_starts_counts_afresh() {
+    let e = engine_with(RoomConfig::new("r", 5, 100));
+    fill(&e, "r", 5, T0);
+    e.tick(T0 + 1000);
+    assert_eq!(e.stats("r").unwrap().active_users, 5);
+    let mut cfg = e.config().as_ref().clone();
+    cfg.settings.bucket_width_secs = 1;
+    e.reload(cfg).unwrap();
+    e.tick(T0 + 2000);
+    assert_eq!(e.stats("r").unwrap().active_users, 0);
+}

@@ -293,10 +293,24 @@ pub unsafe extern "C" fn vr_engine_admit(
         let room = unsafe { text(room, room_len, "room") }?;
         // SAFETY: per this function's contract.
         let header = unsafe { bytes(cookie_header, cookie_header_len, "cookie_header") }?;
-        // SAFETY: per this function's contract.
-        let out = unsafe { decision_out.as_mut() }.ok_or_else(|| null("decision_out"))?;
+        if decision_out.is_null() {
+            return Err(null("decision_out"));
+        }
         let d = e.admit_header_bytes(room, (!header.is_empty()).then_some(header), now_ms)?;
-        to_c(&d, out)
+        let mut out = vr_decision {
+            outcome: 0,
+            ticket_error: -1,
+            position: 0,
+            estimated_wait_secs: 0,
+            retry_after_secs: 0,
+            queue_length: 0,
+            set_cookie_len: 0,
+            set_cookie: [0; VR_SET_COOKIE_CAPACITY],
+        };
+        to_c(&d, &mut out)?;
+        // SAFETY: checked non-null; writable per the contract. Written only on success.
+        unsafe { decision_out.write(out) };
+        Ok(())
     })
 }
 

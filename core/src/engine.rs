@@ -924,6 +924,14 @@ fn tick_room(s: &Arc<RoomStatic>, bucket_ms: u64, now: Millis) -> RoomView {
     if let Some(token) = tb.try_lock(now) {
         advance(s, &tb, bucket_ms, now);
         tb.unlock(token);
+    } else if tb.get(Cell::LastTick) == 0 {
+        // A room nobody has advanced yet, being advanced by another process right now (they
+        // attached at the same moment): wait for its first figures rather than serve a view
+        // with no slots (bounded; a holder that died is taken over after the stale time).
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while tb.get(Cell::LastTick) == 0 && std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
     }
     observe(s, &tb, bucket_ms, now)
 }

@@ -186,6 +186,11 @@ impl RoomCounters {
                 return Err(Error::Region("not a velvet-rope room region".into()))
             }
             Err(_) => {
+                // Another process is initialising the header: its last field is written last.
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+                while header[8].load(Ordering::Acquire) == 0 && std::time::Instant::now() < until {
+                    std::hint::spin_loop();
+                }
                 let got: Vec<u64> = header.iter().map(|c| c.load(Ordering::Acquire)).collect();
                 if got[1..] != want[1..] {
                     return Err(Error::Region(format!(

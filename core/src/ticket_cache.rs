@@ -11,8 +11,6 @@
 
 use std::cell::RefCell;
 
-use subtle::ConstantTimeEq;
-
 use crate::ticket::{Ticket, ENCODED_LEN};
 
 const ENTRIES: usize = 256;
@@ -23,6 +21,15 @@ struct Entry {
     generation: u64,
     text: [u64; WORDS],
     ticket: Ticket,
+}
+
+/// Equality of two word arrays in time independent of where they differ: every word is
+/// compared, the differences are OR-ed together, and the result goes through `black_box` so
+/// the compiler cannot turn the fold into an early exit.
+#[inline]
+fn constant_time_eq(a: &[u64; WORDS], b: &[u64; WORDS]) -> bool {
+    let diff = a.iter().zip(b).fold(0u64, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
 }
 
 /// The encoded ticket as little-endian words (zero-padded), compared a word at a time.
@@ -58,8 +65,8 @@ pub(crate) fn get(generation: u64, text: &[u8; ENCODED_LEN]) -> Option<Ticket> {
         .try_with(|cache| {
             let cache = cache.try_borrow().ok()?;
             let entry = cache.as_ref()?[slot(text)]?;
-            let same = entry.text[..].ct_eq(&words(text)[..]).unwrap_u8() == 1
-                && entry.generation == generation;
+            let same =
+                constant_time_eq(&entry.text, &words(text)) && entry.generation == generation;
             same.then_some(entry.ticket)
         })
         .ok()

@@ -90,13 +90,12 @@ pub struct vr_room_stats {
     pub ticket_rejections: [u64; 6],
 }
 
-fn to_c(d: &Decision, out: &mut vr_decision) -> Result<(), Failure> {
-    out.outcome = d.outcome as u32;
-    out.ticket_error = d.ticket_error.map_or(-1, |e| e as i32);
-    out.position = d.position.unwrap_or(0);
-    out.estimated_wait_secs = d.estimated_wait_secs.unwrap_or(0);
-    out.retry_after_secs = d.retry_after_secs.unwrap_or(0);
-    out.queue_length = d.queue_length.unwrap_or(0);
+/// Writes `d` through `out`. Checked first, then written: nothing is written on failure. Only
+/// the bytes of the cookie that are used (and its NUL) are written, not the whole buffer.
+///
+/// # Safety
+/// `out` must be valid for writes of a `vr_decision`.
+unsafe fn to_c(d: &Decision, out: *mut vr_decision) -> Result<(), Failure> {
     let cookie = d.set_cookie.as_deref().unwrap_or("");
     if cookie.len() >= VR_SET_COOKIE_CAPACITY {
         return Err(Failure(
@@ -104,11 +103,22 @@ fn to_c(d: &Decision, out: &mut vr_decision) -> Result<(), Failure> {
             format!("Set-Cookie value of {} bytes does not fit", cookie.len()),
         ));
     }
-    for (dst, src) in out.set_cookie.iter_mut().zip(cookie.bytes()) {
-        *dst = src as c_char;
+    // SAFETY: `out` is valid for writes (caller); fields are written through raw pointers so
+    // that no reference to possibly uninitialised memory is made; the cookie bytes plus NUL
+    // fit the buffer (checked above).
+    unsafe {
+        std::ptr::addr_of_mut!((*out).outcome).write(d.outcome as u32);
+        std::ptr::addr_of_mut!((*out).ticket_error).write(d.ticket_error.map_or(-1, |e| e as i32));
+        std::ptr::addr_of_mut!((*out).position).write(d.position.unwrap_or(0));
+        std::ptr::addr_of_mut!((*out).estimated_wait_secs)
+            .write(d.estimated_wait_secs.unwrap_or(0));
+        std::ptr::addr_of_mut!((*out).retry_after_secs).write(d.retry_after_secs.unwrap_or(0));
+        std::ptr::addr_of_mut!((*out).queue_length).write(d.queue_length.unwrap_or(0));
+        std::ptr::addr_of_mut!((*out).set_cookie_len).write(cookie.len());
+        let buf = std::ptr::addr_of_mut!((*out).set_cookie).cast::<u8>();
+        std::ptr::copy_nonoverlapping(cookie.as_ptr(), buf, cookie.len());
+        buf.add(cookie.len()).write(0);
     }
-    out.set_cookie[cookie.len()] = 0;
-    out.set_cookie_len = cookie.len();
     Ok(())
 }
 
@@ -297,20 +307,8 @@ pub unsafe extern "C" fn vr_engine_admit(
             return Err(null("decision_out"));
         }
         let d = e.admit_header_bytes(room, (!header.is_empty()).then_some(header), now_ms)?;
-        let mut out = vr_decision {
-            outcome: 0,
-            ticket_error: -1,
-            position: 0,
-            estimated_wait_secs: 0,
-            retry_after_secs: 0,
-            queue_length: 0,
-            set_cookie_len: 0,
-            set_cookie: [0; VR_SET_COOKIE_CAPACITY],
-        };
-        to_c(&d, &mut out)?;
-        // SAFETY: checked non-null; writable per the contract. Written only on success.
-        unsafe { decision_out.write(out) };
-        Ok(())
+        // SAFETY: checked non-null; writable per this function's contract.
+        unsafe { to_c(&d, decision_out) }
     })
 }
 

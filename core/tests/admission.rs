@@ -561,3 +561,27 @@ fn changing_the_bucket_width_starts_counts_afresh() {
     e.tick(T0 + 2000);
     assert_eq!(e.stats("r").unwrap().active_users, 0);
 }
+
+/// Rooms are found by name whether there are few (compared in turn) or many (hashed).
+#[test]
+fn rooms_are_found_among_few_and_many() {
+    for n in [1usize, 8, 9, 40] {
+        let text: String = (0..n)
+            .map(|i| {
+                format!("[[rooms]]\nname = \"room-{i}\"\ntotal_active_users = 1\nnew_users_per_minute = 1\n")
+            })
+            .collect();
+        let e = Engine::from_text(&text, T0).unwrap();
+        let mut ends = vec![0, n - 1];
+        ends.dedup();
+        for i in ends {
+            let d = e.admit(&format!("room-{i}"), None, T0).unwrap();
+            assert_eq!(d.outcome, Outcome::Admit);
+            assert!(d
+                .set_cookie
+                .unwrap()
+                .starts_with(&format!("__vr_room-{i}=")));
+        }
+        assert!(e.admit("room-x", None, T0).is_err());
+    }
+}

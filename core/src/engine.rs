@@ -604,7 +604,7 @@ impl Snapshot {
                 }
                 // A concurrent request with the same ticket was admitted first: this one gets
                 // the same admission without being counted twice (its slot is spent).
-                return self.admit_again(view, t.id, bucket, now_secs, err);
+                return self.admitted_ticket(view, t.id, bucket as u32, now_secs, err);
             }
         }
         let mut set_cookie = None;
@@ -710,18 +710,7 @@ impl Snapshot {
         self.admitted_ticket(view, id, counted, now_secs, err)
     }
 
-    /// Admits `id` again without counting it (it was counted by a concurrent request).
-    fn admit_again(
-        &self,
-        view: &RoomView,
-        id: u64,
-        bucket: u64,
-        now_secs: u32,
-        err: Option<TicketError>,
-    ) -> Decision {
-        self.admitted_ticket(view, id, bucket as u32, now_secs, err)
-    }
-
+    /// An admission ticket for `id`, counted in bucket `counted` (0: not counted yet).
     fn admitted_ticket(
         &self,
         view: &RoomView,

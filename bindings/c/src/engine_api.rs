@@ -4,7 +4,9 @@ use std::ffi::c_char;
 
 use engine::{Config, Decision, Engine, Outcome, TicketError};
 
-use crate::error::{guard, null, vr_result, Failure, VR_BUFFER_TOO_SMALL, VR_INVALID_ARGUMENT};
+use crate::error::{
+    free_handle, guard, null, vr_result, Failure, VR_BUFFER_TOO_SMALL, VR_INVALID_ARGUMENT,
+};
 use crate::strings::{bytes, c_text, text, write};
 
 /// An admission engine (opaque). Create with `vr_engine_new*`, free with [`vr_engine_free`].
@@ -261,12 +263,8 @@ pub unsafe extern "C" fn vr_engine_new_shared(
 /// `engine` must be NULL or a pointer from `vr_engine_new*` not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn vr_engine_free(engine: *mut vr_engine) {
-    if !engine.is_null() {
-        let _ = std::panic::catch_unwind(|| {
-            // SAFETY: per this function's contract, this is the Box made by vr_engine_new*.
-            drop(unsafe { Box::from_raw(engine) });
-        });
-    }
+    // SAFETY: forwarded from this function's contract.
+    unsafe { free_handle(engine) }
 }
 
 /// Borrows the engine behind a handle.
@@ -516,10 +514,6 @@ pub unsafe extern "C" fn vr_page_get_view(
 /// `page` must be NULL or a page from [`vr_engine_render_page`] not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn vr_page_free(page: *mut vr_page) {
-    if !page.is_null() {
-        let _ = std::panic::catch_unwind(|| {
-            // SAFETY: per this function's contract.
-            drop(unsafe { Box::from_raw(page) });
-        });
-    }
+    // SAFETY: forwarded from this function's contract.
+    unsafe { free_handle(page) }
 }

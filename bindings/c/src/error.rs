@@ -136,3 +136,17 @@ pub extern "C" fn vr_result_name(result: u32) -> *const c_char {
     };
     name.as_ptr().cast()
 }
+
+/// Drops a handle made by `Box::into_raw`, behind the panic boundary; NULL is ignored. Every
+/// `vr_*_free` function is this, so ownership is handled in one place.
+///
+/// # Safety
+/// `handle` must be NULL or a pointer from `Box::into_raw` of a `T` not freed before.
+pub(crate) unsafe fn free_handle<T>(handle: *mut T) {
+    if !handle.is_null() {
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            // SAFETY: per this function's contract, this is the Box's pointer.
+            drop(unsafe { Box::from_raw(handle) });
+        }));
+    }
+}

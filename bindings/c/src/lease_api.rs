@@ -6,7 +6,7 @@ use std::ffi::c_char;
 use engine::lease::{Coordinator, Gauge, Lease, LeaseConfig, RateLimiter};
 use engine::Config;
 
-use crate::error::{guard, null, vr_result, Failure, VR_INVALID_ARGUMENT};
+use crate::error::{free_handle, guard, null, vr_result, Failure, VR_INVALID_ARGUMENT};
 use crate::strings::{text, write};
 
 /// An in-process lease coordinator (opaque). Thread-safe.
@@ -98,12 +98,8 @@ pub unsafe extern "C" fn vr_coordinator_new(
 /// NULL or a handle from [`vr_coordinator_new`] not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn vr_coordinator_free(coordinator: *mut vr_coordinator) {
-    if !coordinator.is_null() {
-        let _ = std::panic::catch_unwind(|| {
-            // SAFETY: per this function's contract.
-            drop(unsafe { Box::from_raw(coordinator) });
-        });
-    }
+    // SAFETY: forwarded from this function's contract.
+    unsafe { free_handle(coordinator) }
 }
 
 /// Asks for (or refreshes) `client_id`'s lease on `resource`, wanting `wants`, in priority
@@ -202,12 +198,8 @@ pub unsafe extern "C" fn vr_rate_limiter_new(
 /// NULL or a handle from [`vr_rate_limiter_new`] not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn vr_rate_limiter_free(limiter: *mut vr_rate_limiter) {
-    if !limiter.is_null() {
-        let _ = std::panic::catch_unwind(|| {
-            // SAFETY: per this function's contract.
-            drop(unsafe { Box::from_raw(limiter) });
-        });
-    }
+    // SAFETY: forwarded from this function's contract.
+    unsafe { free_handle(limiter) }
 }
 
 /// Takes `n` permits if the rate allows it now: `*acquired_out` says whether it did.
@@ -274,12 +266,8 @@ pub unsafe extern "C" fn vr_gauge_new(capacity: u32, gauge_out: *mut *mut vr_gau
 /// NULL or a handle from [`vr_gauge_new`] not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn vr_gauge_free(gauge: *mut vr_gauge) {
-    if !gauge.is_null() {
-        let _ = std::panic::catch_unwind(|| {
-            // SAFETY: per this function's contract.
-            drop(unsafe { Box::from_raw(gauge) });
-        });
-    }
+    // SAFETY: forwarded from this function's contract.
+    unsafe { free_handle(gauge) }
 }
 
 /// Takes `n` units if free: `*acquired_out` says whether it did. Give them back with

@@ -28,9 +28,11 @@ thread_local! {
     static RNG: RefCell<Option<(u64, StdRng)>> = const { RefCell::new(None) };
 }
 
-/// Fills `out` with fresh random bytes.
+/// How many times this process's ancestry forked since the handler was registered: changes in
+/// a child right after `fork`. Also used by the lease clock, whose ticker thread does not
+/// survive a fork.
 #[inline]
-pub(crate) fn fill(out: &mut [u8]) {
+pub(crate) fn fork_generation() -> u64 {
     REGISTER.call_once(|| {
         // SAFETY: registers a handler that only does an atomic add, which is async-signal-safe
         // and valid in a freshly forked child; no prepare or parent handlers.
@@ -38,7 +40,13 @@ pub(crate) fn fill(out: &mut [u8]) {
             libc::pthread_atfork(None, None, Some(after_fork_in_child));
         }
     });
-    let generation = FORKS.load(Ordering::Acquire);
+    FORKS.load(Ordering::Acquire)
+}
+
+/// Fills `out` with fresh random bytes.
+#[inline]
+pub(crate) fn fill(out: &mut [u8]) {
+    let generation = fork_generation();
     let drew = RNG.try_with(|cell| {
         let mut slot = cell.borrow_mut();
         match slot.as_mut() {

@@ -4,6 +4,10 @@
 //! [`CoarseClock`] keeps the current time in an atomic that a background thread refreshes
 //! every millisecond; reading it is a relaxed load. It is monotonic (derived from `Instant`)
 //! and lags real time by at most about one tick, which only makes a rate limiter stricter.
+//!
+//! A thread does not survive `fork`: in a child of the process that started the clock (a
+//! pre-fork server's worker) the clock reads the system clock instead, so it never stands
+//! still.
 
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -14,6 +18,8 @@ use crate::sync::{AtomicU64, Ordering};
 #[derive(Debug)]
 struct Inner {
     now: AtomicU64,
+    /// The fork generation the ticker thread runs in.
+    generation: u64,
 }
 
 /// A monotonic millisecond clock refreshed by a background thread.
@@ -37,6 +43,7 @@ impl CoarseClock {
         let origin = Instant::now();
         let inner = Arc::new(Inner {
             now: AtomicU64::new(base),
+            generation: crate::random::fork_generation(),
         });
         let weak: Weak<Inner> = Arc::downgrade(&inner);
         let tick = resolution.max(Duration::from_micros(100));
@@ -65,7 +72,7 @@ impl Clock for CoarseClock {
     fn now_ms(&self) -> Millis {
         // Relaxed: the value is self-contained; no other memory is published through it.
         let now = self.inner.now.load(Ordering::Relaxed);
-        if now == STOPPED {
+        if now == STOPPED || crate::random::fork_generation() != self.inner.generation {
             SystemClock.now_ms()
         } else {
             now
@@ -109,5 +116,45 @@ impl<C> std::ops::Deref for SharedClock<C> {
 
     fn deref(&self) -> &C {
         &self.0
+    }
+}
+
+#[cfg(all(test, not(velvet_rope_loom)))]
+mod tests {
+    use super::*;
+
+    /// In a forked child (no ticker thread there) the clock still moves.
+    #[test]
+    fn the_clock_moves_in_a_forked_child() {
+        let clock = CoarseClock::start(Duration::from_millis(1));
+        let _ = clock.now_ms();
+        let mut pipe = [0i32; 2];
+        // SAFETY: creating a pipe into a local array.
+        assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+        // SAFETY: the child reads the clock, sleeps, writes 8 bytes and exits without unwinding.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let before = clock.now_ms();
+            std::thread::sleep(Duration::from_millis(30));
+            let moved = clock.now_ms().saturating_sub(before).to_le_bytes();
+            // SAFETY: writing 8 bytes to the pipe, then leaving at once.
+            unsafe {
+                libc::write(pipe[1], moved.as_ptr().cast(), 8);
+                libc::_exit(0);
+            }
+        }
+        let mut moved = [0u8; 8];
+        // SAFETY: reading 8 bytes into a local buffer; reaping the child; closing the pipe.
+        unsafe {
+            assert_eq!(libc::read(pipe[0], moved.as_mut_ptr().cast(), 8), 8);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+            libc::close(pipe[0]);
+            libc::close(pipe[1]);
+        }
+        assert!(
+            u64::from_le_bytes(moved) >= 20,
+            "the child's clock stood still"
+        );
     }
 }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "velvet_rope.h"
 
@@ -175,6 +176,21 @@ static void test_admission_flow(void) {
     vr_engine_free(e);
 }
 
+static void test_from_file(void) {
+    char path[] = "/tmp/velvet-rope-c-test-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs(CONFIG, f);
+    fclose(f);
+    vr_engine *e = NULL;
+    CHECK(vr_engine_new_from_file(path, T0, &e) == VR_OK && e != NULL);
+    vr_decision d;
+    CHECK(vr_engine_admit(e, "shop", 4, NULL, 0, T0, &d) == VR_OK && d.outcome == VR_OUTCOME_ADMIT);
+    vr_engine_free(e);
+    unlink(path);
+}
+
 static void test_shared_region(void) {
     size_t size = 0;
     CHECK(vr_shared_region_size(CONFIG, strlen(CONFIG), &size) == VR_OK && size > 0);
@@ -322,6 +338,7 @@ int main(void) {
     test_misc();
     test_errors();
     test_admission_flow();
+    test_from_file();
     test_shared_region();
     test_leases();
     test_stress();

@@ -101,6 +101,8 @@ static ngx_int_t ngx_http_velvet_rope_cookie_header(ngx_http_request_t *r,
     ngx_str_t *out);
 static ngx_table_elt_t *ngx_http_velvet_rope_accept_header(
     ngx_http_request_t *r);
+static ngx_int_t ngx_http_velvet_rope_send_uncached(ngx_http_request_t *r,
+    u_char *body, size_t len);
 static ngx_int_t ngx_http_velvet_rope_add_header(ngx_http_request_t *r,
     const char *key, ngx_str_t *value);
 static ngx_int_t ngx_http_velvet_rope_add_number_header(ngx_http_request_t *r,
@@ -297,12 +299,9 @@ ngx_http_velvet_rope_send_page(ngx_http_request_t *r,
 {
     u_char            *body, *type;
     size_t             body_len;
-    ngx_buf_t         *b;
     ngx_int_t          rc;
-    ngx_str_t          value;
     vr_page           *page;
     vr_result          vrc;
-    ngx_chain_t        out;
     vr_page_view       view;
     ngx_table_elt_t   *accept;
 
@@ -375,37 +374,7 @@ ngx_http_velvet_rope_send_page(ngx_http_request_t *r,
 
     vr_page_free(page);
 
-    /* A waiting page is personal and short-lived: no cache may keep it. */
-    ngx_str_set(&value, "no-store");
-    if (ngx_http_velvet_rope_add_header(r, "Cache-Control", &value) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (body_len == 0) {
-        r->header_only = 1;
-    }
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        return NGX_ERROR;
-    }
-
-    b->pos = body;
-    b->last = body + body_len;
-    b->memory = 1;
-    b->last_buf = 1;
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_velvet_rope_send_uncached(r, body, body_len);
 }
 
 
@@ -441,10 +410,7 @@ ngx_http_velvet_rope_status_handler(ngx_http_request_t *r)
     size_t                             len, written;
     u_char                            *buf;
     ngx_int_t                          rc;
-    ngx_buf_t                         *b;
-    ngx_str_t                          value;
     vr_result                          vrc;
-    ngx_chain_t                        out;
     ngx_http_velvet_rope_main_conf_t  *vmcf;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
@@ -501,12 +467,29 @@ ngx_http_velvet_rope_status_handler(ngx_http_request_t *r)
     r->headers_out.content_type_len = r->headers_out.content_type.len;
     r->headers_out.content_type_lowcase = NULL;
 
+    return ngx_http_velvet_rope_send_uncached(r, buf, written);
+}
+
+
+/*
+ * Sends the response headers set so far plus `Cache-Control: no-store`, then `body` from
+ * memory that lives in the request pool. Waiting pages and status reports are personal and
+ * short-lived: no cache may keep them.
+ */
+static ngx_int_t
+ngx_http_velvet_rope_send_uncached(ngx_http_request_t *r, u_char *body, size_t len)
+{
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_str_t     value;
+    ngx_chain_t   out;
+
     ngx_str_set(&value, "no-store");
     if (ngx_http_velvet_rope_add_header(r, "Cache-Control", &value) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (written == 0) {
+    if (len == 0) {
         r->header_only = 1;
     }
 
@@ -518,11 +501,11 @@ ngx_http_velvet_rope_status_handler(ngx_http_request_t *r)
 
     b = ngx_calloc_buf(r->pool);
     if (b == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_ERROR;
     }
 
-    b->pos = buf;
-    b->last = buf + written;
+    b->pos = body;
+    b->last = body + len;
     b->memory = 1;
     b->last_buf = 1;
     b->last_in_chain = 1;

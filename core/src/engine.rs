@@ -917,14 +917,12 @@ fn tick_room(s: &Arc<RoomStatic>, bucket_ms: u64, now: Millis) -> RoomView {
     if let Some(token) = tb.try_lock(now) {
         advance(s, &tb, bucket_ms, now);
         tb.unlock(token);
-    } else if tb.get(Cell::LastTick) == 0 {
-        // A room nobody has advanced yet, being advanced by another process right now (they
-        // attached at the same moment): wait for its first figures rather than serve a view
-        // with no slots (bounded; a holder that died is taken over after the stale time).
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
-        while tb.get(Cell::LastTick) == 0 && std::time::Instant::now() < until {
-            std::hint::spin_loop();
-        }
+    } else {
+        // Another process is advancing the room right now (workers' timers fire together):
+        // wait for it to publish rather than keep the figures of the advance before, which may
+        // predate admissions this process has just made. An advance takes microseconds; the
+        // wait is bounded, and a holder that died is taken over after the stale time.
+        tb.wait_unlocked(std::time::Duration::from_secs(1));
     }
     observe(s, &tb, bucket_ms, now)
 }
@@ -1085,6 +1083,46 @@ mod tests {
         assert_eq!(find_cookie(h, "__vr_sho"), None);
         assert_eq!(find_cookie("", "a"), None);
         assert_eq!(find_cookie("novalue; a=", "a"), Some(""));
+    }
+
+    /// A process whose tick finds another mid-advance serves that advance's figures, not the
+    /// ones from before it (nginx workers' timers fire together; the status page read 0
+    /// active users a second after an admission).
+    #[test]
+    fn tick_waits_for_a_concurrent_advance() {
+        const T0: u64 = 1_800_000_000_000;
+        let cfg = Config::from_toml(
+            "[[rooms]]\nname = \"r\"\ntotal_active_users = 5\nnew_users_per_minute = 100\n\
+             [rooms.cookie]\nsecure = false\n",
+        )
+        .unwrap();
+        let size = Engine::shared_region_size(&cfg);
+        let mut mem = vec![0u128; size.div_ceil(16) + 8];
+        let raw = mem.as_mut_ptr() as *mut u8;
+        let pad = raw.align_offset(128);
+        // SAFETY: `pad < 128` and the buffer has 128 spare bytes.
+        let ptr = unsafe { raw.add(pad) };
+        let len = mem.len() * 16 - pad;
+        // SAFETY: `mem` outlives both engines and nothing else touches it.
+        let a = unsafe { Engine::new_shared(cfg.clone(), T0, ptr, len) }.unwrap();
+        // SAFETY: as above.
+        let b = unsafe { Engine::new_shared(cfg, T0, ptr, len) }.unwrap();
+        assert_eq!(a.admit("r", None, T0 + 1).unwrap().outcome, Outcome::Admit);
+
+        let snap = a.current.load_full();
+        let s = snap.rooms[0].s.clone();
+        let tb = s.counters.tick_block();
+        let now = T0 + 1_000;
+        let token = tb.try_lock(now).expect("nobody else holds the lock");
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| b.tick(now));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            advance(&s, &tb, snap.bucket_ms, now);
+            tb.unlock(token);
+            waiter.join().unwrap();
+        });
+        assert_eq!(b.stats("r").unwrap().active_users, 1);
+        assert_eq!(b.stats("r").unwrap().admitted_total, 1);
     }
 
     #[test]

@@ -92,6 +92,21 @@ impl<'a> TickBlock<'a> {
         );
     }
 
+    /// Waits, at most `limit`, until the advance lock held at the call is released (or taken
+    /// over), so that the figures read next include that advance. Called from `tick`, never
+    /// from `admit`.
+    pub(crate) fn wait_unlocked(&self, limit: std::time::Duration) {
+        let lock = &self.cells[Cell::Lock as usize];
+        let held = lock.load(Ordering::Acquire);
+        if held == 0 {
+            return;
+        }
+        let until = std::time::Instant::now() + limit;
+        while lock.load(Ordering::Acquire) == held && std::time::Instant::now() < until {
+            std::thread::yield_now();
+        }
+    }
+
     /// The pools' claim counters as of the last advance.
     pub(crate) fn readings(&self) -> (PoolReading, PoolReading) {
         let read = |cells: &[AtomicU64]| {

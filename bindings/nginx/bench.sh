@@ -3,7 +3,9 @@
 # velvet-rope module (`velvet_rope bench`) and one without it (`velvet_rope off`), in one nginx
 # instance, runs interleaved so that machine noise hits both alike. Every request of both
 # carries the same valid admission cookie (the steady state of an admitted visitor; the same
-# request bytes on both sides, so only the module's work differs). Prints each run, the
+# request bytes on both sides, so only the module's work differs). Rounds alternate which side
+# runs first, and on a machine with more cores than workers nginx's workers and wrk are pinned to
+# different cores, so the scheduler's placement does not favour one side. Prints each run, the
 # medians and their ratio (with / without). Not a test.
 #
 # Environment: ROUNDS (3), DURATION (10s), CONNECTIONS (32), THREADS (1), WORKERS (1: leave a
@@ -18,6 +20,13 @@ duration="${DURATION:-10s}"
 connections="${CONNECTIONS:-32}"
 threads="${THREADS:-1}"
 workers="${WORKERS:-1}"
+cpus="$(nproc)"
+affinity=""
+pin=()
+if (( cpus > workers )); then
+    affinity="worker_cpu_affinity auto;"       # workers on cores 0..workers-1
+    pin=(taskset -c "$workers-$((cpus - 1))")   # wrk on the rest
+fi
 
 if ! command -v wrk >/dev/null || [[ ! -x /usr/sbin/nginx ]]; then
     export DEBIAN_FRONTEND=noninteractive
@@ -73,6 +82,7 @@ cat > "$prefix/conf/nginx.conf" <<EOF
 load_module $module;
 user root;
 worker_processes $workers;
+$affinity
 error_log $prefix/logs/error.log warn;
 pid $prefix/logs/nginx.pid;
 events { worker_connections 1024; }
@@ -117,7 +127,7 @@ EOF
 
 run() {   # run <path> [extra wrk args...] -> prints requests/s
     local out
-    out="$(wrk -t"$threads" -c"$connections" -d"$duration" "${@:2}" "http://127.0.0.1:$port$1")"
+    out="$("${pin[@]}" wrk -t"$threads" -c"$connections" -d"$duration" "${@:2}" "http://127.0.0.1:$port$1")"
     if grep -q 'Non-2xx' <<<"$out"; then
         echo "bench.sh: non-2xx responses on $1:" >&2
         echo "$out" >&2
@@ -132,8 +142,13 @@ run /with/page.html -d2s -H "Cookie: $cookie" >/dev/null
 
 with=(); without=()
 for i in $(seq "$rounds"); do
-    w="$(run /without/page.html -H "Cookie: $cookie")"
-    m="$(run /with/page.html -H "Cookie: $cookie")"
+    if (( i % 2 )); then
+        w="$(run /without/page.html -H "Cookie: $cookie")"
+        m="$(run /with/page.html -H "Cookie: $cookie")"
+    else
+        m="$(run /with/page.html -H "Cookie: $cookie")"
+        w="$(run /without/page.html -H "Cookie: $cookie")"
+    fi
     without+=("$w"); with+=("$m")
     printf 'round %d: without %s req/s, with module %s req/s\n' "$i" "$w" "$m"
 done
@@ -154,7 +169,7 @@ mw="$(median "${with[@]}")"
 mo="$(median "${without[@]}")"
 printf 'median: without %s req/s, with module %s req/s, ratio %s\n' \
     "$mo" "$mw" "$(awk -v a="$mw" -v b="$mo" 'BEGIN { printf "%.3f", a / b }')"
-# Each round runs both back to back, so the per-round ratio cancels most of the machine's drift;
+# Each round runs both back to back (in alternating order), so the per-round ratio cancels most of the machine's drift;
 # its median is the figure to quote.
 ratios=()
 for i in "${!with[@]}"; do

@@ -37,7 +37,8 @@ pub struct Config {
 pub struct Settings {
     /// Width of a time bucket ("minute") in seconds. Default 60.
     pub bucket_width_secs: u32,
-    /// Number of shards of each slot pool; 0 picks one from the number of CPUs.
+    /// Number of shards of each slot pool; 0 picks one from the machine's CPUs (twice their
+    /// number, rounded up to a power of two, at most 64; the same in every process of a host).
     pub shards: u32,
     /// Tolerated clock skew, in seconds, for tickets stamped in the future. Default 30.
     pub max_clock_skew_secs: u32,

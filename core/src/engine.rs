@@ -357,11 +357,17 @@ impl Engine {
         let mut state = self.lock();
         let now = now.max(state.last_now);
         let snap = self.current.load_full();
-        // The configuration was accepted before, so building cannot fail for layout reasons;
-        // if it ever did, the current snapshot keeps serving.
-        if let Ok(next) = build(&mut state, snap.config.clone(), snap.keyring.clone(), now) {
-            self.current.store(Arc::new(next));
-        }
+        // The same configuration over the same counters: nothing is laid out or attached
+        // again, so a tick cannot fail (and does no more than fold and publish).
+        let counters = snap.rooms.iter().map(|r| r.s.counters.clone()).collect();
+        let next = assemble(
+            &mut state,
+            snap.config.clone(),
+            snap.keyring.clone(),
+            counters,
+            now,
+        );
+        self.current.store(Arc::new(next));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, TickState> {
@@ -877,7 +883,8 @@ fn counters_for(state: &mut TickState, config: &Config) -> Result<Vec<Arc<RoomCo
     }
 }
 
-/// Builds a snapshot of every room of `config` as of `now`, running one tick per room.
+/// Builds a snapshot of every room of `config` as of `now` over counters laid out (or
+/// attached) for it, running one tick per room.
 fn build(
     state: &mut TickState,
     config: Arc<Config>,
@@ -885,6 +892,18 @@ fn build(
     now: Millis,
 ) -> Result<Snapshot> {
     let counters = counters_for(state, &config)?;
+    Ok(assemble(state, config, keyring, counters, now))
+}
+
+/// A snapshot of every room of `config` over `counters` (one per room, in order) as of `now`,
+/// running one tick per room.
+fn assemble(
+    state: &mut TickState,
+    config: Arc<Config>,
+    keyring: Arc<Keyring>,
+    counters: Vec<Arc<RoomCounters>>,
+    now: Millis,
+) -> Snapshot {
     state.last_now = now;
     let bucket_ms = u64::from(config.settings.bucket_width_secs) * 1000;
     let mut old = std::mem::take(&mut state.rooms);
@@ -900,14 +919,14 @@ fn build(
         rooms.push(view);
         state.rooms.insert(cfg.name.clone(), s);
     }
-    Ok(Snapshot {
+    Snapshot {
         keyring,
         skew_secs: config.settings.max_clock_skew_secs,
         config,
         bucket_ms,
         rooms,
         by_name,
-    })
+    }
 }
 
 /// One tick of one room: advance the shared state if no other process is doing it, then read

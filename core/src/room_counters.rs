@@ -52,8 +52,7 @@ impl RoomLayout {
         let shards = if settings.shards > 0 {
             settings.shards as usize
         } else {
-            let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-            (cpus * 2).next_power_of_two().min(64)
+            auto_shards()
         };
         Self {
             shards,
@@ -123,6 +122,24 @@ impl RoomLayout {
             u64::from(self.bucket_secs),
         ]
     }
+}
+
+/// The shard count `shards = 0` stands for: twice the machine's CPUs, rounded up to a power
+/// of two, at most 64. The machine's configured CPUs, not this process's share of them: every
+/// process on the host (an nginx worker pinned to one core, a server in a CPU-limited cgroup)
+/// must lay a shared region out alike, and a process's layout must not change under it when
+/// its affinity does. Read once per process.
+fn auto_shards() -> usize {
+    static SHARDS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SHARDS.get_or_init(|| {
+        // SAFETY: `sysconf` reads a system variable; no memory is passed.
+        let configured = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+        let cpus = usize::try_from(configured)
+            .ok()
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+        (cpus * 2).next_power_of_two().min(64)
+    })
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -133,13 +133,17 @@ fn wrong_regions_are_refused() {
 }
 
 /// Real processes: this test re-runs its own binary as children that map the same file and
-/// admit concurrently; the parent counts what they admitted.
+/// admit concurrently; the parent counts what they admitted. Each child is pinned to one CPU
+/// (as nginx's `worker_cpu_affinity` pins workers) while the parent is not: processes that see
+/// different CPU counts still lay the region out alike.
 #[test]
 fn separate_processes_share_exact_counts() {
     const CHILDREN: usize = 3;
     const EACH: usize = 40;
     const LIMIT: u64 = 50;
     if let Ok(path) = std::env::var("VR_SHARED_CHILD") {
+        let cpu: usize = std::env::var("VR_PIN_CPU").unwrap().parse().unwrap();
+        pin_to(cpu);
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -153,6 +157,7 @@ fn separate_processes_share_exact_counts() {
         let n = (0..EACH)
             .filter(|_| e.admit("r", None, T0 + 1).unwrap().outcome == Outcome::Admit)
             .count();
+        e.tick(T0 + 500);
         println!("ADMITTED {n}");
         return;
     }
@@ -165,8 +170,9 @@ fn separate_processes_share_exact_counts() {
         .set_len(size as u64)
         .unwrap();
     let exe = std::env::current_exe().unwrap();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let children: Vec<_> = (0..CHILDREN)
-        .map(|_| {
+        .map(|i| {
             std::process::Command::new(&exe)
                 .args([
                     "--exact",
@@ -174,6 +180,7 @@ fn separate_processes_share_exact_counts() {
                     "--nocapture",
                 ])
                 .env("VR_SHARED_CHILD", &path)
+                .env("VR_PIN_CPU", (i % cpus).to_string())
                 .stdout(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()
@@ -209,7 +216,34 @@ fn separate_processes_share_exact_counts() {
     let e = unsafe { Engine::new_shared(config(LIMIT), T0 + 1000, map.as_mut_ptr(), map.len()) }
         .unwrap();
     assert_eq!(e.stats("r").unwrap().admitted_total, LIMIT);
+    assert_eq!(e.stats("r").unwrap().active_users, LIMIT);
     drop(e);
     drop(map);
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Pins the calling thread to one CPU of those it may run on.
+fn pin_to(cpu: usize) {
+    // SAFETY: `set` is a plain bitmask owned by this frame; the calls only read and write it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+            0
+        );
+        let allowed: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect();
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(allowed[cpu % allowed.len()], &mut one);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one),
+            0
+        );
+    }
+    assert_eq!(
+        std::thread::available_parallelism().unwrap().get(),
+        1,
+        "pinned to one CPU"
+    );
 }

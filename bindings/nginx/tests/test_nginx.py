@@ -99,6 +99,9 @@ def nginx_config(prefix, port, room_for_shop="shop"):
 load_module {MODULE};
 user root;
 worker_processes 2;
+# Workers pinned to cores, as in production: a pinned worker sees fewer CPUs than the master
+# that laid the shared zone out, and must still count in it.
+worker_cpu_affinity auto;
 error_log {prefix}/logs/error.log info;
 pid {prefix}/logs/nginx.pid;
 events {{ worker_connections 256; }}

@@ -282,6 +282,8 @@ impl Keyring {
     }
 
     /// Decodes and authenticates an encoded ticket (no checks that depend on the request).
+    /// Out of line: the cache hit path should not carry AES-GCM's stack frame.
+    #[inline(never)]
     fn authenticate(&self, text: &[u8; ENCODED_LEN]) -> Result<Ticket, TicketError> {
         let mut sealed = [0u8; SEALED_LEN + 2];
         let n = base64::engine::general_purpose::URL_SAFE_NO_PAD

@@ -940,8 +940,9 @@ fn tick_room(s: &Arc<RoomStatic>, bucket_ms: u64, now: Millis) -> RoomView {
         // Another process is advancing the room right now (workers' timers fire together):
         // wait for it to publish rather than keep the figures of the advance before, which may
         // predate admissions this process has just made. An advance takes microseconds; the
-        // wait is bounded, and a holder that died is taken over after the stale time.
-        tb.wait_unlocked(std::time::Duration::from_secs(1));
+        // wait is bounded (a holder descheduled longer costs a second of older figures, one
+        // that died is taken over after the stale time) so a request loop is never held long.
+        tb.wait_unlocked(std::time::Duration::from_millis(100));
     }
     observe(s, &tb, bucket_ms, now)
 }
@@ -1135,7 +1136,7 @@ mod tests {
         let token = tb.try_lock(now).expect("nobody else holds the lock");
         std::thread::scope(|scope| {
             let waiter = scope.spawn(|| b.tick(now));
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            std::thread::sleep(std::time::Duration::from_millis(10));
             advance(&s, &tb, snap.bucket_ms, now);
             tb.unlock(token);
             waiter.join().unwrap();

@@ -5,7 +5,7 @@
 //! the time it started, so a lock left by a process that died mid-tick is taken over after
 //! [`STALE_LOCK_MS`]), folds the counters, moves the frontier, writes the pools' new targets and
 //! publishes the figures every process's snapshot reads. Others that call `tick` meanwhile skip
-//! the advance and read what was last published.
+//! the advance, wait (briefly, bounded) for the one in progress to publish, and read that.
 
 use crate::slot_pool::PoolReading;
 use crate::sync::{AtomicU64, Ordering};

@@ -8,15 +8,15 @@
 # different cores, so the scheduler's placement does not favour one side. Prints each run, the
 # medians and their ratio (with / without). Not a test.
 #
-# Environment: ROUNDS (3), DURATION (10s), CONNECTIONS (32), THREADS (1), WORKERS (1: leave a
+# Environment: ROUNDS (10), DURATION (5s), CONNECTIONS (32), THREADS (1), WORKERS (1: leave a
 # core to wrk on small machines), SKIP_BUILD=1 to use the module already built.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 module="$repo/target/nginx-module/ngx_http_velvet_rope_module.so"
-rounds="${ROUNDS:-3}"
-duration="${DURATION:-10s}"
+rounds="${ROUNDS:-10}"
+duration="${DURATION:-5s}"
 connections="${CONNECTIONS:-32}"
 threads="${THREADS:-1}"
 workers="${WORKERS:-1}"

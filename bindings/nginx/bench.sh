@@ -9,7 +9,8 @@
 # medians and their ratio (with / without). Not a test.
 #
 # Environment: ROUNDS (10), DURATION (5s), CONNECTIONS (32), THREADS (1), WORKERS (1: leave a
-# core to wrk on small machines), SKIP_BUILD=1 to use the module already built.
+# core to wrk on small machines), SKIP_BUILD=1 to use the module already built, CONTROL=1 for
+# an A/A run (both locations `velvet_rope off`: what the method reads when nothing differs).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,6 +21,8 @@ duration="${DURATION:-5s}"
 connections="${CONNECTIONS:-32}"
 threads="${THREADS:-1}"
 workers="${WORKERS:-1}"
+with_room="bench"
+[[ "${CONTROL:-0}" == 1 ]] && with_room="off"
 cpus="$(nproc)"
 affinity=""
 pin=()
@@ -49,11 +52,12 @@ cleanup() {
 trap cleanup EXIT
 
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-mkdir -p "$prefix"/{conf,logs,tmp,html/with,html/without}
+mkdir -p "$prefix"/{conf,logs,tmp,html/with,html/without,html/admit}
 # Exactly 128 bytes of HTML, the same file behind both locations.
 page="$(printf '<!doctype html><title>bench</title><p>%s</p>' "$(printf 'x%.0s' $(seq 128))")"
 page="${page:0:127}"
-printf '%s\n' "$page" | tee "$prefix/html/with/page.html" > "$prefix/html/without/page.html"
+printf '%s\n' "$page" | tee "$prefix/html/with/page.html" "$prefix/html/admit/page.html" \
+    > "$prefix/html/without/page.html"
 [[ "$(stat -c %s "$prefix/html/with/page.html")" == 128 ]]
 
 secret="$(python3 -c 'import base64,os; print(base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode())')"
@@ -98,7 +102,8 @@ http {
     server {
         listen 127.0.0.1:$port;
         root $prefix/html;
-        location /with/    { velvet_rope bench; }
+        location /with/    { velvet_rope $with_room; }
+        location /admit/   { velvet_rope bench; }
         location /without/ { velvet_rope off; }
         location = /status { velvet_rope_status; }
     }
@@ -116,7 +121,7 @@ done
 cookie="$(python3 - "$port" <<'EOF'
 import http.client, sys
 c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=5)
-c.request("GET", "/with/page.html")
+c.request("GET", "/admit/page.html")
 r = c.getresponse()
 body = r.read()
 sc = [v for k, v in r.getheaders() if k.lower() == "set-cookie"]

@@ -236,22 +236,26 @@ fn claim_from(shard: &AtomicU64) -> bool {
     }
 }
 
-/// The calling thread's home shard: a number handed out once per thread, round-robin.
+/// The calling thread's home shard: the process id plus a number handed out once per thread,
+/// round-robin, so threads of one process spread over the shards and so do processes sharing
+/// a region (nginx workers forked from one master would otherwise all start at 0 and contend
+/// on one cache line). Worked out again in a child after `fork`.
 #[inline]
 pub(crate) fn home_shard() -> usize {
     use std::cell::Cell;
     use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
-        static HOME: Cell<usize> = const { Cell::new(usize::MAX) };
+        static HOME: Cell<(u64, usize)> = const { Cell::new((u64::MAX, 0)) };
     }
+    let generation = crate::random::fork_generation();
     HOME.with(|h| {
-        let v = h.get();
-        if v != usize::MAX {
+        let (g, v) = h.get();
+        if g == generation {
             return v;
         }
-        let v = NEXT.fetch_add(1, StdOrdering::Relaxed);
-        h.set(v);
+        let v = (std::process::id() as usize).wrapping_add(NEXT.fetch_add(1, StdOrdering::Relaxed));
+        h.set((generation, v));
         v
     })
 }
@@ -265,6 +269,38 @@ mod tests {
         (0..n)
             .map(|_| CachePadded::new(AtomicU64::new(0)))
             .collect()
+    }
+
+    /// A forked child (an nginx worker from its master) does not inherit its parent's home
+    /// shard: with it, every worker would claim from the same shard first.
+    #[test]
+    fn forked_child_gets_its_own_home_shard() {
+        let parent = home_shard();
+        let mut fds = [0i32; 2];
+        // SAFETY: `fds` has room for the two descriptors `pipe` writes.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: the child only reads a thread-local, an atomic and its pid, writes to a
+        // pipe and leaves with `_exit`; it takes no lock another thread could hold.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let child = home_shard().to_le_bytes();
+            // SAFETY: `child` is 8 readable bytes; `_exit` skips the harness's atexit work.
+            unsafe {
+                libc::write(fds[1], child.as_ptr().cast(), child.len());
+                libc::_exit(0);
+            }
+        }
+        let mut buf = [0u8; 8];
+        // SAFETY: `buf` is 8 writable bytes; `pid` is our child.
+        unsafe {
+            libc::close(fds[1]);
+            assert_eq!(libc::read(fds[0], buf.as_mut_ptr().cast(), 8), 8);
+            libc::close(fds[0]);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        assert_ne!(usize::from_le_bytes(buf), parent);
+        assert_eq!(home_shard(), parent, "the parent's thread keeps its shard");
     }
 
     #[test]

@@ -113,6 +113,7 @@ static void ngx_http_velvet_rope_log_error(ngx_uint_t level, ngx_log_t *log,
 
 static ngx_int_t ngx_http_velvet_rope_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
+static ngx_flag_t ngx_http_velvet_rope_previous_zone(ngx_shm_zone_t *shm_zone);
 static void ngx_http_velvet_rope_cleanup_engines(void *data);
 static ngx_int_t ngx_http_velvet_rope_init_process(ngx_cycle_t *cycle);
 static void ngx_http_velvet_rope_tick(ngx_event_t *ev);
@@ -782,9 +783,24 @@ ngx_http_velvet_rope_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         region = shpool->data;
 
     } else {
-        /* Fresh zone: anonymous shared memory mapped by the master before the fork, so it is
-         * at the same address in every worker. ngx_slab_calloc hands out zeroed memory,
-         * which the engine takes as a fresh region. */
+        /*
+         * A fresh zone. On a reload that still has the previous cycle's zone under this name
+         * (nginx did not reuse it because its size differs), the new configuration changes
+         * the counter layout: starting from zero counts while visitors hold seats would
+         * admit a second roomful. Refused, as when the size happens to match (below): the
+         * running configuration keeps serving.
+         */
+        if (ngx_http_velvet_rope_previous_zone(shm_zone)) {
+            ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                          "velvet_rope: the new configuration changes the layout of the "
+                          "shared counters (rooms, their order or their sizes); restart "
+                          "nginx to apply it with fresh counts");
+            return NGX_ERROR;
+        }
+
+        /* Anonymous shared memory mapped by the master before the fork, so it is at the
+         * same address in every worker. ngx_slab_calloc hands out zeroed memory, which the
+         * engine takes as a fresh region. */
         raw = ngx_slab_calloc(shpool,
                               vmcf->region_size + NGX_HTTP_VELVET_ROPE_REGION_ALIGN);
         if (raw == NULL) {
@@ -817,13 +833,57 @@ ngx_http_velvet_rope_init_zone(ngx_shm_zone_t *shm_zone, void *data)
              * the old one, so the region cannot be wiped under them. */
             ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                           "velvet_rope: the new configuration changes the layout of the "
-                          "shared counters; restart nginx to apply it with fresh counts");
+                          "shared counters (rooms, their order or their sizes); restart "
+                          "nginx to apply it with fresh counts");
         }
 
         return NGX_ERROR;
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * Whether the running cycle (the one a reload replaces; on a first start or `nginx -t`, the
+ * empty bootstrap cycle) has a zone of this module under `shm_zone`'s name. During the new
+ * cycle's zone initialisation the global ngx_cycle is still the running one.
+ */
+static ngx_flag_t
+ngx_http_velvet_rope_previous_zone(ngx_shm_zone_t *shm_zone)
+{
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_shm_zone_t   *zone;
+
+    part = &((ngx_cycle_t *) ngx_cycle)->shared_memory.part;
+    zone = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return 0;
+            }
+
+            part = part->next;
+            zone = part->elts;
+            i = 0;
+        }
+
+        if (zone == NULL) {
+            return 0;
+        }
+
+        if (&zone[i] != shm_zone
+            && zone[i].tag == &ngx_http_velvet_rope_module
+            && zone[i].shm.name.len == shm_zone->shm.name.len
+            && ngx_strncmp(zone[i].shm.name.data, shm_zone->shm.name.data,
+                           shm_zone->shm.name.len) == 0)
+        {
+            return 1;
+        }
+    }
 }
 
 

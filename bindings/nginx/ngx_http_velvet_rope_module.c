@@ -74,19 +74,28 @@ typedef struct {
     /* Room name; empty means off; data == NULL means unset (inherit). The string is
      * NUL-free and lives in the configuration pool. */
     ngx_str_t           room;
+
+    /* velvet_rope_status is served here: unless this location names a room itself, it is
+     * off (a monitoring scrape must not take a seat in a room inherited from the server). */
+    ngx_flag_t          status;
 } ngx_http_velvet_rope_loc_conf_t;
 
 
 /*
- * The decision taken for a client request. nginx wipes r->ctx on internal redirects (`/` ->
+ * A decision taken for a client request. nginx wipes r->ctx on internal redirects (`/` ->
  * `/index.html`, error_page, try_files), so the context is also registered as the data of a
  * request pool cleanup whose handler is a marker: it can always be found again there, and the
- * decision is never taken twice for one client request.
+ * decision for a room is never taken twice for one client request. A request redirected into
+ * a location of another room is decided for that room too; its decisions form a chain.
  */
-typedef struct {
-    ngx_uint_t          outcome;
-    ngx_str_t           set_cookie;   /* Set-Cookie value still to send; len 0 when none */
-} ngx_http_velvet_rope_ctx_t;
+typedef struct ngx_http_velvet_rope_ctx_s  ngx_http_velvet_rope_ctx_t;
+
+struct ngx_http_velvet_rope_ctx_s {
+    ngx_uint_t                   outcome;
+    ngx_str_t                    room;         /* the location's, in the configuration pool */
+    ngx_str_t                    set_cookie;   /* value still to send; len 0 when none */
+    ngx_http_velvet_rope_ctx_t  *prev;         /* the decision for an earlier room, or NULL */
+};
 
 
 static ngx_int_t ngx_http_velvet_rope_access_handler(ngx_http_request_t *r);
@@ -206,7 +215,7 @@ ngx_http_velvet_rope_access_handler(ngx_http_request_t *r)
     ngx_str_t                          cookie;
     vr_decision                        d;
     ngx_pool_cleanup_t                *cln;
-    ngx_http_velvet_rope_ctx_t        *ctx;
+    ngx_http_velvet_rope_ctx_t        *ctx, *prev;
     ngx_http_velvet_rope_loc_conf_t   *vlcf;
     ngx_http_velvet_rope_main_conf_t  *vmcf;
 
@@ -222,11 +231,25 @@ ngx_http_velvet_rope_access_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
-    /* An internal redirect of a request decided already: keep that decision. A queued or
-     * rejected request was finalized with its waiting page and never comes back here, so a
-     * decision found here is an admission. */
-    if (ngx_http_velvet_rope_get_ctx(r) != NULL) {
-        return NGX_DECLINED;
+    /* An internal redirect of a request decided already: keep that decision for its room. */
+    prev = ngx_http_velvet_rope_get_ctx(r);
+
+    if (prev != NULL) {
+        if (prev->outcome != VR_OUTCOME_ADMIT) {
+            /* Sent a waiting page and came back (error_page after the page failed to go
+             * out): nothing the visitor asked for may be served. */
+            return NGX_HTTP_SERVICE_UNAVAILABLE;
+        }
+
+        for (ctx = prev; ctx; ctx = ctx->prev) {
+            if (ctx->room.len == vlcf->room.len
+                && ngx_strncmp(ctx->room.data, vlcf->room.data, vlcf->room.len) == 0)
+            {
+                return NGX_DECLINED;
+            }
+        }
+
+        /* Admitted into another room only: this room decides too. */
     }
 
     vmcf = ngx_http_get_module_main_conf(r, ngx_http_velvet_rope_module);
@@ -258,6 +281,8 @@ ngx_http_velvet_rope_access_handler(ngx_http_request_t *r)
 
     ctx = cln->data;
     ctx->outcome = d.outcome;
+    ctx->room = vlcf->room;
+    ctx->prev = prev;
     ngx_str_null(&ctx->set_cookie);
 
     if (d.set_cookie_len > 0) {
@@ -388,9 +413,11 @@ ngx_http_velvet_rope_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
-    ctx = ngx_http_velvet_rope_get_ctx(r);
+    for (ctx = ngx_http_velvet_rope_get_ctx(r); ctx; ctx = ctx->prev) {
+        if (ctx->set_cookie.len == 0) {
+            continue;
+        }
 
-    if (ctx != NULL && ctx->set_cookie.len > 0) {
         if (ngx_http_velvet_rope_add_header(r, "Set-Cookie", &ctx->set_cookie)
             != NGX_OK)
         {
@@ -947,16 +974,23 @@ static void
 ngx_http_velvet_rope_tick(ngx_event_t *ev)
 {
     vr_result                          rc;
-    ngx_http_velvet_rope_main_conf_t  *vmcf = ev->data;
+    ngx_http_velvet_rope_main_conf_t  *vmcf;
 
     if (ngx_exiting || ngx_quit || ngx_terminate) {
         return;
     }
 
-    rc = vr_engine_tick(vmcf->engine, ngx_http_velvet_rope_now_ms());
+    /* The running cycle's engine, looked up each time: with `master_process off` a reload
+     * replaces the cycle (and frees the old engine) without running init_process again. */
+    vmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle, ngx_http_velvet_rope_module);
 
-    if (rc != VR_OK) {
-        ngx_http_velvet_rope_log_error(NGX_LOG_ERR, ev->log, "vr_engine_tick()", rc);
+    if (vmcf != NULL && vmcf->engine != NULL) {
+        rc = vr_engine_tick(vmcf->engine, ngx_http_velvet_rope_now_ms());
+
+        if (rc != VR_OK) {
+            ngx_http_velvet_rope_log_error(NGX_LOG_ERR, ngx_cycle->log, "vr_engine_tick()",
+                                           rc);
+        }
     }
 
     ngx_add_timer(ev, NGX_HTTP_VELVET_ROPE_TICK_MSEC);
@@ -1013,6 +1047,7 @@ ngx_http_velvet_rope_create_loc_conf(ngx_conf_t *cf)
      * set by ngx_pcalloc():
      *
      *     vlcf->room = { 0, NULL };   unset, inherited from the enclosing level
+     *     vlcf->status = 0;
      */
 
     return vlcf;
@@ -1024,6 +1059,10 @@ ngx_http_velvet_rope_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 {
     ngx_http_velvet_rope_loc_conf_t  *prev = parent;
     ngx_http_velvet_rope_loc_conf_t  *conf = child;
+
+    if (conf->status && conf->room.data == NULL) {
+        ngx_str_set(&conf->room, "");
+    }
 
     ngx_conf_merge_str_value(conf->room, prev->room, "");
 
@@ -1219,8 +1258,16 @@ ngx_http_velvet_rope(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static char *
 ngx_http_velvet_rope_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
+    ngx_http_velvet_rope_loc_conf_t  *vlcf = conf;
+
     ngx_http_core_loc_conf_t          *clcf;
     ngx_http_velvet_rope_main_conf_t  *vmcf;
+
+    if (vlcf->status) {
+        return "is duplicate";
+    }
+
+    vlcf->status = 1;
 
     vmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_velvet_rope_module);
     vmcf->status_used = 1;

@@ -83,6 +83,14 @@ refresh_interval = 1
 secure = false
 
 [[rooms]]
+name = "cross"
+total_active_users = 1000
+new_users_per_minute = 1000
+session_duration = 90
+[rooms.cookie]
+secure = false
+
+[[rooms]]
 name = "fifo"
 total_active_users = 1
 new_users_per_minute = 1000
@@ -128,7 +136,10 @@ http {{
         location /conc/  {{ velvet_rope conc; }}
         location /fifo/  {{ velvet_rope fifo; }}
         location /redir/ {{ velvet_rope redir; index index.html; }}
-        location = /vr-status {{ velvet_rope off; velvet_rope_status; }}
+        # Room `cross`, then an internal redirect into room `shop` (inherited by /shop/).
+        location /cross/ {{ velvet_rope cross; try_files /nothing-here /shop/page.html; }}
+        # No `velvet_rope off`: the status location must not inherit the server's room.
+        location = /vr-status {{ velvet_rope_status; }}
     }}
 }}
 """
@@ -377,6 +388,22 @@ class Suite:
                 r = get(self.port, "/shop/page.html", jar)
                 assert r.admitted, f"admitted visitor {i + 1} refused with its ticket: {r}"
 
+    def test_redirect_into_another_room_decides_there_too(self):
+        # Admitted into `cross`, then redirected into the full room `shop`: shop decides too
+        # (the visitor waits), and both rooms' tickets are set.
+        jar = Jar()
+        r = get(self.port, "/cross/page.html", jar)
+        assert not r.admitted and r.waiting, f"full room `shop` bypassed through `cross`: {r}"
+        assert r.status == 202, f"shop's queueing status not used: {r.status}"
+        names = sorted(c.split("=", 1)[0] for c in r.all("Set-Cookie"))
+        assert names == ["__vr_cross", "__vr_shop"], f"Set-Cookie for {names}"
+        # A visitor admitted to shop passes both rooms (one new ticket: cross's).
+        shop_jar = self.shop_visitors[2]
+        r = get(self.port, "/cross/page.html", shop_jar)
+        assert r.admitted, f"shop visitor refused through `cross`: {r}"
+        names = [c.split("=", 1)[0] for c in r.all("Set-Cookie")]
+        assert names == ["__vr_cross"], f"Set-Cookie for {names}"
+
     def test_forged_and_tampered_cookies_are_no_cookie(self):
         before = self.ngx.room_stats("shop")["ticket_rejections"]
         forged = base64.urlsafe_b64encode(os.urandom(60)).rstrip(b"=").decode()
@@ -453,7 +480,7 @@ class Suite:
     def test_status_page_json(self):
         r, doc = self.ngx.status()
         assert (r.header("Content-Type") or "").startswith("application/json"), r.header("Content-Type")
-        assert set(doc["rooms"]) == {"shop", "conc", "redir", "fifo"}, list(doc["rooms"])
+        assert set(doc["rooms"]) == {"shop", "conc", "redir", "cross", "fifo"}, list(doc["rooms"])
         shop = doc["rooms"]["shop"]
         for key in ("active_users", "admitted_this_minute", "admitted_total", "queue_length",
                     "frontier", "free_slots", "ticket_rejections"):
@@ -625,6 +652,7 @@ ORDER = [
     "test_visitors_under_limit_pass",
     "test_waiting_page_once_full",
     "test_admission_cookie_passes_again",
+    "test_redirect_into_another_room_decides_there_too",
     "test_forged_and_tampered_cookies_are_no_cookie",
     "test_velvet_rope_off_passes_untouched",
     "test_internal_redirect_decides_once",

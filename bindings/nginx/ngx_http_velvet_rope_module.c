@@ -18,12 +18,14 @@
  *     the same zone memory to the new cycle (same name and size) and the new engine attaches
  *     to the counters already there, so counts survive.
  *   - Each worker drives `vr_engine_tick` from a 1 s timer.
- *   - The access phase handler decides once per client request and either lets it through
- *     (declines, so other access modules still have their say) or serves the waiting page.
+ *   - A precontent phase handler decides once per client request and room, and either lets
+ *     it through or serves the waiting page. It runs after the access phase, so requests that
+ *     allow/deny, auth_basic or auth_request refuse never take a seat (and `satisfy any`
+ *     cannot skip it), and before try_files, mirror and the content handler.
  *     The ticket cookie is added by a header filter, so it is sent whatever response the
  *     request ends with (origin, error page, waiting page).
- *   - Like every access check, the waiting room does not see requests answered in the rewrite
- *     phase (e.g. by `return`): put it in front of content (static files, proxy_pass, ...).
+ *   - The waiting room does not see requests answered in the rewrite phase (e.g. by
+ *     `return`): put it in front of content (static files, proxy_pass, ...).
  */
 
 #include <ngx_config.h>
@@ -98,7 +100,7 @@ struct ngx_http_velvet_rope_ctx_s {
 };
 
 
-static ngx_int_t ngx_http_velvet_rope_access_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_velvet_rope_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_velvet_rope_status_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_velvet_rope_send_page(ngx_http_request_t *r,
@@ -209,7 +211,7 @@ static ngx_event_t  ngx_http_velvet_rope_tick_event;
 /* ---------------------------------------------------------------------------------------- */
 
 static ngx_int_t
-ngx_http_velvet_rope_access_handler(ngx_http_request_t *r)
+ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r)
 {
     vr_result                          rc;
     ngx_str_t                          cookie;
@@ -225,8 +227,8 @@ ngx_http_velvet_rope_access_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
-    /* Subrequests belong to a client request that was already decided (nginx does not even
-     * run the access phase for them; this is a second line of defence). */
+    /* Subrequests (SSI, auth_request, mirror) belong to a client request that was already
+     * decided, or is being decided. */
     if (r != r->main) {
         return NGX_DECLINED;
     }
@@ -1331,12 +1333,12 @@ ngx_http_velvet_rope_postconfiguration(ngx_conf_t *cf)
 
     cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
 
-    h = ngx_array_push(&cmcf->phases[NGX_HTTP_ACCESS_PHASE].handlers);
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PRECONTENT_PHASE].handlers);
     if (h == NULL) {
         return NGX_ERROR;
     }
 
-    *h = ngx_http_velvet_rope_access_handler;
+    *h = ngx_http_velvet_rope_decide_handler;
 
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_velvet_rope_header_filter;

@@ -138,6 +138,9 @@ http {{
         location /redir/ {{ velvet_rope redir; index index.html; }}
         # Room `cross`, then an internal redirect into room `shop` (inherited by /shop/).
         location /cross/ {{ velvet_rope cross; try_files /nothing-here /shop/page.html; }}
+        # Access control first: a refused request never takes a seat.
+        location /denied/ {{ velvet_rope cross; deny all; }}
+        location /auth/   {{ velvet_rope cross; satisfy any; allow 127.0.0.1; deny all; }}
         # No `velvet_rope off`: the status location must not inherit the server's room.
         location = /vr-status {{ velvet_rope_status; }}
     }}
@@ -404,6 +407,21 @@ class Suite:
         names = [c.split("=", 1)[0] for c in r.all("Set-Cookie")]
         assert names == ["__vr_cross"], f"Set-Cookie for {names}"
 
+    def test_access_control_runs_first(self):
+        self.wait_tick()
+        before = self.ngx.room_stats("cross")["admitted_total"]
+        r = get(self.port, "/denied/page.html", Jar())
+        assert r.status == 403, f"`deny all` not applied: {r}"
+        assert not r.all("Set-Cookie"), f"a denied request took a seat: {r.all('Set-Cookie')}"
+        # `satisfy any` ends the access phase at the first yes; the room still decides.
+        jar = Jar()
+        r = get(self.port, "/auth/page.html", jar)
+        assert r.status == 404, f"allowed request not served (no such file: 404): {r}"
+        assert "__vr_cross" in jar.cookies, f"`satisfy any` skipped the room: {r}"
+        self.wait_tick()
+        after = self.ngx.room_stats("cross")["admitted_total"]
+        assert after == before + 1, f"cross admitted {after - before}, expected 1"
+
     def test_forged_and_tampered_cookies_are_no_cookie(self):
         before = self.ngx.room_stats("shop")["ticket_rejections"]
         forged = base64.urlsafe_b64encode(os.urandom(60)).rstrip(b"=").decode()
@@ -433,7 +451,7 @@ class Suite:
 
     def test_internal_redirect_decides_once(self):
         # Room `redir` admits 1. `/redir/` is redirected internally to `/redir/index.html`,
-        # which runs the access phase again: deciding twice would queue the first visitor.
+        # which runs the phases again: deciding twice would queue the first visitor.
         jar = Jar()
         r = get(self.port, "/redir/", jar)
         assert r.admitted, f"first visitor of a 1-place room not admitted through `/`: {r}"
@@ -653,6 +671,7 @@ ORDER = [
     "test_waiting_page_once_full",
     "test_admission_cookie_passes_again",
     "test_redirect_into_another_room_decides_there_too",
+    "test_access_control_runs_first",
     "test_forged_and_tampered_cookies_are_no_cookie",
     "test_velvet_rope_off_passes_untouched",
     "test_internal_redirect_decides_once",

@@ -86,9 +86,11 @@ typedef struct {
 /*
  * A decision taken for a client request. nginx wipes r->ctx on internal redirects (`/` ->
  * `/index.html`, error_page, try_files), so the context is also registered as the data of a
- * request pool cleanup whose handler is a marker: it can always be found again there, and the
- * decision for a room is never taken twice for one client request. A request redirected into
- * a location of another room is decided for that room too; its decisions form a chain.
+ * request pool cleanup whose handler is a marker: it can always be found again there, and a
+ * decision that counted something is never taken twice for one client request and room. (An
+ * admission that counted nothing and sends no ticket is not remembered: taken again, it gives
+ * the same answer.) A request redirected into a location of another room is decided for that
+ * room too; its decisions form a chain.
  */
 typedef struct ngx_http_velvet_rope_ctx_s  ngx_http_velvet_rope_ctx_t;
 
@@ -274,6 +276,13 @@ ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r)
         ngx_http_velvet_rope_log_error(NGX_LOG_ERR, r->connection->log,
                                        "vr_engine_admit()", rc);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* An admission with nothing to send (a visitor's valid ticket, already counted in this
+     * bucket) changed no count: deciding it again after an internal redirect gives the same
+     * answer, so nothing needs remembering. The common request stays allocation-free. */
+    if (d.outcome == VR_OUTCOME_ADMIT && d.set_cookie_len == 0) {
+        return NGX_DECLINED;
     }
 
     cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_http_velvet_rope_ctx_t));

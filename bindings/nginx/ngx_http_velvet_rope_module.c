@@ -105,6 +105,7 @@ struct ngx_http_velvet_rope_ctx_s {
 static ngx_int_t ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_velvet_rope_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_velvet_rope_status_handler(ngx_http_request_t *r);
+static void ngx_http_velvet_rope_drop_caching_headers(ngx_http_request_t *r);
 static ngx_int_t ngx_http_velvet_rope_send_page(ngx_http_request_t *r,
     ngx_http_velvet_rope_main_conf_t *vmcf, ngx_str_t *room, vr_decision *d);
 static ngx_http_velvet_rope_ctx_t *ngx_http_velvet_rope_get_ctx(
@@ -415,16 +416,30 @@ ngx_http_velvet_rope_send_page(ngx_http_request_t *r,
 }
 
 
+/*
+ * Runs after nginx's headers filter (config: ngx_module_order), so it sees the response as
+ * `expires` and `add_header` left it. A waiting page or a status report is personal and
+ * short-lived: whatever caching headers the location adds to its responses are taken off
+ * again, leaving the page's own `Cache-Control: no-store`.
+ */
 static ngx_int_t
 ngx_http_velvet_rope_header_filter(ngx_http_request_t *r)
 {
-    ngx_http_velvet_rope_ctx_t  *ctx;
+    ngx_http_velvet_rope_ctx_t       *ctx, *latest;
+    ngx_http_velvet_rope_loc_conf_t  *vlcf;
 
     if (r != r->main) {
         return ngx_http_next_header_filter(r);
     }
 
-    for (ctx = ngx_http_velvet_rope_get_ctx(r); ctx; ctx = ctx->prev) {
+    latest = ngx_http_velvet_rope_get_ctx(r);
+    vlcf = ngx_http_get_module_loc_conf(r, ngx_http_velvet_rope_module);
+
+    if ((latest != NULL && latest->outcome != VR_OUTCOME_ADMIT) || vlcf->status) {
+        ngx_http_velvet_rope_drop_caching_headers(r);
+    }
+
+    for (ctx = latest; ctx; ctx = ctx->prev) {
         if (ctx->set_cookie.len == 0) {
             continue;
         }
@@ -440,6 +455,45 @@ ngx_http_velvet_rope_header_filter(ngx_http_request_t *r)
     }
 
     return ngx_http_next_header_filter(r);
+}
+
+
+/* Takes off Expires and every Cache-Control nginx knows of (set by `expires` or
+ * `add_header`); the module's own `no-store` is a plain header line and stays. */
+static void
+ngx_http_velvet_rope_drop_caching_headers(ngx_http_request_t *r)
+{
+#if (nginx_version >= 1023000)
+    ngx_table_elt_t   *h;
+#else
+    ngx_uint_t         i;
+    ngx_table_elt_t  **cc;
+#endif
+
+    if (r->headers_out.expires != NULL) {
+        r->headers_out.expires->hash = 0;
+        r->headers_out.expires = NULL;
+    }
+
+#if (nginx_version >= 1023000)
+
+    for (h = r->headers_out.cache_control; h; h = h->next) {
+        h->hash = 0;
+    }
+
+    r->headers_out.cache_control = NULL;
+
+#else
+
+    cc = r->headers_out.cache_control.elts;
+
+    for (i = 0; i < r->headers_out.cache_control.nelts; i++) {
+        cc[i]->hash = 0;
+    }
+
+    r->headers_out.cache_control.nelts = 0;
+
+#endif
 }
 
 

@@ -136,13 +136,17 @@ http {{
         location /conc/  {{ velvet_rope conc; }}
         location /fifo/  {{ velvet_rope fifo; }}
         location /redir/ {{ velvet_rope redir; index index.html; }}
+        # Caching headers for the location's content; the waiting page must not get them.
+        location /redir/cached/ {{
+            velvet_rope redir; expires 10m; add_header Cache-Control "public"; add_header X-Extra 1;
+        }}
         # Room `cross`, then an internal redirect into room `shop` (inherited by /shop/).
         location /cross/ {{ velvet_rope cross; try_files /nothing-here /shop/page.html; }}
         # Access control first: a refused request never takes a seat.
         location /denied/ {{ velvet_rope cross; deny all; }}
         location /auth/   {{ velvet_rope cross; satisfy any; allow 127.0.0.1; deny all; }}
         # No `velvet_rope off`: the status location must not inherit the server's room.
-        location = /vr-status {{ velvet_rope_status; }}
+        location = /vr-status {{ velvet_rope_status; expires 1h; }}
     }}
 }}
 """
@@ -257,11 +261,12 @@ class Nginx:
         self.port = free_port()
         self.proc = None
         for d in ("conf", "logs", "tmp", "html/shop", "html/free", "html/conc", "html/fifo",
-                  "html/redir"):
+                  "html/redir", "html/redir/cached"):
             os.makedirs(os.path.join(self.prefix, d), exist_ok=True)
         for d in ("shop", "free", "conc", "fifo"):
             self.write(f"html/{d}/page.html", f"<p>{ORIGIN} {d}</p>\n")
         self.write("html/redir/index.html", f"<p>{ORIGIN} redir index</p>\n")
+        self.write("html/redir/cached/page.html", f"<p>{ORIGIN} redir cached</p>\n")
         secret = base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
         self.write("conf/velvet-rope.toml", room_config(secret))
         self.conf = self.write("conf/nginx.conf", nginx_config(self.prefix, self.port))
@@ -453,6 +458,7 @@ class Suite:
         # Room `redir` admits 1. `/redir/` is redirected internally to `/redir/index.html`,
         # which runs the phases again: deciding twice would queue the first visitor.
         jar = Jar()
+        self.redir_jar = jar
         r = get(self.port, "/redir/", jar)
         assert r.admitted, f"first visitor of a 1-place room not admitted through `/`: {r}"
         assert len(r.all("Set-Cookie")) == 1, f"Set-Cookie sent {r.all('Set-Cookie')}"
@@ -462,6 +468,24 @@ class Suite:
         self.wait_tick()
         st = self.ngx.room_stats("redir")
         assert st["active_users"] == 1, f"redir counted {st['active_users']} active users"
+
+    def test_waiting_page_is_never_cacheable(self):
+        # Room `redir` is full; its waiting page has the default status 200, for which the
+        # location's `expires` and `add_header` would apply: they are taken off again.
+        r = get(self.port, "/redir/cached/page.html", Jar())
+        assert r.status == 200 and r.waiting and not r.admitted, f"not the waiting page: {r}"
+        assert r.all("Cache-Control") == ["no-store"], f"Cache-Control {r.all('Cache-Control')}"
+        assert not r.all("Expires"), f"Expires {r.all('Expires')}"
+        assert r.header("X-Extra") == "1", "an unrelated add_header was dropped"
+        # The admitted visitor gets the location's caching headers on the content.
+        r = get(self.port, "/redir/cached/page.html", self.redir_jar)
+        assert r.admitted, f"admitted visitor refused: {r}"
+        assert "no-store" not in r.all("Cache-Control"), f"content marked no-store: {r}"
+        assert r.all("Expires"), f"`expires` not applied to content: {r}"
+        # The status report, from a location with `expires 1h`.
+        r, _ = self.ngx.status()
+        assert r.all("Cache-Control") == ["no-store"], f"status Cache-Control {r.all('Cache-Control')}"
+        assert not r.all("Expires"), f"status Expires {r.all('Expires')}"
 
     def test_concurrent_visitors_admit_exactly_k(self):
         barrier = threading.Barrier(CONC_VISITORS)
@@ -675,6 +699,7 @@ ORDER = [
     "test_forged_and_tampered_cookies_are_no_cookie",
     "test_velvet_rope_off_passes_untouched",
     "test_internal_redirect_decides_once",
+    "test_waiting_page_is_never_cacheable",
     "test_concurrent_visitors_admit_exactly_k",
     "test_status_page_json",
     "test_queue_drains_fifo",

@@ -59,7 +59,7 @@ struct Snapshot {
     bucket_ms: u64,
     skew_secs: u32,
     rooms: Vec<RoomView>,
-    by_name: FxHashMap<String, usize>,
+    by_name: FxHashMap<Box<[u8]>, usize>,
 }
 
 /// Where rooms' counters live: memory the engine owns, or a region the host hands in.
@@ -469,16 +469,17 @@ impl Engine {
         Ok(snap.decide(view, ticket, now))
     }
 
-    /// Decides one request given the `Cookie` header as bytes (as servers receive it; it need
-    /// not be UTF-8). A ticket that is not ASCII is refused as badly encoded.
+    /// Decides one request given the room's name and the `Cookie` header as bytes (as servers
+    /// and C callers hold them; neither need be UTF-8: a name that is not a room's is an
+    /// unknown room, and a ticket that is not ASCII is refused as badly encoded).
     pub fn admit_header_bytes(
         &self,
-        room: &str,
+        room: &[u8],
         cookie_header: Option<&[u8]>,
         now: Millis,
     ) -> Result<Decision> {
         let snap = self.current.load();
-        let view = snap.room(room)?;
+        let view = snap.room_bytes(room)?;
         let ticket = cookie_header.and_then(|h| view.s.cookie_finder.find(h));
         Ok(snap.decide(view, ticket, now))
     }
@@ -494,14 +495,19 @@ impl Engine {
 impl Snapshot {
     #[inline]
     fn room(&self, name: &str) -> Result<&RoomView> {
+        self.room_bytes(name.as_bytes())
+    }
+
+    #[inline]
+    fn room_bytes(&self, name: &[u8]) -> Result<&RoomView> {
         // A handful of rooms (the usual case) is found faster by comparing names than by
         // hashing one.
         let found = if self.rooms.len() <= 8 {
-            self.rooms.iter().find(|r| r.s.cfg.name == name)
+            self.rooms.iter().find(|r| r.s.cfg.name.as_bytes() == name)
         } else {
             self.by_name.get(name).map(|&i| &self.rooms[i])
         };
-        found.ok_or_else(|| Error::UnknownRoom(name.to_owned()))
+        found.ok_or_else(|| Error::UnknownRoom(String::from_utf8_lossy(name).into_owned()))
     }
 
     #[inline]
@@ -915,7 +921,7 @@ fn assemble(
             _ => Arc::new(room_static(cfg, &config, counters)),
         };
         let view = tick_room(&s, bucket_ms, now);
-        by_name.insert(cfg.name.clone(), rooms.len());
+        by_name.insert(cfg.name.as_bytes().into(), rooms.len());
         rooms.push(view);
         state.rooms.insert(cfg.name.clone(), s);
     }

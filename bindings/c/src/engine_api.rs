@@ -297,8 +297,9 @@ pub unsafe extern "C" fn vr_engine_admit(
     guard(|| {
         // SAFETY: per this function's contract.
         let e = unsafe { engine_ref(engine) }?;
-        // SAFETY: per this function's contract.
-        let room = unsafe { text(room, room_len, "room") }?;
+        // SAFETY: per this function's contract. The name is compared as bytes: a name that
+        // is not UTF-8 is simply no room's.
+        let room = unsafe { bytes(room, room_len, "room") }?;
         // SAFETY: per this function's contract.
         let header = unsafe { bytes(cookie_header, cookie_header_len, "cookie_header") }?;
         if decision_out.is_null() {

@@ -89,6 +89,8 @@ static void test_errors(void) {
     vr_decision d;
     CHECK(vr_engine_admit(NULL, "shop", 4, NULL, 0, T0, &d) == VR_NULL_PARAMETER);
     CHECK(vr_engine_admit(e, "nope", 4, NULL, 0, T0, &d) == VR_UNKNOWN_ROOM);
+    /* A room name is compared as bytes: one that is not UTF-8 is no room's. */
+    CHECK(vr_engine_admit(e, not_utf8, 3, NULL, 0, T0, &d) == VR_UNKNOWN_ROOM);
     CHECK(vr_engine_admit(e, "shop", 4, NULL, 0, T0, NULL) == VR_NULL_PARAMETER);
     CHECK(vr_engine_admit(e, NULL, 4, NULL, 0, T0, &d) == VR_NULL_PARAMETER);
     CHECK(vr_engine_tick(NULL, T0) == VR_NULL_PARAMETER);

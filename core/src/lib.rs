@@ -40,6 +40,8 @@ pub mod ticket;
 
 mod active_counts;
 #[cfg(not(velvet_rope_loom))]
+mod cookie_finder;
+#[cfg(not(velvet_rope_loom))]
 mod decision;
 #[cfg(not(velvet_rope_loom))]
 mod engine;

@@ -253,6 +253,7 @@ impl Keyring {
 
     /// [`Keyring::open`] over the raw bytes of a cookie value (which need not be UTF-8; a
     /// ticket is base64url, so anything else is refused as badly encoded).
+    #[inline]
     pub fn open_bytes(
         &self,
         text: &[u8],

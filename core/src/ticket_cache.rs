@@ -14,36 +14,38 @@ use std::cell::RefCell;
 use crate::ticket::{Ticket, ENCODED_LEN};
 
 const ENTRIES: usize = 256;
-const WORDS: usize = ENCODED_LEN.div_ceil(8);
+// The compare below reads the tail as the last eight bytes.
+const _: () = assert!(ENCODED_LEN >= 8);
 
 #[derive(Clone, Copy)]
 struct Entry {
     generation: u64,
-    text: [u64; WORDS],
+    text: [u8; ENCODED_LEN],
     ticket: Ticket,
 }
 
-/// Equality of two word arrays in time independent of where they differ: every word is
-/// compared, the differences are OR-ed together, and the result goes through `black_box` so
-/// the compiler cannot turn the fold into an early exit.
+/// Equality of two encoded tickets in time independent of where they differ: compared eight
+/// bytes at a time, every word is compared, the differences are OR-ed together, and the result
+/// goes through `black_box` so the compiler cannot turn the fold into an early exit.
 #[inline]
-fn constant_time_eq(a: &[u64; WORDS], b: &[u64; WORDS]) -> bool {
-    let diff = a.iter().zip(b).fold(0u64, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
-}
-
-/// The encoded ticket as little-endian words (zero-padded), compared a word at a time.
-#[inline]
-fn words(text: &[u8; ENCODED_LEN]) -> [u64; WORDS] {
-    let mut padded = [0u8; WORDS * 8];
-    padded[..ENCODED_LEN].copy_from_slice(text);
-    let mut out = [0u64; WORDS];
-    for (w, chunk) in out.iter_mut().zip(padded.chunks_exact(8)) {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(chunk);
-        *w = u64::from_le_bytes(b);
+fn constant_time_eq(a: &[u8; ENCODED_LEN], b: &[u8; ENCODED_LEN]) -> bool {
+    let word = |t: &[u8; ENCODED_LEN], i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&t[i..i + 8]);
+        u64::from_le_bytes(w)
+    };
+    // Constant bounds: the loops unroll into straight-line loads, XORs and ORs.
+    let mut diff = 0u64;
+    let mut i = 0;
+    while i + 8 <= ENCODED_LEN {
+        diff |= word(a, i) ^ word(b, i);
+        i += 8;
     }
-    out
+    if i < ENCODED_LEN {
+        // The tail, as the last eight bytes (overlapping the words before).
+        diff |= word(a, ENCODED_LEN - 8) ^ word(b, ENCODED_LEN - 8);
+    }
+    std::hint::black_box(diff) == 0
 }
 
 thread_local! {
@@ -67,9 +69,8 @@ pub(crate) fn get(generation: u64, text: &[u8; ENCODED_LEN]) -> Option<Ticket> {
     CACHE
         .try_with(|cache| {
             let cache = cache.try_borrow().ok()?;
-            let entry = *cache.as_ref()?.get(slot(text))?.as_ref()?;
-            let same =
-                constant_time_eq(&entry.text, &words(text)) && entry.generation == generation;
+            let entry = cache.as_ref()?.get(slot(text))?.as_ref()?;
+            let same = constant_time_eq(&entry.text, text) && entry.generation == generation;
             same.then_some(entry.ticket)
         })
         .ok()
@@ -86,7 +87,7 @@ pub(crate) fn put(generation: u64, text: &[u8; ENCODED_LEN], ticket: Ticket) {
             if let Some(e) = entries.get_mut(slot(text)) {
                 *e = Some(Entry {
                     generation,
-                    text: words(text),
+                    text: *text,
                     ticket,
                 });
             }

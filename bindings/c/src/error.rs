@@ -65,23 +65,34 @@ impl From<engine::lease::LeaseError> for Failure {
 }
 
 /// Runs `body` behind the panic boundary, recording any failure's message for
-/// [`vr_last_error`].
+/// [`vr_last_error`]. Success is the inlined path; failures and panics are handled out of line.
+#[inline(always)]
 pub(crate) fn guard(body: impl FnOnce() -> Result<(), Failure>) -> vr_result {
-    let outcome = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".to_owned());
-        Err(Failure(VR_PANIC, format!("velvet-rope panicked: {what}")))
-    });
-    match outcome {
-        Ok(()) => VR_OK,
-        Err(Failure(code, message)) => {
-            LAST_ERROR.with(|e| *e.borrow_mut() = message);
-            code
-        }
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => VR_OK,
+        Ok(Err(failure)) => fail(failure),
+        Err(panic) => panicked(panic),
     }
+}
+
+/// Records a failure's message for [`vr_last_error`] and returns its code.
+#[cold]
+#[inline(never)]
+fn fail(Failure(code, message): Failure) -> vr_result {
+    LAST_ERROR.with(|e| *e.borrow_mut() = message);
+    code
+}
+
+/// Turns a caught panic into [`VR_PANIC`] with the panic's message.
+#[cold]
+#[inline(never)]
+fn panicked(panic: Box<dyn std::any::Any + Send>) -> vr_result {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned());
+    fail(Failure(VR_PANIC, format!("velvet-rope panicked: {what}")))
 }
 
 /// Shorthand for a NULL-pointer failure naming the parameter.

@@ -8,7 +8,7 @@
 # different cores, so the scheduler's placement does not favour one side. Prints each run, the
 # medians and their ratio (with / without). Not a test.
 #
-# Environment: ROUNDS (10), DURATION (5s), CONNECTIONS (32), THREADS (1), WORKERS (1: leave a
+# Environment: ROUNDS (30), DURATION (2s), CONNECTIONS (32), THREADS (1), WORKERS (1: leave a
 # core to wrk on small machines), SKIP_BUILD=1 to use the module already built, CONTROL=1 for
 # an A/A run (both locations `velvet_rope off`: what the method reads when nothing differs).
 set -euo pipefail
@@ -16,8 +16,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 module="$repo/target/nginx-module/ngx_http_velvet_rope_module.so"
-rounds="${ROUNDS:-10}"
-duration="${DURATION:-5s}"
+rounds="${ROUNDS:-30}"
+duration="${DURATION:-2s}"
 connections="${CONNECTIONS:-32}"
 threads="${THREADS:-1}"
 workers="${WORKERS:-1}"
@@ -195,8 +195,19 @@ for i in "${!with[@]}"; do
     ratios+=("$(awk -v a="${with[$i]}" -v b="${without[$i]}" 'BEGIN { printf "%.4f", a / b }')")
 done
 printf 'per-round ratios: %s; median %s\n' "${ratios[*]}" "$(median "${ratios[@]}")"
+# How far the median can be trusted on this machine: a 95 % bootstrap interval of the median
+# of the per-round ratios (resampling rounds; fixed seed, so a run's report is reproducible).
+python3 - "${ratios[@]}" <<'EOF'
+import random, statistics, sys
+r = [float(x) for x in sys.argv[1:]]
+rng = random.Random(1)
+meds = sorted(statistics.median(rng.choices(r, k=len(r))) for _ in range(10000))
+print("median of per-round ratios %.3f, 95%% interval %.3f-%.3f (%d rounds; %d of them >= 0.95)"
+      % (statistics.median(r), meds[250], meds[9749], len(r), sum(x >= 0.95 for x in r)))
+EOF
 # Worker CPU time per request: what the module adds to each request, less sensitive than
-# requests/s to the other tenants of a small machine (clock-tick resolution: use runs of 5 s+).
+# requests/s to the other tenants of a small machine (clock ticks of 10 ms: about 1 % of a
+# 2-second round; the median over rounds smooths it).
 cw="$(median "${cpu_with[@]}")"; co="$(median "${cpu_without[@]}")"
 printf 'worker CPU per request (median): without %s us, with module %s us, module adds %s us (%s)\n' \
     "$co" "$cw" "$(awk -v a="$cw" -v b="$co" 'BEGIN { printf "%.3f", a - b }')" \

@@ -1,12 +1,14 @@
 //! Loops the valid-ticket admit path, for profilers (`valgrind --tool=callgrind`).
-//! Arguments: iterations (default 1,000,000), other cookies in the header (default 3).
+//! Arguments: iterations (default 1,000,000), other cookies in the header (default 3), and
+//! `new` to loop new visitors instead (no ticket: a slot claim and a new ticket each).
 
 use std::hint::black_box;
 
 fn main() {
     let now = 1_800_000_000_000;
     let engine = velvet_rope::Engine::from_text(
-        "[[rooms]]\nname = \"shop\"\ntotal_active_users = 1000\nnew_users_per_minute = 1000\n",
+        "[[rooms]]\nname = \"shop\"\ntotal_active_users = 1000000\n\
+         new_users_per_minute = 1000000\n",
         now,
     )
     .expect("valid configuration");
@@ -19,13 +21,15 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
     let others: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
+    let new_visitors = args.next().as_deref() == Some("new");
     // Other cookies before and after the ticket, as browsers send them.
     let other = |i: usize| format!("_c{i}=GA1.2.{}", 1_000_000 + i);
     let before: Vec<String> = (0..others.div_ceil(2)).map(other).collect();
     let after: Vec<String> = (others.div_ceil(2)..others).map(other).collect();
+    let ticket = (!new_visitors).then_some(cookie);
     let header = before
         .into_iter()
-        .chain(std::iter::once(cookie))
+        .chain(ticket)
         .chain(after)
         .collect::<Vec<_>>()
         .join("; ");

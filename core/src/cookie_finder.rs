@@ -37,11 +37,41 @@ impl CookieFinder {
     /// several cookies of the name.
     #[inline]
     pub(crate) fn find<'h>(&self, header: &'h [u8]) -> Option<&'h [u8]> {
+        self.find_rest(header).map(value_at_start)
+    }
+
+    /// [`CookieFinder::find`] for a cookie whose valid values are exactly `len` bytes of
+    /// cookie-octets (no blanks, quotes or `;`), such as a ticket: when the value is followed
+    /// by the end of the header or by `;` (how browsers send cookies), its `len` bytes are
+    /// taken without searching for the end. The answer can differ from `find`'s only when
+    /// neither is a valid value: if either answer is `len` bytes free of blanks, quotes and
+    /// `;`, both are those same bytes.
+    #[inline]
+    pub(crate) fn find_exact<'h>(&self, header: &'h [u8], len: usize) -> Option<&'h [u8]> {
+        let rest = self.find_rest(header)?;
+        Some(match rest.get(len) {
+            Some(b';') => &rest[..len],
+            None if rest.len() == len => rest,
+            _ => value_at_start(rest),
+        })
+    }
+
+    /// The ticket cookie's value, for opening: [`CookieFinder::find_exact`] at a ticket's
+    /// length (a refused value is refused for the same reason either way: a value of another
+    /// length, or with characters outside base64url, is badly encoded).
+    #[inline]
+    pub(crate) fn find_ticket<'h>(&self, header: &'h [u8]) -> Option<&'h [u8]> {
+        self.find_exact(header, crate::ticket::ENCODED_LEN)
+    }
+
+    /// What follows `name=` in the first cookie of the name.
+    #[inline]
+    fn find_rest<'h>(&self, header: &'h [u8]) -> Option<&'h [u8]> {
         let mut from = 0;
         while let Some(pos) = self.find_needle(&header[from..]) {
             let at = from + pos;
             if at == 0 || matches!(header[at - 1], b';' | b' ' | b'\t') {
-                return Some(value_at_start(&header[at + self.needle.len()..]));
+                return Some(&header[at + self.needle.len()..]);
             }
             // `name=` inside another cookie's name or value: look further.
             from = at + 1;
@@ -150,8 +180,48 @@ mod tests {
         assert_eq!(checked, 12 * 12 * 12 * 4);
     }
 
+    /// `len` bytes that could be a valid value: no blanks, quotes or `;`.
+    fn plausible(v: &[u8], len: usize) -> bool {
+        v.len() == len
+            && !v
+                .iter()
+                .any(|b| b" \t\";".contains(b) || b.is_ascii_whitespace())
+    }
+
+    /// The contract of `find_exact`: whenever either answer is a plausible value, both are the
+    /// same bytes.
+    fn check_exact(finder: &CookieFinder, header: &[u8], len: usize) {
+        let general = finder.find(header);
+        let exact = finder.find_exact(header, len);
+        let plausible = |v: Option<&[u8]>| v.is_some_and(|v| plausible(v, len));
+        if plausible(general) || plausible(exact) {
+            assert_eq!(
+                general,
+                exact,
+                "header {:?}",
+                String::from_utf8_lossy(header)
+            );
+        }
+        assert_eq!(general.is_some(), exact.is_some());
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        /// `find_exact` for 12-byte values agrees with `find` on random headers made of the
+        /// cookie's name, 12-byte values, longer and shorter ones, separators and blanks.
+        #[test]
+        fn exact_length_search_agrees_where_it_matters(
+            pieces in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "__vr_shop=", "AAAABBBBCCCC", "AAAABBBBCCC", "AAAABBBBCCCCD", ";", "; ",
+                    " ", "\t", "\"", "x=1", "=",
+                ]),
+                0..40,
+            ),
+        ) {
+            check_exact(&CookieFinder::new("__vr_shop"), pieces.concat().as_bytes(), 12);
+        }
 
         /// Random headers of up to 60 pieces (the cookie's name and its parts, separators,
         /// blanks, quotes, `=`, other text), up to ~600 bytes: the finder agrees with the

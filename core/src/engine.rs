@@ -427,7 +427,7 @@ impl Engine {
     pub fn admit(&self, room: &str, cookie_header: Option<&str>, now: Millis) -> Result<Decision> {
         let snap = self.current.load();
         let view = snap.room(room)?;
-        let ticket = cookie_header.and_then(|h| view.s.cookie_finder.find(h.as_bytes()));
+        let ticket = cookie_header.and_then(|h| view.s.cookie_finder.find_ticket(h.as_bytes()));
         Ok(snap.decide(view, ticket, now))
     }
 
@@ -443,7 +443,7 @@ impl Engine {
     ) -> Result<Decision> {
         let snap = self.current.load();
         let view = snap.room_bytes(room)?;
-        let ticket = cookie_header.and_then(|h| view.s.cookie_finder.find(h));
+        let ticket = cookie_header.and_then(|h| view.s.cookie_finder.find_ticket(h));
         Ok(snap.decide(view, ticket, now))
     }
 
@@ -478,31 +478,48 @@ impl Snapshot {
 
     /// Decides one request. The steady state of an admitted visitor (a valid admission ticket
     /// already counted in this bucket: nearly every request a site serves) is decided here;
-    /// every other case is a call out of line, so that the common path stays a few cache
-    /// lines of code (measured in nginx: its instruction fetches, not its instruction count,
-    /// are what a request pays for).
+    /// every other case goes through one cold call, so that the compiler lays the common path
+    /// out as a few contiguous cache lines of code (measured in nginx: its instruction
+    /// fetches, not its instruction count, are what a request pays for).
     #[inline]
     fn decide(&self, view: &RoomView, cookie: Option<&[u8]>, now: Millis) -> Decision {
         let s = &view.s;
         let now_secs = (now / 1000).min(u32::MAX as u64) as u32;
         let bucket = now / self.bucket_ms;
-        let Some(text) = cookie else {
-            return self.arrival(view, bucket, now_secs, None);
-        };
-        match self
-            .keyring
-            .open_bytes(text, s.tag, now_secs, self.skew_secs)
-        {
-            Ok(t) if t.state == TicketState::Admitted => {
-                if s.cfg.disable_session_renewal || u64::from(t.counted) == bucket {
-                    // Counted this bucket already (or never renewed): nothing to change.
-                    Decision::admit(None, None)
-                } else {
-                    self.renew(view, t, bucket, now_secs)
-                }
+        let opened = cookie.map(|text| {
+            self.keyring
+                .open_bytes(text, s.tag, now_secs, self.skew_secs)
+        });
+        if let Some(Ok(t)) = &opened {
+            if t.state == TicketState::Admitted
+                && (s.cfg.disable_session_renewal || u64::from(t.counted) == bucket)
+            {
+                // Counted this bucket already (or never renewed): nothing to change.
+                return Decision::admit(None, None);
             }
-            Ok(t) => self.waiter(view, t, bucket, now_secs, None),
-            Err(e) => self.refused(view, e, bucket, now_secs),
+        }
+        self.not_steady(view, opened, bucket, now_secs)
+    }
+
+    /// Every request but an admitted visitor's steady state: new visitors, refused tickets,
+    /// renewals, waiters. Cold only for code layout (it is a call away from the hot path);
+    /// what it calls is compiled as usual.
+    #[cold]
+    #[inline(never)]
+    fn not_steady(
+        &self,
+        view: &RoomView,
+        opened: Option<std::result::Result<Ticket, TicketError>>,
+        bucket: u64,
+        now_secs: u32,
+    ) -> Decision {
+        match opened {
+            None => self.arrival(view, bucket, now_secs, None),
+            Some(Ok(t)) if t.state == TicketState::Admitted => {
+                self.renew(view, t, bucket, now_secs)
+            }
+            Some(Ok(t)) => self.waiter(view, t, bucket, now_secs, None),
+            Some(Err(e)) => self.refused(view, e, bucket, now_secs),
         }
     }
 

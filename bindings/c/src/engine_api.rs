@@ -118,7 +118,10 @@ unsafe fn to_c(d: &Decision, out: *mut vr_decision) -> Result<(), Failure> {
         std::ptr::addr_of_mut!((*out).queue_length).write(d.queue_length.unwrap_or(0));
         std::ptr::addr_of_mut!((*out).set_cookie_len).write(cookie.len());
         let buf = std::ptr::addr_of_mut!((*out).set_cookie).cast::<u8>();
-        std::ptr::copy_nonoverlapping(cookie.as_ptr(), buf, cookie.len());
+        if !cookie.is_empty() {
+            // Most decisions set no cookie: no call into libc's memcpy for those.
+            std::ptr::copy_nonoverlapping(cookie.as_ptr(), buf, cookie.len());
+        }
         buf.add(cookie.len()).write(0);
     }
     Ok(())

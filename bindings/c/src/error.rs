@@ -96,6 +96,7 @@ fn panicked(panic: Box<dyn std::any::Any + Send>) -> vr_result {
 }
 
 /// Shorthand for a NULL-pointer failure naming the parameter.
+#[cold]
 pub(crate) fn null(name: &str) -> Failure {
     Failure(VR_NULL_PARAMETER, format!("`{name}` is NULL"))
 }

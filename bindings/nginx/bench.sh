@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Throughput of Debian's nginx serving a static 128-byte page through a location with the
-# velvet-rope module (`velvet_rope bench`) and one without it (`velvet_rope off`), in one nginx
-# instance, runs interleaved so that machine noise hits both alike. Every request of both
-# carries the same valid admission cookie (the steady state of an admitted visitor; the same
-# request bytes on both sides, so only the module's work differs). Rounds alternate which side
-# runs first, and on a machine with more cores than workers nginx's workers and wrk are pinned to
-# different cores, so the scheduler's placement does not favour one side. Prints each run, the
-# medians and their ratio (with / without). Not a test.
+# Throughput of Debian's nginx serving a static 128-byte page through a server with the
+# velvet-rope module (`velvet_rope bench`) and an identical server without it (`velvet_rope
+# off`) on another port, in one nginx instance, runs interleaved so that machine noise hits
+# both alike. Every request of both carries the same valid admission cookie (the steady state
+# of an admitted visitor). The two servers have the same locations, root and file, and the
+# requests the same bytes but the port: only the module's work differs. Rounds alternate which
+# side runs first, and on a machine with more cores than workers nginx's workers and wrk are
+# pinned to different cores, so the scheduler's placement does not favour one side. Prints each
+# run, the medians and their ratio (with / without). Not a test.
 #
 # Environment: ROUNDS (30), DURATION (2s), CONNECTIONS (32), THREADS (1), WORKERS (1: leave a
 # core to wrk on small machines), SKIP_BUILD=1 to use the module already built, CONTROL=1 for
-# an A/A run (both locations `velvet_rope off`: what the method reads when nothing differs).
+# an A/A run (both servers `velvet_rope off`: what the method reads when nothing differs).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -51,14 +52,22 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-mkdir -p "$prefix"/{conf,logs,tmp,html/with,html/without,html/admit}
+# Two free ports of the same number of digits (the Host header is the one byte-for-byte
+# difference between the two sides' requests).
+read -r port port_off < <(python3 -c '
+import socket
+while True:
+    s = [socket.socket() for _ in range(2)]
+    for x in s: x.bind(("127.0.0.1", 0))
+    p = [x.getsockname()[1] for x in s]
+    if len(str(p[0])) == len(str(p[1])): print(*p); break
+')
+mkdir -p "$prefix"/{conf,logs,tmp,html/admit}
 # Exactly 128 bytes of HTML, the same file behind both locations.
 page="$(printf '<!doctype html><title>bench</title><p>%s</p>' "$(printf 'x%.0s' $(seq 128))")"
 page="${page:0:127}"
-printf '%s\n' "$page" | tee "$prefix/html/with/page.html" "$prefix/html/admit/page.html" \
-    > "$prefix/html/without/page.html"
-[[ "$(stat -c %s "$prefix/html/with/page.html")" == 128 ]]
+printf '%s\n' "$page" | tee "$prefix/html/admit/page.html" > "$prefix/html/page.html"
+[[ "$(stat -c %s "$prefix/html/page.html")" == 128 ]]
 
 secret="$(python3 -c 'import base64,os; print(base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode())')"
 cat > "$prefix/conf/velvet-rope.toml" <<EOF
@@ -102,9 +111,15 @@ http {
     server {
         listen 127.0.0.1:$port;
         root $prefix/html;
-        location /with/    { velvet_rope $with_room; }
+        location /         { velvet_rope $with_room; }
         location /admit/   { velvet_rope bench; }
-        location /without/ { velvet_rope off; }
+        location = /status { velvet_rope_status; }
+    }
+    server {
+        listen 127.0.0.1:$port_off;
+        root $prefix/html;
+        location /         { velvet_rope off; }
+        location /admit/   { velvet_rope bench; }
         location = /status { velvet_rope_status; }
     }
 }
@@ -139,10 +154,10 @@ worker_ticks() {   # CPU time (user + system, in clock ticks) of nginx's workers
 }
 hz="$(getconf CLK_TCK)"
 
-run() {   # run <path> [extra wrk args...] -> prints "<requests/s> <worker CPU us per request>"
+run() {   # run <port> [extra wrk args...] -> prints "<requests/s> <worker CPU us per request>"
     local out before after requests
     before="$(worker_ticks)"
-    out="$("${pin[@]}" wrk -t"$threads" -c"$connections" -d"$duration" "${@:2}" "http://127.0.0.1:$port$1")"
+    out="$("${pin[@]}" wrk -t"$threads" -c"$connections" -d"$duration" "${@:2}" "http://127.0.0.1:$1/page.html")"
     after="$(worker_ticks)"
     if grep -q 'Non-2xx' <<<"$out"; then
         echo "bench.sh: non-2xx responses on $1:" >&2
@@ -155,17 +170,17 @@ run() {   # run <path> [extra wrk args...] -> prints "<requests/s> <worker CPU u
 }
 
 # Warm-up of both paths (page cache, connections, engine snapshot).
-run /without/page.html -d2s -H "Cookie: $cookie" >/dev/null
-run /with/page.html -d2s -H "Cookie: $cookie" >/dev/null
+run "$port_off" -d2s -H "Cookie: $cookie" >/dev/null
+run "$port" -d2s -H "Cookie: $cookie" >/dev/null
 
 with=(); without=(); cpu_with=(); cpu_without=()
 for i in $(seq "$rounds"); do
     if (( i % 2 )); then
-        read -r w cw < <(run /without/page.html -H "Cookie: $cookie")
-        read -r m cm < <(run /with/page.html -H "Cookie: $cookie")
+        read -r w cw < <(run "$port_off" -H "Cookie: $cookie")
+        read -r m cm < <(run "$port" -H "Cookie: $cookie")
     else
-        read -r m cm < <(run /with/page.html -H "Cookie: $cookie")
-        read -r w cw < <(run /without/page.html -H "Cookie: $cookie")
+        read -r m cm < <(run "$port" -H "Cookie: $cookie")
+        read -r w cw < <(run "$port_off" -H "Cookie: $cookie")
     fi
     without+=("$w"); with+=("$m"); cpu_without+=("$cw"); cpu_with+=("$cm")
     printf 'round %d: without %s req/s (%s us CPU/req), with module %s req/s (%s us CPU/req)\n' \

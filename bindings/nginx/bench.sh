@@ -9,14 +9,16 @@
 # pinned to different cores, so the scheduler's placement does not favour one side. Prints each
 # run, the medians and their ratio (with / without). Not a test.
 #
-# Environment: ROUNDS (30), DURATION (2s), CONNECTIONS (32), THREADS (1), WORKERS (1: leave a
-# core to wrk on small machines), SKIP_BUILD=1 to use the module already built, CONTROL=1 for
-# an A/A run (both servers `velvet_rope off`: what the method reads when nothing differs).
+# Environment: ROUNDS (30; keep it even, so each side goes first as often), DURATION (2s),
+# CONNECTIONS (32), THREADS (1), WORKERS (1: leave a core to wrk on small machines),
+# SKIP_BUILD=1 to use the module already built, MODULE=<path> to measure another build of
+# the module (implies nothing is built), CONTROL=1 for an A/A run (both servers
+# `velvet_rope off`: what the method reads when nothing differs).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-module="$repo/target/nginx-module/ngx_http_velvet_rope_module.so"
+module="${MODULE:-$repo/target/nginx-module/ngx_http_velvet_rope_module.so}"
 rounds="${ROUNDS:-30}"
 duration="${DURATION:-2s}"
 connections="${CONNECTIONS:-32}"
@@ -36,7 +38,7 @@ if ! command -v wrk >/dev/null || [[ ! -x /usr/sbin/nginx ]]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q && apt-get install -y -q nginx nginx-dev wrk
 fi
-if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+if [[ "${SKIP_BUILD:-0}" != 1 && -z "${MODULE:-}" ]]; then
     "$here/build.sh"
 fi
 
@@ -62,6 +64,7 @@ while True:
     p = [x.getsockname()[1] for x in s]
     if len(str(p[0])) == len(str(p[1])): print(*p); break
 ')
+[[ -n "${port_off:-}" ]] || { echo "bench.sh: could not pick two free ports" >&2; exit 1; }
 mkdir -p "$prefix"/{conf,logs,tmp,html/admit}
 # Exactly 128 bytes of HTML, the same file behind both locations.
 page="$(printf '<!doctype html><title>bench</title><p>%s</p>' "$(printf 'x%.0s' $(seq 128))")"
@@ -127,9 +130,12 @@ EOF
 
 /usr/sbin/nginx -p "$prefix" -c "$prefix/conf/nginx.conf" -g 'daemon off;' &
 master=$!
-for _ in $(seq 50); do
-    python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null && break
-    sleep 0.1
+for p in "$port" "$port_off"; do
+    for _ in $(seq 50); do
+        python3 -c "import socket; socket.create_connection(('127.0.0.1', $p), 0.2)" 2>/dev/null \
+            && break
+        sleep 0.1
+    done
 done
 
 # One admission: the cookie every benchmark request then carries.
@@ -196,6 +202,7 @@ room = json.loads(c.getresponse().read())["rooms"]["bench"]
 print("engine: admitted_total %d, ticket rejections %s"
       % (room["admitted_total"], room["ticket_rejections"]))
 assert room["admitted_total"] == 1, room
+assert not any(room["ticket_rejections"].values()), room
 EOF
 
 median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
@@ -224,6 +231,9 @@ EOF
 # requests/s to the other tenants of a small machine (clock ticks of 10 ms: about 1 % of a
 # 2-second round; the median over rounds smooths it).
 cw="$(median "${cpu_with[@]}")"; co="$(median "${cpu_without[@]}")"
-printf 'worker CPU per request (median): without %s us, with module %s us, module adds %s us (%s)\n' \
-    "$co" "$cw" "$(awk -v a="$cw" -v b="$co" 'BEGIN { printf "%.3f", a - b }')" \
-    "$(awk -v a="$cw" -v b="$co" 'BEGIN { printf "%+.1f%%", (a / b - 1) * 100 }')"
+cpu_ratios=()
+for i in "${!cpu_with[@]}"; do
+    cpu_ratios+=("$(awk -v a="${cpu_with[$i]}" -v b="${cpu_without[$i]}" 'BEGIN { printf "%.4f", a / b }')")
+done
+printf 'worker CPU per request (medians): without %s us, with module %s us; median of per-round ratios %s\n' \
+    "$co" "$cw" "$(median "${cpu_ratios[@]}")"

@@ -362,6 +362,60 @@ fn refused_tickets_are_no_ticket_and_counted_by_reason() {
     assert!(e.admit("nope", None, T0).is_err());
 }
 
+/// A real ticket in every shape of `Cookie` header: where the value is followed by `;` or the
+/// header's end the ticket's bytes are taken without searching for the end, elsewhere the
+/// value is cut at `;`, trimmed and unquoted. Either way the visitor is recognised exactly when
+/// the trimmed, unquoted value is the ticket, and a refusal is counted as badly encoded, through
+/// the `&str` and the byte entry points alike.
+#[test]
+fn tickets_are_found_in_every_header_shape() {
+    let e = engine_with(RoomConfig::new("r", 10, 10));
+    let mut b = Browser::default();
+    b.visit(&e, "r", T0);
+    let good = b.cookie.clone().unwrap();
+    let (name, t) = good.split_once('=').unwrap();
+    let recognised = [
+        format!("{name}={t}"),
+        format!("{name}={t}; a=1"),
+        format!("a=1; {name}={t}"),
+        format!("a=1;{name}={t};b=2"),
+        format!("a=1; {name}={t} ; b=2"),
+        format!("a=1; {name}= {t}"),
+        format!("{name}=\"{t}\"; b=2"),
+        format!("x{name}=junk; {name}={t}"),
+        format!("{name}={t}\t"),
+    ];
+    let refused = [
+        format!("{name}={t}x; b=2"),
+        format!("{name}={t} x"),
+        format!("{name}={}; b=2", &t[..t.len() - 1]),
+        format!("{name}=\"{t}; b=2"),
+        format!("{name}={}{}", &t[..40], ';'),
+        format!("{name}={};{}", &t[..40], &t[41..]),
+    ];
+    let mut expected_bad = 0;
+    for (i, header) in recognised.iter().chain(&refused).enumerate() {
+        let ok = i < recognised.len();
+        let now = T0 + 1 + i as u64;
+        let by_str = e.admit("r", Some(header), now).unwrap();
+        let by_bytes = e
+            .admit_header_bytes(b"r", Some(header.as_bytes()), now)
+            .unwrap();
+        for d in [&by_str, &by_bytes] {
+            if ok {
+                assert_eq!(d.ticket_error, None, "header {header:?}");
+                assert!(d.set_cookie.is_none(), "a recognised visitor: {header:?}");
+            } else {
+                assert_eq!(d.ticket_error, Some(TicketError::BadEncoding), "{header:?}");
+                expected_bad += 1;
+            }
+        }
+    }
+    let st = e.stats("r").unwrap();
+    assert_eq!(st.ticket_rejections.bad_encoding, expected_bad);
+    assert_eq!(expected_bad, 2 * refused.len() as u64);
+}
+
 #[test]
 fn reject_passthrough_and_queue_all() {
     let mut room = RoomConfig::new("rej", 1, 100);

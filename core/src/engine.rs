@@ -518,7 +518,7 @@ impl Snapshot {
             Some(Ok(t)) if t.state == TicketState::Admitted => {
                 self.renew(view, t, bucket, now_secs)
             }
-            Some(Ok(t)) => self.waiter(view, t, bucket, now_secs, None),
+            Some(Ok(t)) => self.waiter(view, t, bucket, now_secs),
             Some(Err(e)) => self.refused(view, e, bucket, now_secs),
         }
     }
@@ -554,14 +554,7 @@ impl Snapshot {
 
     /// A visitor holding a valid queued ticket.
     #[inline(never)]
-    fn waiter(
-        &self,
-        view: &RoomView,
-        t: Ticket,
-        bucket: u64,
-        now_secs: u32,
-        err: Option<TicketError>,
-    ) -> Decision {
+    fn waiter(&self, view: &RoomView, t: Ticket, bucket: u64, now_secs: u32) -> Decision {
         let s = &view.s;
         let cfg = &s.cfg;
         let epoch = u64::from(now_secs / cfg.refresh_interval);
@@ -572,7 +565,7 @@ impl Snapshot {
         let arrival = u64::from(t.arrival).max(view.queue_base);
         let counted = u64::from(t.counted);
         if cfg.queueing_method == QueueingMethod::Passthrough {
-            return self.admit_new(view, t.id, bucket, now_secs, err);
+            return self.admit_new(view, t.id, bucket, now_secs, None);
         }
         let active = s.counters.active();
         let window_start = bucket.saturating_sub(u64::from(cfg.session_duration));
@@ -594,11 +587,11 @@ impl Snapshot {
                     if lanes.in_window(counted, epoch) {
                         lanes.uncount(slot, counted);
                     }
-                    return self.admit_new(view, t.id, bucket, now_secs, err);
+                    return self.admit_new(view, t.id, bucket, now_secs, None);
                 }
                 // A concurrent request with the same ticket was admitted first: this one gets
                 // the same admission without being counted twice (its slot is spent).
-                return self.admitted_ticket(view, t.id, bucket as u32, now_secs, err);
+                return self.admitted_ticket(view, t.id, bucket as u32, now_secs, None);
             }
         }
         let mut set_cookie = None;
@@ -628,7 +621,7 @@ impl Snapshot {
             }
             _ => view.queue_length.max(1),
         };
-        self.queued(view, set_cookie, position, err)
+        self.queued(view, set_cookie, position, None)
     }
 
     /// A visitor with no valid ticket.

@@ -44,6 +44,15 @@ impl Browser {
     }
 }
 
+/// A new visitor's admission cookie in `room` at `T0`, as (name, value).
+fn admitted_cookie(e: &Engine, room: &str) -> (String, String) {
+    let mut b = Browser::default();
+    b.visit(e, room, T0);
+    let cookie = b.cookie.expect("a new visitor is admitted with a cookie");
+    let (name, value) = cookie.split_once('=').expect("name=value");
+    (name.to_owned(), value.to_owned())
+}
+
 /// Seed: a data centre with 10 free slots and two deciders receiving 7 and 1 new users admits
 /// all 8; receiving 15 it admits exactly 10 and queues 5.
 #[test]
@@ -329,10 +338,7 @@ fn abandoned_waiters_stop_holding_the_queue_after_grace() {
 #[test]
 fn refused_tickets_are_no_ticket_and_counted_by_reason() {
     let e = engine_with(RoomConfig::new("r", 10, 10));
-    let mut b = Browser::default();
-    b.visit(&e, "r", T0);
-    let good = b.cookie.clone().unwrap();
-    let (name, value) = good.split_once('=').unwrap();
+    let (name, value) = admitted_cookie(&e, "r");
     let mut tampered = value.as_bytes().to_vec();
     tampered[40] = if tampered[40] == b'x' { b'y' } else { b'x' };
     let tampered = format!("{name}={}", String::from_utf8(tampered).unwrap());
@@ -370,10 +376,8 @@ fn refused_tickets_are_no_ticket_and_counted_by_reason() {
 #[test]
 fn tickets_are_found_in_every_header_shape() {
     let e = engine_with(RoomConfig::new("r", 10, 10));
-    let mut b = Browser::default();
-    b.visit(&e, "r", T0);
-    let good = b.cookie.clone().unwrap();
-    let (name, t) = good.split_once('=').unwrap();
+    let (name, t) = admitted_cookie(&e, "r");
+    let (name, t) = (name.as_str(), t.as_str());
     let recognised = [
         format!("{name}={t}"),
         format!("{name}={t}; a=1"),

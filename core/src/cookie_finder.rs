@@ -160,7 +160,6 @@ mod tests {
             "",
         ];
         let seps = [";", "; ", ";\t", " ; "];
-        let mut checked = 0;
         for a in 0..pieces.len() {
             for b in 0..pieces.len() {
                 for c in 0..pieces.len() {
@@ -172,12 +171,10 @@ mod tests {
                             reference(h, name.as_bytes()),
                             "header {header:?}"
                         );
-                        checked += 1;
                     }
                 }
             }
         }
-        assert_eq!(checked, 12 * 12 * 12 * 4);
     }
 
     /// `len` bytes that could be a valid value: no blanks, quotes or `;`.

@@ -285,7 +285,7 @@ mod tests {
         assert!(pid >= 0, "fork failed");
         if pid == 0 {
             let child = home_shard().to_le_bytes();
-            // SAFETY: `child` is 8 readable bytes; `_exit` skips the harness's atexit work.
+            // SAFETY: `child` is 8 readable bytes; `_exit` leaves without the harness's atexit work.
             unsafe {
                 libc::write(fds[1], child.as_ptr().cast(), child.len());
                 libc::_exit(0);

@@ -397,7 +397,6 @@ fn tickets_are_found_in_every_header_shape() {
         format!("{name}={}{}", &t[..40], ';'),
         format!("{name}={};{}", &t[..40], &t[41..]),
     ];
-    let mut expected_bad = 0;
     for (i, header) in recognised.iter().chain(&refused).enumerate() {
         let ok = i < recognised.len();
         let now = T0 + 1 + i as u64;
@@ -411,13 +410,12 @@ fn tickets_are_found_in_every_header_shape() {
                 assert!(d.set_cookie.is_none(), "a recognised visitor: {header:?}");
             } else {
                 assert_eq!(d.ticket_error, Some(TicketError::BadEncoding), "{header:?}");
-                expected_bad += 1;
             }
         }
     }
+    // Each refused header was admitted twice (both entry points); nothing else was refused.
     let st = e.stats("r").unwrap();
-    assert_eq!(st.ticket_rejections.bad_encoding, expected_bad);
-    assert_eq!(expected_bad, 2 * refused.len() as u64);
+    assert_eq!(st.ticket_rejections.bad_encoding, 2 * refused.len() as u64);
 }
 
 #[test]

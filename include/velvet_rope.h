@@ -16,8 +16,9 @@
 // Patch version of this library.
 #define VR_VERSION_PATCH 0
 
-// Capacity of [`vr_decision::set_cookie`], NUL included.
-#define VR_SET_COOKIE_CAPACITY 512
+// Capacity of [`vr_decision::set_cookie`], NUL included: the longest `Set-Cookie` value an
+// engine hands out (the configuration bounds every part of it) plus the NUL.
+#define VR_SET_COOKIE_CAPACITY 1024
 
 // `vr_decision.outcome`: pass the request to the origin.
 #define VR_OUTCOME_ADMIT 0
@@ -203,6 +204,21 @@ vr_result vr_engine_new_shared(const char *config,
                                uint8_t *region,
                                size_t region_len,
                                vr_engine **engine_out);
+
+// Creates an engine whose counters live in the *state file* at `path` (NUL-terminated),
+// mapped into every process that opens it: the workers of a pre-fork server share exact
+// counts, and counts, queue and the ephemeral ticket key survive restarts. The file is
+// created (mode 0600) if missing. Ownership as for [`vr_engine_new`]; the engine owns the
+// mapping.
+//
+// # Safety
+// `config` readable for `config_len` bytes; `path` a NUL-terminated string; `engine_out`
+// writable.
+vr_result vr_engine_open_state_file(const char *config,
+                                    size_t config_len,
+                                    const char *path,
+                                    uint64_t now_ms,
+                                    vr_engine **engine_out);
 
 // Frees an engine. NULL is ignored. Not while other threads still use it.
 //

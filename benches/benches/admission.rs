@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use velvet_rope::slot_pool::OwnedSlotPool;
-use velvet_rope::ticket::{room_tag, Keyring, Ticket, TicketState};
+use velvet_rope::ticket::{Keyring, RoomId, Ticket, TicketState};
 use velvet_rope::{Engine, Outcome};
 
 const T0: u64 = 1_800_000_000_000;
@@ -161,7 +161,8 @@ fn slot_claim(c: &mut Criterion) {
             &threads,
             |b, &t| {
                 b.iter_custom(|iters| {
-                    pool.refill(iters * t as u64 + 1);
+                    pool.revoke(u64::MAX);
+                    pool.grant(iters * t as u64 + 1);
                     on_threads(t, iters, || {
                         black_box(pool.try_claim());
                     })
@@ -175,7 +176,8 @@ fn slot_claim(c: &mut Criterion) {
             &threads,
             |b, &t| {
                 b.iter_custom(|iters| {
-                    single.refill(iters * t as u64 + 1);
+                    single.revoke(u64::MAX);
+                    single.grant(iters * t as u64 + 1);
                     on_threads(t, iters, || {
                         black_box(single.try_claim());
                     })
@@ -190,8 +192,8 @@ fn tickets(c: &mut Criterion) {
     let mut g = c.benchmark_group("ticket");
     g.throughput(Throughput::Elements(1));
     let keys = Keyring::new(&[(1, [7; 32])], None).unwrap();
+    let shop = RoomId::new("shop");
     let t = Ticket {
-        room_tag: room_tag("shop"),
         id: 42,
         state: TicketState::Admitted,
         arrival: 0,
@@ -199,32 +201,30 @@ fn tickets(c: &mut Criterion) {
         counted: 1,
         last_checkin: 1_800_000_000,
         expires: 1_800_000_600,
+        incarnation: 9,
     };
-    let sealed = keys.seal(&t).as_str().to_owned();
-    g.bench_function("encode", |b| b.iter(|| black_box(keys.seal(black_box(&t)))));
+    let sealed = keys.seal(&shop, &t).as_str().to_owned();
+    g.bench_function("encode", |b| {
+        b.iter(|| black_box(keys.seal(&shop, black_box(&t))))
+    });
     // Distinct tickets in turn, so the per-thread cache of opened tickets never hits.
     let sealed_many: Vec<String> = (0..4096u64)
-        .map(|id| keys.seal(&Ticket { id, ..t }).as_str().to_owned())
+        .map(|id| keys.seal(&shop, &Ticket { id, ..t }).as_str().to_owned())
         .collect();
     let mut i = 0;
     g.bench_function("decode_cold", |b| {
         b.iter(|| {
             i = (i + 1) % sealed_many.len();
             black_box(
-                keys.open(
-                    black_box(&sealed_many[i]),
-                    room_tag("shop"),
-                    1_800_000_001,
-                    30,
-                )
-                .unwrap(),
+                keys.open(black_box(&sealed_many[i]), &shop, 1_800_000_001, 30)
+                    .unwrap(),
             )
         })
     });
     g.bench_function("decode_cached", |b| {
         b.iter(|| {
             black_box(
-                keys.open(black_box(&sealed), room_tag("shop"), 1_800_000_001, 30)
+                keys.open(black_box(&sealed), &shop, 1_800_000_001, 30)
                     .unwrap(),
             )
         })

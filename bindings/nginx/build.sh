@@ -2,7 +2,7 @@
 # Builds the nginx dynamic module over the velvet-rope C ABI, for Debian's stock nginx:
 #   target/nginx-module/ngx_http_velvet_rope_module.so
 #
-# Steps (recipe of ../../../shared/notes/nginx-dynamic-module.md):
+# Steps (the recipe for nginx dynamic modules that was tried on Debian 12):
 #   1. install nginx and nginx-dev when missing (Debian 12; needs root),
 #   2. build the C ABI (`cargo build --release -p velvet-rope-c`) -> target/release/libvelvet_rope.a,
 #   3. configure nginx-dev's source tree with Debian's own flags (--with-compat, so the module's

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use base64::Engine as _;
 use clap::{Parser, Subcommand};
 use rand::RngCore;
-use velvet_rope::ticket::{room_tag, Keyring, TicketState};
+use velvet_rope::ticket::{RoomId, TicketState};
 use velvet_rope::Config;
 
 mod allocate;
@@ -124,40 +124,22 @@ fn check_config(path: &str) -> Result<(), String> {
 
 fn inspect(config: &str, room: &str, ticket: &str) -> Result<(), String> {
     let cfg = Config::from_path(config).map_err(|e| e.to_string())?;
-    if cfg.tickets.keys.is_empty() {
-        return Err(
-            "the configuration has no ticket keys (tickets were sealed with an ephemeral key)"
-                .into(),
-        );
+    if !cfg.rooms.iter().any(|r| r.name == room) {
+        let names: Vec<&str> = cfg.rooms.iter().map(|r| r.name.as_str()).collect();
+        return Err(format!(
+            "no room `{room}` in {config} (its rooms: {})",
+            names.join(", ")
+        ));
     }
-    let mut keys = Vec::new();
-    for k in &cfg.tickets.keys {
-        let text = match (&k.secret, &k.secret_file) {
-            (Some(s), _) => s.clone(),
-            (None, Some(f)) => std::fs::read_to_string(f).map_err(|e| e.to_string())?,
-            _ => return Err("a key has no secret".into()),
-        };
-        let text = text.trim().trim_end_matches('=');
-        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(text)
-            .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(text))
-            .map_err(|e| e.to_string())?;
-        let arr: [u8; 32] = bytes
-            .try_into()
-            .map_err(|_| "a key is not 32 bytes".to_string())?;
-        keys.push((k.id, arr));
-    }
-    let ring = Keyring::new(&keys, cfg.tickets.signing_key).map_err(|e| e.to_string())?;
+    let ring = cfg.tickets.keyring().map_err(|e| e.to_string())?.ok_or(
+        "the configuration has no ticket keys (tickets were sealed with an ephemeral key)",
+    )?;
     let value = ticket.split_once('=').map_or(ticket, |(_, v)| v);
     let t = ring
-        .open(value, room_tag(room), u32::MAX - 1, 0)
-        .or_else(|e| match e {
-            velvet_rope::TicketError::FromFuture => Err(e),
-            _ => ring.open(value, room_tag(room), 0, u32::MAX),
-        })
+        .open_any_time(value.trim(), &RoomId::new(room))
         .map_err(|e| format!("ticket refused: {e}"))?;
     let json = serde_json::json!({
-        "room_tag": t.room_tag,
+        "room": room,
         "id": format!("{:016x}", t.id),
         "state": match t.state { TicketState::Admitted => "admitted", TicketState::Queued => "queued" },
         "arrival": t.arrival,
@@ -165,6 +147,7 @@ fn inspect(config: &str, room: &str, ticket: &str) -> Result<(), String> {
         "counted": t.counted,
         "last_checkin": t.last_checkin,
         "expires": t.expires,
+        "incarnation": format!("{:08x}", t.incarnation),
     });
     println!("{json}");
     Ok(())

@@ -26,51 +26,39 @@
 //! assert_eq!(third.position, Some(1));
 //! ```
 //!
-//! Memory orders and the reasoning behind each lock-free structure are documented at the top
-//! of the module that holds it (`slot_pool`, `active_counts`, `queue_lanes`).
+//! The crate is laid out by part: [`admission`] (the engine: decisions, ticks, reloads),
+//! `counters` (the lock-free counters, in owned or shared memory; memory orders are documented
+//! at the top of each structure's module), [`ticket`] (sealed cookies), [`lease`] (capacity
+//! leases), [`config`] (the one schema every front door reads).
 
 #![cfg_attr(velvet_rope_loom, allow(dead_code))]
 
+pub mod admission;
 pub mod clock;
 pub mod config;
+mod counters;
 pub mod error;
+mod hash;
 pub mod lease;
+mod random;
 pub mod shares;
+mod sync;
 pub mod ticket;
 
-mod active_counts;
-#[cfg(not(velvet_rope_loom))]
-mod cookie_finder;
-#[cfg(not(velvet_rope_loom))]
-mod decision;
-#[cfg(not(velvet_rope_loom))]
-mod engine;
-mod fingerprint_set;
-mod hash;
-#[cfg(not(velvet_rope_loom))]
-mod page;
-mod queue_lanes;
-mod random;
-#[cfg(not(velvet_rope_loom))]
-mod region;
-#[cfg(not(velvet_rope_loom))]
-mod room_counters;
-pub mod slot_pool;
-mod sync;
-#[cfg(not(velvet_rope_loom))]
-mod tick_block;
-mod ticket_cache;
-
-#[cfg(all(test, velvet_rope_loom))]
-mod loom_models;
-
+pub use admission::{
+    find_cookie, find_cookie_bytes, wants_json, Decision, Engine, Outcome, Page, RoomStats,
+    TicketRejections,
+};
 pub use clock::{Clock, FakeClock, Millis, SystemClock};
 pub use config::{Config, QueueingMethod, RoomConfig};
-#[cfg(not(velvet_rope_loom))]
-pub use decision::{Decision, Outcome, RoomStats, TicketRejections};
-#[cfg(not(velvet_rope_loom))]
-pub use engine::{find_cookie, find_cookie_bytes, Engine};
+pub use counters::slot_pool;
 pub use error::{Error, Result};
-#[cfg(not(velvet_rope_loom))]
-pub use page::{wants_json, Page};
 pub use ticket::TicketError;
+
+/// Longest `Set-Cookie` value an engine hands out (the configuration bounds every part of it;
+/// the C ABI's decision buffer holds this plus a NUL).
+pub const MAX_SET_COOKIE_LEN: usize = 1023;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExamples;

@@ -349,17 +349,15 @@ fn refused_tickets_are_no_ticket_and_counted_by_reason() {
         .admit("r", Some(&format!("{name}=garbage!")), T0 + 1)
         .unwrap();
     assert_eq!(d.ticket_error, Some(TicketError::BadEncoding));
-    // Another room's ticket.
-    let mut two = Config::from_toml(
+    // Another room's ticket, presented as this room's cookie value.
+    let two = Config::from_toml(
         "[[rooms]]\nname = \"r\"\ntotal_active_users = 10\nnew_users_per_minute = 10\n\
-         [[rooms]]\nname = \"s\"\ntotal_active_users = 10\nnew_users_per_minute = 10\ncookie_suffix = \"r\"\n",
+         [[rooms]]\nname = \"s\"\ntotal_active_users = 10\nnew_users_per_minute = 10\n",
     )
     .unwrap();
-    two.tickets = Default::default();
     let e2 = Engine::new(two, T0).unwrap();
-    let mut b = Browser::default();
-    b.visit(&e2, "r", T0);
-    let d = e2.admit("s", b.cookie.as_deref(), T0 + 1).unwrap();
+    let (_, r_ticket) = admitted_cookie(&e2, "r");
+    let d = e2.admit_ticket("s", Some(&r_ticket), T0 + 1).unwrap();
     assert_eq!(d.ticket_error, Some(TicketError::WrongRoom));
     let st = e.stats("r").unwrap();
     assert_eq!(st.ticket_rejections.bad_tag, 1);
@@ -604,18 +602,22 @@ fn replayed_queued_ticket_admits_once_and_does_not_inflate_the_queue() {
     assert_eq!(st.active_users, 1);
 }
 
-/// Counters numbered in buckets of one width are not reused when the width changes.
+/// Counters numbered in buckets of one width cannot serve another width: such a reload is
+/// refused, naming the setting, and the running configuration keeps its counts (starting
+/// from zero while visitors hold seats would admit a second roomful).
 #[test]
-fn changing_the_bucket_width_starts_counts_afresh() {
+fn changing_the_bucket_width_is_refused_and_counts_stay() {
     let e = engine_with(RoomConfig::new("r", 5, 100));
     fill(&e, "r", 5, T0);
     e.tick(T0 + 1000);
     assert_eq!(e.stats("r").unwrap().active_users, 5);
     let mut cfg = e.config().as_ref().clone();
     cfg.settings.bucket_width_secs = 1;
-    e.reload(cfg).unwrap();
+    let err = e.reload(cfg).unwrap_err().to_string();
+    assert!(err.contains("settings.bucket_width_secs"), "{err}");
     e.tick(T0 + 2000);
-    assert_eq!(e.stats("r").unwrap().active_users, 0);
+    assert_eq!(e.stats("r").unwrap().active_users, 5);
+    assert_eq!(e.config().settings.bucket_width_secs, 60);
 }
 
 /// Rooms are found by name whether there are few (compared in turn) or many (hashed).

@@ -3,7 +3,7 @@
 //! Nothing may panic, and every refusal must be a clear error value.
 
 use rand::{Rng, SeedableRng};
-use velvet_rope::ticket::{room_tag, Keyring, Ticket, TicketState, ENCODED_LEN};
+use velvet_rope::ticket::{Keyring, RoomId, Ticket, TicketState, ENCODED_LEN};
 use velvet_rope::{Config, Engine, Outcome};
 
 const NOW: u32 = 1_800_000_000;
@@ -38,17 +38,21 @@ fn mutate(rng: &mut rand::rngs::StdRng, input: &[u8]) -> Vec<u8> {
 fn ticket_decoding_survives_random_and_mutated_input() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x7e1e7);
     let keys = Keyring::new(&[(3, [9; 32])], None).unwrap();
+    let room = RoomId::new("r");
     let valid = keys
-        .seal(&Ticket {
-            room_tag: room_tag("r"),
-            id: 77,
-            state: TicketState::Admitted,
-            arrival: 0,
-            accepted_at: NOW,
-            counted: 1,
-            last_checkin: NOW,
-            expires: NOW + 600,
-        })
+        .seal(
+            &room,
+            &Ticket {
+                id: 77,
+                state: TicketState::Admitted,
+                arrival: 0,
+                accepted_at: NOW,
+                counted: 1,
+                last_checkin: NOW,
+                expires: NOW + 600,
+                incarnation: 5,
+            },
+        )
         .as_str()
         .to_owned();
     let mut accepted = 0;
@@ -62,7 +66,7 @@ fn ticket_decoding_survives_random_and_mutated_input() {
         let Ok(text) = std::str::from_utf8(&bytes) else {
             continue;
         };
-        if let Ok(t) = keys.open(text, room_tag("r"), NOW, 30) {
+        if let Ok(t) = keys.open(text, &room, NOW, 30) {
             assert_eq!(t.id, 77);
             // base64 has no slack at this length: only the untouched ticket may pass.
             assert_eq!(text, valid, "a mutated ticket was accepted");

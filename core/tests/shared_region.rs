@@ -1,5 +1,6 @@
 //! Engines over one shared region: the host tier (nginx workers, pre-fork servers).
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Barrier;
 
 use velvet_rope::{Config, Engine, Outcome};
@@ -97,26 +98,32 @@ fn tickets_cross_engines_and_counts_survive_a_new_engine() {
 fn wrong_regions_are_refused() {
     let cfg = config(3);
     let size = Engine::shared_region_size(&cfg);
-    let mut mem = Memory::new(size * 2);
+    let mut mem = Memory::new(size);
     let (ptr, len) = mem.ptr();
-    // Too small.
+    // Too small: refused before the region is touched.
     // SAFETY: `mem` outlives every engine made here.
     let err = unsafe { Engine::new_shared(cfg.clone(), T0, ptr, size - 128) }.unwrap_err();
     assert!(err.to_string().contains("needs"), "{err}");
-    // Laid out for another configuration.
     // SAFETY: as above.
     let _a = unsafe { Engine::new_shared(cfg.clone(), T0, ptr, len) }.unwrap();
-    // Same size, another room: refused. (Limits may differ: they are not part of the layout.)
+    // Another limit: the same counters serve it (limits are not part of the layout).
+    // SAFETY: as above.
+    let _lower = unsafe { Engine::new_shared(config(2), T0, ptr, len) }.unwrap();
+    // The same room with another numbering of its queue: refused, naming the setting.
+    let mut other_refresh = cfg.clone();
+    other_refresh.rooms[0].refresh_interval = 7;
+    // SAFETY: as above.
+    let err = unsafe { Engine::new_shared(other_refresh, T0, ptr, len) }.unwrap_err();
+    assert!(err.to_string().contains("refresh_interval"), "{err}");
+    // Another room of the same size: the region has no space left for it.
     let other = Config::from_toml(
         "[[rooms]]\nname = \"s\"\ntotal_active_users = 3\nnew_users_per_minute = 10\n",
     )
     .unwrap();
     assert_eq!(Engine::shared_region_size(&other), size);
     // SAFETY: as above.
-    let _same_layout = unsafe { Engine::new_shared(config(4), T0, ptr, len) }.unwrap();
-    // SAFETY: as above.
     let err = unsafe { Engine::new_shared(other, T0, ptr, len) }.unwrap_err();
-    assert!(err.to_string().contains("another configuration"), "{err}");
+    assert!(err.to_string().contains("no room for `s`"), "{err}");
     // Not ours at all.
     let mut junk = Memory::new(size);
     let (jptr, jlen) = junk.ptr();
@@ -132,94 +139,115 @@ fn wrong_regions_are_refused() {
     assert!(err.to_string().contains("aligned"), "{err}");
 }
 
-/// Real processes: this test re-runs its own binary as children that map the same file and
-/// admit concurrently; the parent counts what they admitted. Each child is pinned to one CPU
-/// (as nginx's `worker_cpu_affinity` pins workers) while the parent is not: processes that see
-/// different CPU counts still lay the region out alike.
+/// Real processes: this test re-runs its own binary as children that open the same state
+/// file and, together, present crowds of new visitors while each of them ticks without pause
+/// on a thread of its own (as nginx workers tick while requests arrive). Every crowd admits
+/// exactly the limit. Each child is pinned to one CPU (as nginx's `worker_cpu_affinity` pins
+/// workers) while the parent is not: processes that see different CPU counts still lay the
+/// region out alike.
 #[test]
-fn separate_processes_share_exact_counts() {
+fn separate_processes_share_exact_counts_while_ticking() {
     const CHILDREN: usize = 3;
     const EACH: usize = 40;
     const LIMIT: u64 = 50;
+    const CROWDS: usize = 12;
     if let Ok(path) = std::env::var("VR_SHARED_CHILD") {
         let cpu: usize = std::env::var("VR_PIN_CPU").unwrap().parse().unwrap();
+        let go: u128 = std::env::var("VR_GO_AT").unwrap().parse().unwrap();
         pin_to(cpu);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .unwrap();
-        // SAFETY: the file is not truncated while mapped; all access is through atomics.
-        let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }.unwrap();
-        // SAFETY: the mapping outlives the engine (dropped at the end of this block).
-        let e =
-            unsafe { Engine::new_shared(config(LIMIT), T0, map.as_mut_ptr(), map.len()) }.unwrap();
-        let n = (0..EACH)
-            .filter(|_| e.admit("r", None, T0 + 1).unwrap().outcome == Outcome::Admit)
-            .count();
-        e.tick(T0 + 500);
-        println!("ADMITTED {n}");
+        let e = Engine::open_state_file(config(LIMIT), &path, T0).unwrap();
+        let stop = AtomicBool::new(false);
+        let ticks = AtomicUsize::new(0);
+        let (n, during) = std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut t = T0;
+                while !stop.load(Ordering::Relaxed) {
+                    t += 1;
+                    e.tick(t);
+                    ticks.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            // The three processes start their crowds at one instant, tickers running.
+            while unix_ms() < go || ticks.load(Ordering::Relaxed) == 0 {
+                std::hint::spin_loop();
+            }
+            let before = ticks.load(Ordering::Relaxed);
+            // Each child is pinned to one CPU with its ticker: yield between arrivals so that
+            // this process's ticks, too, fall between them.
+            let n = (0..EACH)
+                .filter(|_| {
+                    std::thread::yield_now();
+                    e.admit("r", None, T0 + 1).unwrap().outcome == Outcome::Admit
+                })
+                .count();
+            let during = ticks.load(Ordering::Relaxed) - before;
+            stop.store(true, Ordering::Relaxed);
+            (n, during)
+        });
+        println!("ADMITTED {n} TICKS {during}");
         return;
     }
     let dir = std::env::temp_dir().join(format!("vr-shared-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("region");
-    let size = Engine::shared_region_size(&config(LIMIT));
-    std::fs::File::create(&path)
-        .unwrap()
-        .set_len(size as u64)
-        .unwrap();
     let exe = std::env::current_exe().unwrap();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let children: Vec<_> = (0..CHILDREN)
-        .map(|i| {
-            std::process::Command::new(&exe)
-                .args([
-                    "--exact",
-                    "separate_processes_share_exact_counts",
-                    "--nocapture",
-                ])
-                .env("VR_SHARED_CHILD", &path)
-                .env("VR_PIN_CPU", (i % cpus).to_string())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let total: usize = children
-        .into_iter()
-        .map(|c| {
-            let out = c.wait_with_output().unwrap();
-            assert!(out.status.success());
-            let text = String::from_utf8_lossy(&out.stdout);
-            let line = text
-                .lines()
-                .find(|l| l.starts_with("ADMITTED "))
-                .expect("child reported");
-            line["ADMITTED ".len()..].trim().parse::<usize>().unwrap()
-        })
-        .sum();
-    assert_eq!(
-        total as u64,
-        LIMIT,
-        "{} arrivals in {CHILDREN} processes",
-        CHILDREN * EACH
+    let mut ticks_during_crowds = 0;
+    for crowd in 0..CROWDS {
+        let path = dir.join(format!("region-{crowd}"));
+        let children: Vec<_> = (0..CHILDREN)
+            .map(|i| {
+                std::process::Command::new(&exe)
+                    .args([
+                        "--exact",
+                        "separate_processes_share_exact_counts_while_ticking",
+                        "--nocapture",
+                    ])
+                    .env("VR_SHARED_CHILD", &path)
+                    .env("VR_PIN_CPU", (i % cpus).to_string())
+                    .env("VR_GO_AT", (unix_ms() + 100).to_string())
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let reports: Vec<(usize, usize)> = children
+            .into_iter()
+            .map(|c| {
+                let out = c.wait_with_output().unwrap();
+                assert!(out.status.success());
+                let text = String::from_utf8_lossy(&out.stdout);
+                let line = text
+                    .lines()
+                    .find(|l| l.starts_with("ADMITTED "))
+                    .expect("child reported");
+                let w: Vec<&str> = line.split_whitespace().collect();
+                (w[1].parse().unwrap(), w[3].parse().unwrap())
+            })
+            .collect();
+        let total: usize = reports.iter().map(|r| r.0).sum();
+        ticks_during_crowds += reports.iter().map(|r| r.1).sum::<usize>();
+        assert_eq!(
+            total as u64,
+            LIMIT,
+            "crowd {crowd}: {} arrivals in {CHILDREN} processes",
+            CHILDREN * EACH
+        );
+        let e = Engine::open_state_file(config(LIMIT), &path, T0 + 1000).unwrap();
+        assert_eq!(e.stats("r").unwrap().admitted_total, LIMIT);
+        assert_eq!(e.stats("r").unwrap().active_users, LIMIT);
+    }
+    assert!(
+        ticks_during_crowds > 0,
+        "ticks ran while the crowds were admitted"
     );
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    // SAFETY: as in the children.
-    let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }.unwrap();
-    // SAFETY: the mapping outlives the engine.
-    let e = unsafe { Engine::new_shared(config(LIMIT), T0 + 1000, map.as_mut_ptr(), map.len()) }
-        .unwrap();
-    assert_eq!(e.stats("r").unwrap().admitted_total, LIMIT);
-    assert_eq!(e.stats("r").unwrap().active_users, LIMIT);
-    drop(e);
-    drop(map);
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
 }
 
 /// Pins the calling thread to one CPU of those it may run on.

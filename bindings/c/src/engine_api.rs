@@ -21,8 +21,11 @@ pub struct vr_page {
     page: engine::Page,
 }
 
-/// Capacity of [`vr_decision::set_cookie`], NUL included.
-pub const VR_SET_COOKIE_CAPACITY: usize = 512;
+/// Capacity of [`vr_decision::set_cookie`], NUL included: the longest `Set-Cookie` value an
+/// engine hands out (the configuration bounds every part of it) plus the NUL.
+pub const VR_SET_COOKIE_CAPACITY: usize = 1024;
+
+const _: () = assert!(VR_SET_COOKIE_CAPACITY == engine::MAX_SET_COOKIE_LEN + 1);
 
 /// `vr_decision.outcome`: pass the request to the origin.
 pub const VR_OUTCOME_ADMIT: u32 = 0;
@@ -93,7 +96,9 @@ pub struct vr_room_stats {
 }
 
 /// Writes `d` through `out`. Checked first, then written: nothing is written on failure. Only
-/// the bytes of the cookie that are used (and its NUL) are written, not the whole buffer.
+/// the bytes of the cookie that are used (and its NUL) are written, not the whole buffer. The
+/// check cannot fail for a decision of an engine (its cookies fit by construction, so a
+/// decision that counted a visitor is always delivered); it stays as the boundary's guarantee.
 ///
 /// # Safety
 /// `out` must be valid for writes of a `vr_decision`.
@@ -255,6 +260,37 @@ pub unsafe extern "C" fn vr_engine_new_shared(
         let cfg = Config::from_text(text)?;
         // SAFETY: forwarded from this function's contract.
         let e = unsafe { Engine::new_shared(cfg, now_ms, region, region_len) }?;
+        // SAFETY: checked non-null.
+        unsafe { write(engine_out, boxed(e), "engine_out") }
+    })
+}
+
+/// Creates an engine whose counters live in the *state file* at `path` (NUL-terminated),
+/// mapped into every process that opens it: the workers of a pre-fork server share exact
+/// counts, and counts, queue and the ephemeral ticket key survive restarts. The file is
+/// created (mode 0600) if missing. Ownership as for [`vr_engine_new`]; the engine owns the
+/// mapping.
+///
+/// # Safety
+/// `config` readable for `config_len` bytes; `path` a NUL-terminated string; `engine_out`
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_open_state_file(
+    config: *const c_char,
+    config_len: usize,
+    path: *const c_char,
+    now_ms: u64,
+    engine_out: *mut *mut vr_engine,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let text = unsafe { text(config, config_len, "config") }?;
+        // SAFETY: per this function's contract.
+        let path = unsafe { c_text(path, "path") }?;
+        if engine_out.is_null() {
+            return Err(null("engine_out"));
+        }
+        let e = Engine::open_state_file(Config::from_text(text)?, path, now_ms)?;
         // SAFETY: checked non-null.
         unsafe { write(engine_out, boxed(e), "engine_out") }
     })

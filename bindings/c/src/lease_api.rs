@@ -218,7 +218,11 @@ pub unsafe extern "C" fn vr_rate_limiter_try_acquire(
         let l = &unsafe { limiter.as_ref() }
             .ok_or_else(|| null("limiter"))?
             .inner;
-        // SAFETY: per this function's contract.
+        // Checked before any permit is taken: a refused call takes nothing.
+        if acquired_out.is_null() {
+            return Err(null("acquired_out"));
+        }
+        // SAFETY: checked non-null; writable per this function's contract.
         unsafe { write(acquired_out, l.try_acquire_n(n), "acquired_out") }
     })
 }
@@ -286,7 +290,11 @@ pub unsafe extern "C" fn vr_gauge_try_acquire(
         let g = &unsafe { gauge.as_ref() }
             .ok_or_else(|| null("gauge"))?
             .inner;
-        // SAFETY: per this function's contract.
+        // Checked before any unit is taken: a refused call takes nothing.
+        if acquired_out.is_null() {
+            return Err(null("acquired_out"));
+        }
+        // SAFETY: checked non-null; writable per this function's contract.
         unsafe { write(acquired_out, g.try_acquire_permits(n), "acquired_out") }
     })
 }

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "velvet_rope.h"
@@ -252,8 +254,18 @@ static void test_leases(void) {
     CHECK(vr_rate_limiter_try_acquire(rl, 1, &ok) == VR_OK && !ok);
     vr_rate_limiter_free(rl);
 
+    /* A NULL out-pointer is refused before anything is taken (issue 8: permits leaked). */
+    vr_rate_limiter *one = NULL;
+    CHECK(vr_rate_limiter_new(1.0, &one) == VR_OK);
+    CHECK(vr_rate_limiter_try_acquire(one, 1, NULL) == VR_NULL_PARAMETER);
+    CHECK(vr_rate_limiter_try_acquire(one, 1, &ok) == VR_OK && ok);
+    vr_rate_limiter_free(one);
+
     vr_gauge *g = NULL;
     CHECK(vr_gauge_new(2, &g) == VR_OK);
+    CHECK(vr_gauge_try_acquire(g, 2, NULL) == VR_NULL_PARAMETER);
+    uint32_t held = 7;
+    CHECK(vr_gauge_in_use(g, &held) == VR_OK && held == 0);
     CHECK(vr_gauge_try_acquire(g, 2, &ok) == VR_OK && ok);
     CHECK(vr_gauge_try_acquire(g, 1, &ok) == VR_OK && !ok);
     uint32_t in_use = 0;
@@ -328,12 +340,210 @@ static void test_stress(void) {
     vr_room_stats st;
     CHECK(vr_engine_stats(e, "big", 3, &st) == VR_OK);
     CHECK((long)st.admitted_total == total);
-    CHECK(total <= STRESS_LIMIT);
-    CHECK(total >= STRESS_LIMIT * 97 / 100);
-    if (total > STRESS_LIMIT || (long)st.admitted_total != total)
+    CHECK(total == STRESS_LIMIT);
+    if (total != STRESS_LIMIT || (long)st.admitted_total != total)
         fprintf(stderr, "stress: admitted %ld, engine says %lu\n", total,
                 (unsigned long)st.admitted_total);
     vr_engine_free(e);
+}
+
+/* Crowds during ticks, threads: 8 threads present new visitors at once while a ninth ticks
+ * without pause. Every crowd admits exactly the limit (issue 8: 9 of 200 crowds went over, by
+ * up to 4, and about 1 in 8 admitted fewer while slots were free). */
+#define CROWD_THREADS 8
+#define CROWD_EACH 10
+#define CROWD_K 37
+
+struct crowd_ticker {
+    vr_engine *e;
+    volatile int stop;
+    volatile long ticks;
+};
+
+static void *crowd_tick(void *arg) {
+    struct crowd_ticker *t = arg;
+    uint64_t now = T0;
+    while (!t->stop) {
+        vr_engine_tick(t->e, ++now);
+        __atomic_add_fetch(&t->ticks, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+struct crowd_member {
+    vr_engine *e;
+    struct crowd_ticker *ticker;
+    pthread_barrier_t *go;
+    int admitted, errors;
+};
+
+static void *crowd_join(void *arg) {
+    struct crowd_member *m = arg;
+    pthread_barrier_wait(m->go);
+    while (__atomic_load_n(&m->ticker->ticks, __ATOMIC_RELAXED) == 0) {
+    }
+    vr_decision d;
+    for (int i = 0; i < CROWD_EACH; i++) {
+        if (vr_engine_admit(m->e, "r", 1, NULL, 0, T0 + 1, &d) != VR_OK)
+            m->errors++;
+        else
+            m->admitted += d.outcome == VR_OUTCOME_ADMIT;
+    }
+    return NULL;
+}
+
+static void test_crowds_during_ticks(void) {
+    const char *cfg = "[settings]\nshards = 256\n[[rooms]]\nname = \"r\"\n"
+                      "total_active_users = 37\nnew_users_per_minute = 100000\n";
+    int off = 0;
+    for (int round = 0; round < 200; round++) {
+        vr_engine *e = new_engine(cfg);
+        struct crowd_ticker t = {.e = e};
+        pthread_barrier_t go;
+        pthread_barrier_init(&go, NULL, CROWD_THREADS);
+        pthread_t tk, th[CROWD_THREADS];
+        struct crowd_member m[CROWD_THREADS];
+        pthread_create(&tk, NULL, crowd_tick, &t);
+        for (int i = 0; i < CROWD_THREADS; i++) {
+            m[i] = (struct crowd_member){.e = e, .ticker = &t, .go = &go};
+            pthread_create(&th[i], NULL, crowd_join, &m[i]);
+        }
+        int admitted = 0, errors = 0;
+        for (int i = 0; i < CROWD_THREADS; i++) {
+            pthread_join(th[i], NULL);
+            admitted += m[i].admitted;
+            errors += m[i].errors;
+        }
+        t.stop = 1;
+        pthread_join(tk, NULL);
+        pthread_barrier_destroy(&go);
+        if (admitted != CROWD_K || errors != 0) {
+            fprintf(stderr, "crowd %d: admitted %d of %d, %d errors\n", round, admitted,
+                    CROWD_THREADS * CROWD_EACH, errors);
+            off++;
+        }
+        vr_engine_free(e);
+    }
+    CHECK(off == 0);
+}
+
+/* Crowds during ticks, processes: as nginx does it, the engine is made over shared memory
+ * before forking 3 workers; each worker ticks on a thread of its own while it presents 100
+ * new visitors, all starting at one signal. Exactly the limit of 200, run after run (issue
+ * 8: 2 of 50 runs admitted 202 and 201). */
+#define PROC_WORKERS 3
+#define PROC_EACH 100
+#define PROC_LIMIT 200
+
+struct proc_flags {
+    int ready;
+    int go;
+};
+
+static int proc_worker(vr_engine *e, struct proc_flags *flags) {
+    struct crowd_ticker t = {.e = e};
+    pthread_t tk;
+    pthread_create(&tk, NULL, crowd_tick, &t);
+    __atomic_add_fetch(&flags->ready, 1, __ATOMIC_SEQ_CST);
+    while (!__atomic_load_n(&flags->go, __ATOMIC_SEQ_CST)) {
+    }
+    int admitted = 0;
+    vr_decision d;
+    for (int i = 0; i < PROC_EACH; i++) {
+        if (vr_engine_admit(e, "r", 1, NULL, 0, T0 + 1, &d) == VR_OK)
+            admitted += d.outcome == VR_OUTCOME_ADMIT;
+        else
+            admitted += 1000; /* an error shows in the total */
+    }
+    t.stop = 1;
+    pthread_join(tk, NULL);
+    return admitted;
+}
+
+static void test_crowds_in_processes(void) {
+    const char *cfg = "[[rooms]]\nname = \"r\"\ntotal_active_users = 200\n"
+                      "new_users_per_minute = 100000\n";
+    size_t size = 0;
+    CHECK(vr_shared_region_size(cfg, strlen(cfg), &size) == VR_OK);
+    int off = 0;
+    for (int run = 0; run < 50; run++) {
+        uint8_t *region = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                               -1, 0);
+        struct proc_flags *flags = mmap(NULL, sizeof *flags, PROT_READ | PROT_WRITE,
+                                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        CHECK(region != MAP_FAILED && flags != MAP_FAILED);
+        vr_engine *e = NULL;
+        CHECK(vr_engine_new_shared(cfg, strlen(cfg), T0, region, size, &e) == VR_OK);
+        int pipes[PROC_WORKERS][2];
+        pid_t pids[PROC_WORKERS];
+        for (int w = 0; w < PROC_WORKERS; w++) {
+            CHECK(pipe(pipes[w]) == 0);
+            pids[w] = fork();
+            if (pids[w] == 0) {
+                int n = proc_worker(e, flags);
+                ssize_t wrote = write(pipes[w][1], &n, sizeof n);
+                _exit(wrote == sizeof n ? 0 : 1);
+            }
+        }
+        while (__atomic_load_n(&flags->ready, __ATOMIC_SEQ_CST) < PROC_WORKERS) {
+        }
+        __atomic_store_n(&flags->go, 1, __ATOMIC_SEQ_CST);
+        int total = 0;
+        for (int w = 0; w < PROC_WORKERS; w++) {
+            int n = 0, status = 0;
+            CHECK(read(pipes[w][0], &n, sizeof n) == sizeof n);
+            waitpid(pids[w], &status, 0);
+            CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+            close(pipes[w][0]);
+            close(pipes[w][1]);
+            total += n;
+        }
+        if (total != PROC_LIMIT) {
+            fprintf(stderr, "processes, run %d: admitted %d\n", run, total);
+            off++;
+        }
+        vr_engine_free(e);
+        munmap(region, size);
+        munmap(flags, sizeof *flags);
+    }
+    CHECK(off == 0);
+}
+
+/* A state file: two engines over it share counts; a new engine after both are gone (a
+ * restart) keeps them, and its tickets. */
+static void test_state_file(void) {
+    char dir[] = "/tmp/velvet-rope-c-state-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[128];
+    snprintf(path, sizeof path, "%s/rooms.state", dir);
+    vr_engine *a = NULL, *b = NULL;
+    CHECK(vr_engine_open_state_file(CONFIG, strlen(CONFIG), path, T0, &a) == VR_OK);
+    CHECK(vr_engine_open_state_file(CONFIG, strlen(CONFIG), path, T0, &b) == VR_OK);
+    vr_decision d;
+    char cookie[VR_SET_COOKIE_CAPACITY];
+    int admitted = 0;
+    for (int i = 0; i < 5; i++) {
+        CHECK(vr_engine_admit(i % 2 ? a : b, "shop", 4, NULL, 0, T0, &d) == VR_OK);
+        if (d.outcome == VR_OUTCOME_ADMIT) {
+            admitted++;
+            cookie_of(&d, cookie, sizeof cookie);
+        }
+    }
+    CHECK(admitted == 3);
+    vr_engine_free(a);
+    vr_engine_free(b);
+    vr_engine *c = NULL;
+    CHECK(vr_engine_open_state_file(CONFIG, strlen(CONFIG), path, T0 + 1000, &c) == VR_OK);
+    CHECK(vr_engine_admit(c, "shop", 4, cookie, strlen(cookie), T0 + 1000, &d) == VR_OK);
+    CHECK(d.outcome == VR_OUTCOME_ADMIT && d.set_cookie_len == 0 && d.ticket_error == -1);
+    CHECK(vr_engine_admit(c, "shop", 4, NULL, 0, T0 + 1000, &d) == VR_OK);
+    CHECK(d.outcome == VR_OUTCOME_QUEUE);
+    CHECK(vr_engine_open_state_file(CONFIG, strlen(CONFIG), NULL, T0, &a) == VR_NULL_PARAMETER);
+    CHECK(vr_engine_open_state_file(CONFIG, strlen(CONFIG), "/nonexistent/dir/x", T0, &a) ==
+          VR_REGION_REFUSED);
+    vr_engine_free(c);
+    unlink(path);
+    rmdir(dir);
 }
 
 int main(void) {
@@ -342,8 +552,11 @@ int main(void) {
     test_admission_flow();
     test_from_file();
     test_shared_region();
+    test_state_file();
     test_leases();
     test_stress();
+    test_crowds_during_ticks();
+    test_crowds_in_processes();
     printf("c-abi: %d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

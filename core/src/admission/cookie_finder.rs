@@ -9,6 +9,17 @@
 
 use memchr::memmem;
 
+/// Finds `name`'s value in a `Cookie` header (`a=b; c=d`).
+pub fn find_cookie<'h>(header: &'h str, name: &str) -> Option<&'h str> {
+    // The value is a byte slice of a str cut at ASCII delimiters, so it is valid UTF-8.
+    find_cookie_bytes(header.as_bytes(), name).and_then(|v| std::str::from_utf8(v).ok())
+}
+
+/// Finds `name`'s value in a `Cookie` header given as bytes (headers need not be UTF-8).
+pub fn find_cookie_bytes<'h>(header: &'h [u8], name: &str) -> Option<&'h [u8]> {
+    CookieFinder::new(name).find(header)
+}
+
 /// A compiled search for one cookie.
 #[derive(Clone)]
 pub(crate) struct CookieFinder {
@@ -120,6 +131,18 @@ fn semicolon(haystack: &[u8]) -> Option<usize> {
 #[cfg(all(test, not(velvet_rope_loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_cookies() {
+        let h = "a=1; __vr_shop=TICKET; b=\"2\"";
+        assert_eq!(find_cookie(h, "__vr_shop"), Some("TICKET"));
+        assert_eq!(find_cookie(h, "b"), Some("2"));
+        assert_eq!(find_cookie(h, "__vr_sho"), None);
+        assert_eq!(find_cookie("", "a"), None);
+        assert_eq!(find_cookie("novalue; a=", "a"), Some(""));
+        assert_eq!(find_cookie("xa=1; a=2", "a"), Some("2"));
+        assert_eq!(find_cookie("x=a=1; a=2", "a"), Some("2"));
+    }
 
     /// What the finder must agree with, byte by byte with no search and no vectors: the first
     /// `name=` at the start of the header or after `;`, a space or a tab; its value up to the

@@ -75,11 +75,12 @@ pub struct TicketRejections {
     pub from_future: u64,
 }
 
-/// A room's state as of the last tick (plus live rejection counters).
+/// A room's state as the last tick (of any process sharing its counters) published it, plus
+/// live rejection counters.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RoomStats {
-    /// Distinct visitors seen within the session window (HyperLogLog estimate, floored by the
-    /// exact count of admissions in the window).
+    /// Visitors counted in the session window (each admitted visitor once, in the bucket of
+    /// its last check-in).
     pub active_users: u64,
     /// Visitors admitted for the first time in the current minute (bucket), exact.
     pub admitted_this_minute: u64,

@@ -20,7 +20,7 @@
 //! zeroes and tags ahead of its start. Writers check a lane's tag before touching it, so a lane
 //! is never written while it is being zeroed.
 
-use crate::fingerprint_set::{fingerprint, insert_if_absent};
+use crate::counters::fingerprint_set::{fingerprint, insert_if_absent};
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
 
 /// How counting a waiter went.

@@ -2,16 +2,19 @@
 //! requests (a page, its scripts, images and API calls, all carrying the same cookie) pay for
 //! base64 and AES-GCM once instead of on every request.
 //!
-//! What is cached is a pure function's result: the exact 84 encoded bytes of a ticket that
-//! opened under a given keyring, and what they decoded to. A hit needs the same bytes (compared
-//! in constant time, so response timing cannot reveal how much of someone else's ticket a guess
-//! got right) and the same keyring generation (a reload with other keys empties the cache in
-//! effect). The checks that depend on the request (room, expiry, clock skew) run on every hit
-//! exactly as on a miss. Memory is fixed: 256 entries of about 136 bytes per thread.
+//! What is cached is a pure function's result: the exact 90 encoded bytes of a ticket that
+//! opened under a given keyring for a given room, and what they decoded to. A hit needs the
+//! same bytes (compared in constant time, so response timing cannot reveal how much of someone
+//! else's ticket a guess got right), the same keyring generation (a reload with other keys
+//! empties the cache in effect) and the same room (the room's name is authenticated with the
+//! ticket: a ticket opened for one room is never served to another). The checks that depend on
+//! the time (expiry, clock skew) run on every hit exactly as on a miss. Memory is fixed: 256
+//! entries of about 150 bytes per thread.
 
 use std::cell::RefCell;
 
-use crate::ticket::{Ticket, ENCODED_LEN};
+use crate::ticket::format::ENCODED_LEN;
+use crate::ticket::Ticket;
 
 const ENTRIES: usize = 256;
 // The compare below reads the tail as the last eight bytes.
@@ -20,6 +23,7 @@ const _: () = assert!(ENCODED_LEN >= 8);
 #[derive(Clone, Copy)]
 struct Entry {
     generation: u64,
+    room: u64,
     text: [u8; ENCODED_LEN],
     ticket: Ticket,
 }
@@ -55,22 +59,26 @@ thread_local! {
     static CACHE: RefCell<Option<Box<[Option<Entry>]>>> = const { RefCell::new(None) };
 }
 
-/// The slot of an encoded ticket: from characters that encode its random nonce.
+/// The slot of an encoded ticket: from characters that encode its random nonce (characters
+/// 8 to 16; the eight before encode the clear header).
 #[inline]
 fn slot(text: &[u8; ENCODED_LEN]) -> usize {
     let mut word = [0u8; 8];
-    word.copy_from_slice(&text[4..12]);
+    word.copy_from_slice(&text[8..16]);
     (u64::from_le_bytes(word).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize
 }
 
-/// The ticket `text` decoded to under keyring `generation`, if this thread has seen it.
+/// The ticket `text` decoded to under keyring `generation` for room `room` (its serial), if
+/// this thread has seen it.
 #[inline]
-pub(crate) fn get(generation: u64, text: &[u8; ENCODED_LEN]) -> Option<Ticket> {
+pub(crate) fn get(generation: u64, room: u64, text: &[u8; ENCODED_LEN]) -> Option<Ticket> {
     CACHE
         .try_with(|cache| {
             let cache = cache.try_borrow().ok()?;
             let entry = cache.as_ref()?.get(slot(text))?.as_ref()?;
-            let same = constant_time_eq(&entry.text, text) && entry.generation == generation;
+            let same = constant_time_eq(&entry.text, text)
+                && entry.generation == generation
+                && entry.room == room;
             same.then_some(entry.ticket)
         })
         .ok()
@@ -80,13 +88,14 @@ pub(crate) fn get(generation: u64, text: &[u8; ENCODED_LEN]) -> Option<Ticket> {
 /// Remembers that `text` opened to `ticket` under keyring `generation`. Out of line: it runs
 /// on a miss only, after AES-GCM, and keeps the hit path's frame small.
 #[inline(never)]
-pub(crate) fn put(generation: u64, text: &[u8; ENCODED_LEN], ticket: Ticket) {
+pub(crate) fn put(generation: u64, room: u64, text: &[u8; ENCODED_LEN], ticket: Ticket) {
     let _ = CACHE.try_with(|cache| {
         if let Ok(mut cache) = cache.try_borrow_mut() {
             let entries = cache.get_or_insert_with(|| vec![None; ENTRIES].into_boxed_slice());
             if let Some(e) = entries.get_mut(slot(text)) {
                 *e = Some(Entry {
                     generation,
+                    room,
                     text: *text,
                     ticket,
                 });

@@ -12,6 +12,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+mod room;
+
+pub use room::{CookieConfig, QueueingMethod, RoomConfig, MAX_COOKIE_DOMAIN, MAX_COOKIE_PATH};
+
+/// Most rooms one configuration may hold.
+pub const MAX_ROOMS: usize = crate::counters::directory::MAX_ROOMS;
+
+/// Most bytes of counters one room may take (its size is fixed by its configuration).
+pub const MAX_ROOM_BYTES: usize = 256 << 20;
+
 /// The whole configuration of an engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -88,127 +98,6 @@ impl std::fmt::Debug for KeySpec {
             .field("secret_file", &self.secret_file)
             .finish()
     }
-}
-
-/// How a room orders its queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum QueueingMethod {
-    /// First in, first out by arrival bucket.
-    #[default]
-    Fifo,
-    /// Every live waiter has the same chance each refresh, whatever its arrival.
-    Random,
-    /// Everyone passes; the room only counts.
-    Passthrough,
-    /// No queue: visitors over the limit are rejected with a retry-after.
-    Reject,
-}
-
-/// Cookie attributes of a room's ticket cookie.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CookieConfig {
-    /// `Path` attribute. Default `/`.
-    pub path: String,
-    /// `Domain` attribute, if any.
-    pub domain: Option<String>,
-    /// `Secure` attribute. Default true.
-    pub secure: bool,
-    /// `HttpOnly` attribute. Default true.
-    pub http_only: bool,
-    /// `SameSite` attribute: `Lax`, `Strict` or `None`. Default `Lax`.
-    pub same_site: String,
-}
-
-impl Default for CookieConfig {
-    fn default() -> Self {
-        Self {
-            path: "/".into(),
-            domain: None,
-            secure: true,
-            http_only: true,
-            same_site: "Lax".into(),
-        }
-    }
-}
-
-/// One waiting room.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RoomConfig {
-    /// Room name: 1-64 characters of `[A-Za-z0-9_-]`.
-    pub name: String,
-    /// Most visitors active at once.
-    pub total_active_users: u64,
-    /// Most visitors admitted for the first time per minute (bucket).
-    pub new_users_per_minute: u64,
-    /// Minutes (buckets) a visitor stays active after their last request. Default 5.
-    #[serde(default = "default_session")]
-    pub session_duration: u32,
-    /// Queue order. Default `fifo`.
-    #[serde(default)]
-    pub queueing_method: QueueingMethod,
-    /// Queue everyone, admit nobody (e.g. before a sale opens).
-    #[serde(default)]
-    pub queue_all: bool,
-    /// Sessions end `session_duration` after admission, whatever the visitor does.
-    #[serde(default)]
-    pub disable_session_renewal: bool,
-    /// HTTP status of the waiting page. Default 200.
-    #[serde(default = "default_status")]
-    pub queueing_status_code: u16,
-    /// Serve JSON to clients that ask for `application/json`. Default true.
-    #[serde(default = "default_true")]
-    pub json_response_enabled: bool,
-    /// Ticket cookie name is `__vr_<suffix>`, or `__vr_<room name>` when empty.
-    #[serde(default)]
-    pub cookie_suffix: String,
-    /// Seconds between refreshes of the waiting page. Default 20.
-    #[serde(default = "default_refresh")]
-    pub refresh_interval: u32,
-    /// A waiter that misses this many refreshes stops counting as live. Default 2.
-    #[serde(default = "default_grace")]
-    pub waiter_grace_refreshes: u32,
-    /// Cookie attributes.
-    #[serde(default)]
-    pub cookie: CookieConfig,
-    /// Most live waiters the queue's replay guard is sized for (per refresh epoch). Beyond it
-    /// replays of queued tickets can make the queue look longer (never admit more). Default
-    /// 32,768 (256 KiB per refresh epoch tracked).
-    #[serde(default = "default_max_live_waiters")]
-    pub max_live_waiters: u32,
-    /// Number of arrival buckets the FIFO queue tracks; older waiters share the oldest. Default 1024.
-    #[serde(default = "default_queue_buckets")]
-    pub queue_buckets: u32,
-    /// Title of the waiting page.
-    #[serde(default = "default_title")]
-    pub page_title: String,
-}
-
-fn default_session() -> u32 {
-    5
-}
-fn default_status() -> u16 {
-    200
-}
-fn default_true() -> bool {
-    true
-}
-fn default_refresh() -> u32 {
-    20
-}
-fn default_grace() -> u32 {
-    2
-}
-fn default_max_live_waiters() -> u32 {
-    32_768
-}
-fn default_queue_buckets() -> u32 {
-    1024
-}
-fn default_title() -> String {
-    "You are in line".into()
 }
 
 /// The configuration `make demo` and `velvet-rope demo` run on when given none.
@@ -310,17 +199,72 @@ impl Config {
         }
         crate::lease::LeaseConfig::validate_templates(&self.resources)
             .map_err(|e| Error::Lease(Box::new(e)))?;
+        if self.rooms.is_empty() && self.resources.is_empty() {
+            return Err(Error::invalid(
+                "rooms",
+                "is empty, and so is `resources`: the configuration defines nothing",
+            ));
+        }
+        if self.rooms.len() > MAX_ROOMS {
+            return Err(Error::invalid(
+                "rooms",
+                format!("holds {} rooms; at most {MAX_ROOMS}", self.rooms.len()),
+            ));
+        }
         let mut names = std::collections::HashSet::new();
+        let mut cookies = std::collections::HashMap::new();
         for (i, r) in self.rooms.iter().enumerate() {
-            r.validate(&format!("rooms[{i}]"))?;
+            let at = format!("rooms[{i}]");
+            r.validate(&at)?;
             if !names.insert(r.name.as_str()) {
                 return Err(Error::invalid(
-                    format!("rooms[{i}].name"),
+                    format!("{at}.name"),
                     format!("duplicates room `{}`", r.name),
+                ));
+            }
+            if let Some(other) = cookies.insert(r.cookie_name(), r.name.as_str()) {
+                return Err(Error::invalid(
+                    format!("{at}.cookie_suffix"),
+                    format!(
+                        "gives cookie `{}`, which room `{other}` uses too (set `cookie_suffix`)",
+                        r.cookie_name()
+                    ),
+                ));
+            }
+            let bytes = crate::counters::room_layout::RoomLayout::of(r, s).size();
+            if bytes > MAX_ROOM_BYTES {
+                return Err(Error::invalid(
+                    at,
+                    format!(
+                        "needs {} MiB of counters (replay guards of {} buckets for {} users, \
+                         queue tables for {} waiters); at most {} MiB: lower \
+                         `total_active_users`, `session_duration` or `max_live_waiters`, or widen \
+                         `settings.bucket_width_secs` and shorten the session in buckets",
+                        bytes.div_ceil(1 << 20),
+                        r.session_duration + 3,
+                        r.total_active_users,
+                        r.max_live_waiters,
+                        MAX_ROOM_BYTES >> 20
+                    ),
                 ));
             }
         }
         Ok(())
+    }
+}
+
+impl TicketKeys {
+    /// The keyring of the configured keys, or `None` when none is configured (an engine then
+    /// makes an ephemeral key).
+    pub fn keyring(&self) -> Result<Option<crate::ticket::Keyring>> {
+        if self.keys.is_empty() {
+            return Ok(None);
+        }
+        let mut keys = Vec::with_capacity(self.keys.len());
+        for (i, k) in self.keys.iter().enumerate() {
+            keys.push((k.id, k.material(&format!("tickets.keys[{i}]"))?));
+        }
+        crate::ticket::Keyring::new(&keys, self.signing_key).map(Some)
     }
 }
 
@@ -351,140 +295,6 @@ impl KeySpec {
                 format!("must decode to 32 bytes, not {}", bytes.len()),
             )
         })
-    }
-}
-
-impl RoomConfig {
-    /// A room with the given limits and every other field at its default.
-    pub fn new(name: &str, total_active_users: u64, new_users_per_minute: u64) -> Self {
-        Self {
-            name: name.into(),
-            total_active_users,
-            new_users_per_minute,
-            session_duration: default_session(),
-            queueing_method: QueueingMethod::default(),
-            queue_all: false,
-            disable_session_renewal: false,
-            queueing_status_code: default_status(),
-            json_response_enabled: true,
-            cookie_suffix: String::new(),
-            refresh_interval: default_refresh(),
-            waiter_grace_refreshes: default_grace(),
-            cookie: CookieConfig::default(),
-            queue_buckets: default_queue_buckets(),
-            max_live_waiters: default_max_live_waiters(),
-            page_title: default_title(),
-        }
-    }
-
-    /// The name of this room's ticket cookie.
-    pub fn cookie_name(&self) -> String {
-        if self.cookie_suffix.is_empty() {
-            format!("__vr_{}", self.name)
-        } else {
-            format!("__vr_{}", self.cookie_suffix)
-        }
-    }
-
-    fn validate(&self, at: &str) -> Result<()> {
-        let f = |name: &str| format!("{at}.{name}");
-        let token_ok = |s: &str| {
-            s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        };
-        if self.name.is_empty() || self.name.len() > 64 || !token_ok(&self.name) {
-            return Err(Error::invalid(
-                f("name"),
-                "must be 1-64 characters of A-Z, a-z, 0-9, `_` or `-`",
-            ));
-        }
-        if self.total_active_users == 0 || self.total_active_users > 1 << 20 {
-            return Err(Error::invalid(
-                f("total_active_users"),
-                "must be between 1 and 1048576",
-            ));
-        }
-        if self.max_live_waiters < 1024 || self.max_live_waiters > 1 << 22 {
-            return Err(Error::invalid(
-                f("max_live_waiters"),
-                "must be between 1024 and 4194304",
-            ));
-        }
-        if self.new_users_per_minute == 0 || self.new_users_per_minute > u32::MAX as u64 {
-            return Err(Error::invalid(
-                f("new_users_per_minute"),
-                "must be between 1 and 4294967295",
-            ));
-        }
-        if self.session_duration == 0 || self.session_duration > 1440 {
-            return Err(Error::invalid(
-                f("session_duration"),
-                "must be between 1 and 1440 minutes",
-            ));
-        }
-        if !matches!(self.queueing_status_code, 200 | 202 | 429 | 503) {
-            return Err(Error::invalid(
-                f("queueing_status_code"),
-                "must be one of 200, 202, 429, 503",
-            ));
-        }
-        if self.cookie_suffix.len() > 64 || !token_ok(&self.cookie_suffix) {
-            return Err(Error::invalid(
-                f("cookie_suffix"),
-                "must be at most 64 characters of A-Z, a-z, 0-9, `_` or `-`",
-            ));
-        }
-        if self.refresh_interval == 0 || self.refresh_interval > 3600 {
-            return Err(Error::invalid(
-                f("refresh_interval"),
-                "must be between 1 and 3600 seconds",
-            ));
-        }
-        if self.waiter_grace_refreshes == 0 || self.waiter_grace_refreshes > 16 {
-            return Err(Error::invalid(
-                f("waiter_grace_refreshes"),
-                "must be between 1 and 16",
-            ));
-        }
-        if self.queue_buckets < 2 || self.queue_buckets > 65536 {
-            return Err(Error::invalid(
-                f("queue_buckets"),
-                "must be between 2 and 65536",
-            ));
-        }
-        let c = &self.cookie;
-        let attr_ok = |s: &str| !s.bytes().any(|b| b < 0x20 || b == b';' || b == 0x7f);
-        if c.path.is_empty() || !c.path.starts_with('/') || !attr_ok(&c.path) {
-            return Err(Error::invalid(
-                f("cookie.path"),
-                "must start with `/` and hold no `;` or control characters",
-            ));
-        }
-        if c.domain
-            .as_deref()
-            .is_some_and(|d| d.is_empty() || !attr_ok(d))
-        {
-            return Err(Error::invalid(
-                f("cookie.domain"),
-                "must be non-empty and hold no `;` or control characters",
-            ));
-        }
-        if !matches!(c.same_site.as_str(), "Lax" | "Strict" | "None") {
-            return Err(Error::invalid(
-                f("cookie.same_site"),
-                "must be `Lax`, `Strict` or `None`",
-            ));
-        }
-        if c.same_site == "None" && !c.secure {
-            return Err(Error::invalid(
-                f("cookie.same_site"),
-                "`None` needs `secure = true` (browsers refuse it otherwise)",
-            ));
-        }
-        if self.page_title.len() > 200 {
-            return Err(Error::invalid(f("page_title"), "must be at most 200 bytes"));
-        }
-        Ok(())
     }
 }
 

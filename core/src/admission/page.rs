@@ -1,8 +1,8 @@
 //! The waiting page, rendered by core so that every front door serves the same one: HTML with
 //! position, estimated wait and auto-refresh, or JSON for clients that ask for it.
 
+use crate::admission::decision::{Decision, Outcome};
 use crate::config::RoomConfig;
-use crate::decision::{Decision, Outcome};
 
 /// A response to send instead of the origin's.
 #[derive(Debug, Clone, PartialEq, Eq)]

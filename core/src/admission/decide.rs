@@ -1,0 +1,350 @@
+//! One request's decision, from the current snapshot.
+//!
+//! The steady state of an admitted visitor (a valid admission ticket counted by these counters
+//! in this bucket or later: nearly every request a site serves) is decided inline; every other
+//! case goes through one cold call, so that the compiler lays the common path out as a few
+//! contiguous cache lines of code (measured in nginx: its instruction fetches, not its
+//! instruction count, are what a request pays for).
+//!
+//! Every admission first claims a slot from the room's pool (the pool's ledger is what makes
+//! the limits exact, see `budget`), then books it to a bucket: the request's own, clamped to the
+//! two buckets the tick has opened. The claimer reads which buckets are open *after* its claim,
+//! so a claimer that took a slot a tick granted books to a bucket that tick opened (the claim's
+//! acquire synchronises with the grant).
+
+use crate::admission::decision::{Decision, Outcome};
+use crate::admission::room::Room;
+use crate::admission::set_cookie::set_cookie;
+use crate::admission::snapshot::{RoomView, Snapshot};
+use crate::clock::Millis;
+use crate::config::QueueingMethod;
+use crate::counters::buckets::Renewal;
+use crate::counters::queue_lanes::Counted;
+use crate::counters::slot_pool::home_shard;
+use crate::counters::tick_block::Cell;
+use crate::hash::mix64;
+use crate::sync::Ordering;
+use crate::ticket::{random_id, Ticket, TicketError, TicketState};
+
+/// The bucket an admission made now is booked to: the request's, clamped to the two buckets
+/// the tick has opened (read after the claim, see the module documentation).
+fn booking_bucket(room: &Room, request_bucket: u64) -> u64 {
+    let opened = room.counters.tick_block().get(Cell::Bucket);
+    request_bucket.clamp(opened, opened + 1)
+}
+
+/// Books one claim to `bucket`, or (should its ring slot have been recycled meanwhile: a
+/// thread stalled for a whole session) to the bucket open now. Returns where it was booked.
+fn book(room: &Room, bucket: u64, request_bucket: u64) -> u64 {
+    let buckets = room.counters.buckets();
+    let mut b = bucket;
+    for _ in 0..4 {
+        if buckets.book_admission(b) {
+            return b;
+        }
+        b = booking_bucket(room, request_bucket);
+    }
+    b
+}
+
+impl Snapshot {
+    /// Decides one request.
+    #[inline]
+    pub(crate) fn decide(&self, view: &RoomView, cookie: Option<&[u8]>, now: Millis) -> Decision {
+        let room = &view.room;
+        let now_secs = (now / 1000).min(u32::MAX as u64) as u32;
+        let bucket = now / room.bucket_ms;
+        let opened = cookie.map(|text| {
+            self.keyring
+                .open_bytes(text, &room.id, now_secs, self.skew_secs)
+        });
+        if let Some(Ok(t)) = &opened {
+            if t.state == TicketState::Admitted
+                && t.incarnation == room.incarnation
+                && (room.cfg.disable_session_renewal || u64::from(t.counted) >= bucket)
+            {
+                // Counted by these counters in this bucket or a later one (or never renewed):
+                // nothing to change.
+                return Decision::admit(None, None);
+            }
+        }
+        self.not_steady(view, opened, bucket, now_secs)
+    }
+
+    /// Every request but an admitted visitor's steady state: new visitors, refused tickets,
+    /// renewals, waiters. Cold only for code layout (it is a call away from the hot path);
+    /// what it calls is compiled as usual.
+    #[cold]
+    #[inline(never)]
+    fn not_steady(
+        &self,
+        view: &RoomView,
+        opened: Option<Result<Ticket, TicketError>>,
+        bucket: u64,
+        now_secs: u32,
+    ) -> Decision {
+        match opened {
+            None => self.arrival(view, bucket, now_secs, None),
+            Some(Ok(t)) if t.state == TicketState::Admitted => {
+                self.renew(view, t, bucket, now_secs)
+            }
+            Some(Ok(t)) => self.waiter(view, t, bucket, now_secs),
+            Some(Err(e)) => self.refused(view, e, bucket, now_secs),
+        }
+    }
+
+    /// A visitor whose ticket was refused: counted by reason, then treated as new.
+    #[inline(never)]
+    fn refused(&self, view: &RoomView, e: TicketError, bucket: u64, now_secs: u32) -> Decision {
+        view.room.counters.rejections()[e as usize].fetch_add(1, Ordering::Relaxed);
+        self.arrival(view, bucket, now_secs, Some(e))
+    }
+
+    /// A visitor holding a valid admission ticket that these counters must count now: last
+    /// counted in an earlier bucket (moved), or counted by another incarnation of the counters
+    /// (counted afresh, once). Re-issued its ticket saying so.
+    #[inline(never)]
+    fn renew(&self, view: &RoomView, t: Ticket, bucket: u64, now_secs: u32) -> Decision {
+        let room = &view.room;
+        let buckets = room.counters.buckets();
+        let first = bucket.saturating_sub(u64::from(room.cfg.session_duration));
+        let afresh = || buckets.count_afresh(t.id, first, bucket);
+        let outcome = if t.incarnation != room.incarnation {
+            afresh()
+        } else {
+            match buckets.renew(t.id, u64::from(t.counted), bucket) {
+                Renewal::Untracked => afresh(),
+                r => r,
+            }
+        };
+        if outcome == Renewal::NotReady {
+            // The tick is late for this bucket: keep the ticket, count it on a later request.
+            return Decision::admit(None, None);
+        }
+        let expires = if room.cfg.disable_session_renewal {
+            t.expires
+        } else {
+            now_secs.saturating_add(room.session_secs)
+        };
+        let renewed = Ticket {
+            counted: bucket as u32,
+            last_checkin: now_secs,
+            expires,
+            incarnation: room.incarnation,
+            ..t
+        };
+        Decision::admit(
+            Some(set_cookie(&self.keyring, room, &renewed, now_secs)),
+            None,
+        )
+    }
+
+    /// A visitor holding a valid queued ticket.
+    #[inline(never)]
+    fn waiter(&self, view: &RoomView, t: Ticket, bucket: u64, now_secs: u32) -> Decision {
+        let room = &view.room;
+        let cfg = &room.cfg;
+        if cfg.queueing_method == QueueingMethod::Passthrough {
+            return self.arrival_with(view, t.id, bucket, now_secs, None);
+        }
+        let epoch = u64::from(now_secs / room.refresh_secs);
+        let lanes = room.counters.lanes();
+        let q = room.counters.layout().queue_slots as u64;
+        // Counting uses the slot the waiter was counted in at arrival; only the FIFO order and
+        // the position use the arrival clamped to the tracked window.
+        let slot = (u64::from(t.arrival) % q) as usize;
+        let arrival = u64::from(t.arrival).max(view.queue_base);
+        // The epoch it was counted in, if these counters counted it.
+        let counted = (t.incarnation == room.incarnation).then_some(u64::from(t.counted));
+        let buckets = room.counters.buckets();
+        let window_start = bucket.saturating_sub(u64::from(cfg.session_duration));
+        // A queued ticket admits once: a replay of it after its holder got in (whose queued
+        // ticket expires within the session window this looks at) waits as before.
+        let already_in = buckets.admitted_from_queue(t.id, window_start, bucket + 1);
+        let tb = room.counters.tick_block();
+        let eligible = !cfg.queue_all
+            && !already_in
+            && match cfg.queueing_method {
+                QueueingMethod::Random => {
+                    mix64(t.id ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+                        < tb.get(Cell::DrawThreshold)
+                }
+                _ => arrival <= tb.get(Cell::Frontier),
+            };
+        if eligible {
+            let home = home_shard();
+            let (waiters, open) = (room.counters.waiter_pool(), room.counters.open_pool());
+            let claimed = waiters
+                .try_claim(home)
+                .map(|shard| (waiters, shard))
+                .or_else(|| open.try_claim(home).map(|shard| (open, shard)));
+            if let Some((pool, shard)) = claimed {
+                let b = booking_bucket(room, bucket);
+                if buckets.mark_admitted_from_queue(t.id, b) {
+                    let b = book(room, b, bucket);
+                    if let Some(c) = counted.filter(|&c| lanes.in_window(c, epoch)) {
+                        lanes.uncount(slot, c);
+                    }
+                    return self.admitted(view, t.id, b as u32, now_secs, None);
+                }
+                // A concurrent request with the same ticket was admitted first: this one gets
+                // the same admission, and its slot goes back.
+                pool.unclaim(shard);
+                return self.admitted(view, t.id, b as u32, now_secs, None);
+            }
+        }
+        let mut cookie = None;
+        if counted != Some(epoch) && !already_in {
+            let refreshed = Ticket {
+                counted: epoch as u32,
+                last_checkin: now_secs,
+                expires: now_secs.saturating_add(room.session_secs),
+                incarnation: room.incarnation,
+                ..t
+            };
+            match lanes.count(slot, epoch, t.id) {
+                Counted::New => {
+                    if let Some(c) = counted.filter(|&c| lanes.in_window(c, epoch)) {
+                        lanes.uncount(slot, c);
+                    }
+                    cookie = Some(set_cookie(&self.keyring, room, &refreshed, now_secs));
+                }
+                // Counted in this epoch by a sibling request: same ticket, no count change.
+                Counted::Already => {
+                    cookie = Some(set_cookie(&self.keyring, room, &refreshed, now_secs))
+                }
+                Counted::NotReady => {}
+            }
+        }
+        let position = match cfg.queueing_method {
+            QueueingMethod::Fifo => {
+                let i = arrival.saturating_sub(view.queue_base) as usize;
+                view.ahead.get(i).copied().unwrap_or(view.queue_length) + 1
+            }
+            _ => view.queue_length.max(1),
+        };
+        self.queued(view, cookie, position, None)
+    }
+
+    /// A visitor with no valid ticket.
+    #[inline(never)]
+    fn arrival(
+        &self,
+        view: &RoomView,
+        bucket: u64,
+        now_secs: u32,
+        err: Option<TicketError>,
+    ) -> Decision {
+        self.arrival_with(view, random_id(), bucket, now_secs, err)
+    }
+
+    /// A new visitor (or a waiter of a `passthrough` room) with ticket id `id`.
+    fn arrival_with(
+        &self,
+        view: &RoomView,
+        id: u64,
+        bucket: u64,
+        now_secs: u32,
+        err: Option<TicketError>,
+    ) -> Decision {
+        let room = &view.room;
+        let cfg = &room.cfg;
+        let passthrough = cfg.queueing_method == QueueingMethod::Passthrough;
+        if passthrough || !cfg.queue_all {
+            if room.counters.open_pool().try_claim(home_shard()).is_some() {
+                let b = book(room, booking_bucket(room, bucket), bucket);
+                return self.admitted(view, id, b as u32, now_secs, err);
+            }
+            if passthrough {
+                // Never short of slots in practice (the tick keeps a billion free); admitted
+                // uncounted, and counted afresh on its next request.
+                return self.admitted(view, id, 0, now_secs, err);
+            }
+        }
+        if cfg.queueing_method == QueueingMethod::Reject {
+            return Decision {
+                outcome: Outcome::Reject,
+                set_cookie: None,
+                position: None,
+                estimated_wait_secs: None,
+                retry_after_secs: Some(u64::from(cfg.refresh_interval)),
+                queue_length: None,
+                ticket_error: err,
+            };
+        }
+        let epoch = u64::from(now_secs / room.refresh_secs);
+        let arrival = match cfg.queueing_method {
+            QueueingMethod::Fifo => bucket,
+            _ => 0,
+        };
+        let q = room.counters.layout().queue_slots as u64;
+        let slot = (arrival % q) as usize;
+        // If the lane is not ready (tick is late), the waiter is counted at its next refresh.
+        let counted = match room.counters.lanes().count(slot, epoch, id) {
+            Counted::NotReady => 0,
+            _ => epoch as u32,
+        };
+        let t = Ticket {
+            id,
+            state: TicketState::Queued,
+            arrival: arrival as u32,
+            accepted_at: now_secs,
+            counted,
+            last_checkin: now_secs,
+            expires: now_secs.saturating_add(room.session_secs),
+            incarnation: room.incarnation,
+        };
+        let cookie = set_cookie(&self.keyring, room, &t, now_secs);
+        self.queued(view, Some(cookie), view.queue_length + 1, err)
+    }
+
+    /// An admission ticket for `id`, counted in bucket `counted` (0: not counted yet).
+    fn admitted(
+        &self,
+        view: &RoomView,
+        id: u64,
+        counted: u32,
+        now_secs: u32,
+        err: Option<TicketError>,
+    ) -> Decision {
+        let room = &view.room;
+        let t = Ticket {
+            id,
+            state: TicketState::Admitted,
+            arrival: 0,
+            accepted_at: now_secs,
+            counted,
+            last_checkin: now_secs,
+            expires: now_secs.saturating_add(room.session_secs),
+            incarnation: room.incarnation,
+        };
+        Decision::admit(Some(set_cookie(&self.keyring, room, &t, now_secs)), err)
+    }
+
+    /// A queue decision at `position`.
+    fn queued(
+        &self,
+        view: &RoomView,
+        set_cookie: Option<String>,
+        position: u64,
+        err: Option<TicketError>,
+    ) -> Decision {
+        let rate = view.rate_per_sec;
+        let cfg = &view.room.cfg;
+        let wait = if rate > 0.0 {
+            (position as f64 / rate).ceil() as u64
+        } else {
+            let per_sec = cfg.new_users_per_minute as f64 * 1000.0 / view.room.bucket_ms as f64;
+            (position as f64 / per_sec).ceil() as u64
+        };
+        Decision {
+            outcome: Outcome::Queue,
+            set_cookie,
+            position: Some(position),
+            estimated_wait_secs: Some(wait),
+            retry_after_secs: Some(u64::from(cfg.refresh_interval)),
+            queue_length: Some(view.queue_length),
+            ticket_error: err,
+        }
+    }
+}

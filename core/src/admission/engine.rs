@@ -1,0 +1,304 @@
+//! The engine: one immutable snapshot per tick, read lock-free by every `admit`.
+//!
+//! `admit` loads the current snapshot through `arc-swap` (no lock), opens the visitor's
+//! ticket, and claims a slot from the room's sharded pool when a new admission is due. It
+//! never blocks, never does I/O and allocates only when it has to hand out a new ticket.
+//! `tick` folds the counters into a new snapshot and swaps it in; it never waits either (a
+//! tick that finds another running returns, and a room another process is advancing is read as
+//! last published). `reload` validates a configuration and swaps it in, keeping each room's
+//! counters (matched by name) or refusing the change.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+
+use arc_swap::ArcSwap;
+
+use crate::admission::decision::{Decision, RoomStats};
+use crate::admission::keys::keyring_for;
+use crate::admission::page::{self, Page};
+use crate::admission::room::Room;
+use crate::admission::snapshot::{RoomView, Snapshot};
+use crate::admission::stats::{room_stats, room_stats_json};
+use crate::admission::storage::Storage;
+use crate::admission::tick::{first_tick_room, tick_room};
+use crate::clock::Millis;
+use crate::config::Config;
+use crate::counters::directory::HEADER_BYTES;
+use crate::counters::room_layout::RoomLayout;
+use crate::error::{Error, Result};
+use crate::ticket::Keyring;
+
+/// State of `tick` and `reload` inside this process (cross-process state is in the regions).
+struct Lifecycle {
+    storage: Storage,
+    last_now: Millis,
+}
+
+/// The admission engine. Cheap to share (`Arc<Engine>`); every method takes `&self`.
+pub struct Engine {
+    current: ArcSwap<Snapshot>,
+    lifecycle: Mutex<Lifecycle>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("rooms", &self.rooms())
+            .finish()
+    }
+}
+
+impl Engine {
+    /// An engine over a validated configuration, with its first tick at `now`. Its counters
+    /// live in memory it owns.
+    pub fn new(config: Config, now: Millis) -> Result<Self> {
+        Self::start(config, Storage::Owned, now)
+    }
+
+    /// An engine from TOML or JSON text.
+    pub fn from_text(text: &str, now: Millis) -> Result<Self> {
+        Self::new(Config::from_text(text)?, now)
+    }
+
+    /// An engine from a configuration file (`.json` or TOML).
+    pub fn from_path(path: impl AsRef<Path>, now: Millis) -> Result<Self> {
+        Self::new(Config::from_path(path)?, now)
+    }
+
+    /// Bytes of shared memory an engine for `config` needs (see [`Engine::new_shared`]): a
+    /// header with the room directory, then each room's counters.
+    pub fn shared_region_size(config: &Config) -> usize {
+        HEADER_BYTES
+            + config
+                .rooms
+                .iter()
+                .map(|r| RoomLayout::of(r, &config.settings).size())
+                .sum::<usize>()
+    }
+
+    /// An engine whose counters live in memory the host provides, so that several processes
+    /// mapping the same memory (nginx workers, a pre-fork server) share exact counts. A zeroed
+    /// region is laid out; a region laid out before is attached, each room found by name
+    /// (order does not matter) and keeping its counts; a room the region does not hold yet takes
+    /// free space after the others. Anything else is refused. With no ticket keys configured,
+    /// the ephemeral key is kept in the region so every process shares it.
+    ///
+    /// # Safety
+    /// `region` must be valid for reads and writes of `len` bytes, aligned to 128 bytes, stay
+    /// mapped for the whole life of the engine, and be accessed by nothing but velvet-rope
+    /// engines (in any process) while they live.
+    pub unsafe fn new_shared(
+        config: Config,
+        now: Millis,
+        region: *mut u8,
+        len: usize,
+    ) -> Result<Self> {
+        config.validate()?;
+        let size = Self::shared_region_size(&config);
+        if len < size {
+            return Err(Error::Region(format!(
+                "{len} bytes given, the configuration needs {size}"
+            )));
+        }
+        // SAFETY: forwarded from this function's contract.
+        let storage = unsafe { Storage::region(region, len) }?;
+        Self::start(config, storage, now)
+    }
+
+    /// An engine whose counters live in a *state file* at `path`, mapped into every process
+    /// that opens it: the workers of a pre-fork server (gunicorn, uvicorn, `node:cluster`)
+    /// share exact counts, and counts, queue and the ephemeral ticket key survive a restart of
+    /// all of them. The file is created (mode 0600, [`Engine::shared_region_size`] bytes) if it
+    /// does not exist. Rooms are found by name as in [`Engine::new_shared`]; a room whose counter
+    /// layout changed, or that no longer fits, is refused (remove the file to start afresh).
+    pub fn open_state_file(config: Config, path: impl AsRef<Path>, now: Millis) -> Result<Self> {
+        config.validate()?;
+        let storage = Storage::state_file(path.as_ref(), Self::shared_region_size(&config))?;
+        Self::start(config, storage, now)
+    }
+
+    fn start(config: Config, storage: Storage, now: Millis) -> Result<Self> {
+        let mut lifecycle = Lifecycle {
+            storage,
+            last_now: now,
+        };
+        let snapshot = build(&mut lifecycle, config, None, now)?;
+        Ok(Self {
+            current: ArcSwap::from_pointee(snapshot),
+            lifecycle: Mutex::new(lifecycle),
+        })
+    }
+
+    /// Replaces the configuration. A bad one is refused with an error and the running one keeps
+    /// serving. Rooms are matched by name and keep their counters (and counts) when the counters
+    /// can serve the new configuration (see README, "Reloads"); a change they cannot serve is
+    /// refused, naming the room and the setting. New rooms start with fresh counters; removed
+    /// rooms are dropped.
+    pub fn reload(&self, config: Config) -> Result<()> {
+        let mut lifecycle = self.lock();
+        let previous = self.current.load_full();
+        let now = lifecycle.last_now;
+        let snapshot = build(&mut lifecycle, config, Some(&previous), now)?;
+        self.current.store(Arc::new(snapshot));
+        Ok(())
+    }
+
+    /// Folds the counters into a new snapshot as of `now`. Call it about once a second (and at
+    /// least once per bucket and per refresh interval). It never waits: if another thread of
+    /// this process is ticking, this call returns at once (that tick publishes).
+    pub fn tick(&self, now: Millis) {
+        let mut lifecycle = match self.lifecycle.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        let now = now.max(lifecycle.last_now);
+        lifecycle.last_now = now;
+        let snap = self.current.load_full();
+        let rooms = snap.rooms.iter().map(|v| tick_room(&v.room, now)).collect();
+        let next = Snapshot::new(snap.keyring.clone(), snap.config.clone(), rooms);
+        self.current.store(Arc::new(next));
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Lifecycle> {
+        // A panic while ticking leaves counters consistent (each is atomic), so a poisoned lock
+        // is safe to take over.
+        self.lifecycle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The running configuration.
+    pub fn config(&self) -> Arc<Config> {
+        self.current.load().config.clone()
+    }
+
+    /// Names of the configured rooms.
+    pub fn rooms(&self) -> Vec<String> {
+        self.current
+            .load()
+            .rooms
+            .iter()
+            .map(|r| r.room.cfg.name.clone())
+            .collect()
+    }
+
+    /// The room's figures as last published by a tick (of any process sharing its counters).
+    pub fn stats(&self, room: &str) -> Result<RoomStats> {
+        let snap = self.current.load();
+        Ok(room_stats(&snap.room(room)?.room))
+    }
+
+    /// Every room's stats as one JSON object: `{"rooms": {"<name>": {...}}}` (what an nginx
+    /// status location or a metrics scrape serves).
+    pub fn stats_json(&self) -> String {
+        let snap = self.current.load();
+        let rooms: serde_json::Map<String, serde_json::Value> = snap
+            .rooms
+            .iter()
+            .map(|v| (v.room.cfg.name.clone(), room_stats_json(&v.room)))
+            .collect();
+        serde_json::json!({ "rooms": rooms }).to_string()
+    }
+
+    /// The page to serve for a queue or reject decision (`None` for admit). `accept` is the
+    /// request's `Accept` header: JSON is served when it prefers `application/json` and the
+    /// room allows it.
+    pub fn render_page(
+        &self,
+        room: &str,
+        decision: &Decision,
+        accept: Option<&str>,
+    ) -> Result<Option<Page>> {
+        let snap = self.current.load();
+        Ok(page::render(&snap.room(room)?.room.cfg, decision, accept))
+    }
+
+    /// Decides one request. `cookie_header` is the request's whole `Cookie` header, if any;
+    /// `now` is milliseconds since the Unix epoch. The only error is an unknown room.
+    pub fn admit(&self, room: &str, cookie_header: Option<&str>, now: Millis) -> Result<Decision> {
+        self.admit_header_bytes(room.as_bytes(), cookie_header.map(str::as_bytes), now)
+    }
+
+    /// Decides one request given the room's name and the `Cookie` header as bytes (as servers
+    /// and C callers hold them; neither need be UTF-8: a name that is not a room's is an
+    /// unknown room, and a ticket that is not ASCII is refused as badly encoded).
+    #[inline]
+    pub fn admit_header_bytes(
+        &self,
+        room: &[u8],
+        cookie_header: Option<&[u8]>,
+        now: Millis,
+    ) -> Result<Decision> {
+        let snap = self.current.load();
+        let view = snap.room_bytes(room)?;
+        let ticket = cookie_header.and_then(|h| view.room.cookie_finder.find_ticket(h));
+        Ok(snap.decide(view, ticket, now))
+    }
+
+    /// Decides one request given the ticket cookie's value itself (no header parsing).
+    pub fn admit_ticket(&self, room: &str, ticket: Option<&str>, now: Millis) -> Result<Decision> {
+        let snap = self.current.load();
+        let view = snap.room(room)?;
+        Ok(snap.decide(view, ticket.map(str::as_bytes), now))
+    }
+
+    /// The keyring sealing this engine's tickets (for tests and tools).
+    #[doc(hidden)]
+    pub fn keyring(&self) -> Arc<Keyring> {
+        self.current.load().keyring.clone()
+    }
+}
+
+/// Builds a snapshot of `config` as of `now`: rooms of `previous` (matched by name) keep their
+/// counters when those can serve the new configuration, others get counters from the storage;
+/// one tick per room.
+fn build(
+    lifecycle: &mut Lifecycle,
+    config: Config,
+    previous: Option<&Snapshot>,
+    now: Millis,
+) -> Result<Snapshot> {
+    config.validate()?;
+    let keyring = keyring_for(&config, previous.map(|p| &p.keyring), &lifecycle.storage)?;
+    let mut rooms = Vec::with_capacity(config.rooms.len());
+    for (i, cfg) in config.rooms.iter().enumerate() {
+        let running = previous
+            .and_then(|p| p.room(&cfg.name).ok())
+            .map(|v| &v.room);
+        let same_settings = previous.is_some_and(|p| p.config.settings == config.settings);
+        let room = match running {
+            Some(r) if r.cfg == *cfg && same_settings => r.clone(),
+            Some(r) => {
+                let needed = RoomLayout::of(cfg, &config.settings);
+                r.counters
+                    .layout()
+                    .serves(&needed, &config.settings)
+                    .map_err(|why| {
+                        Error::invalid(
+                            format!("rooms[{i}]"),
+                            format!(
+                                "(room `{}`) cannot be reloaded in place: {why}; keep the \
+                                 setting, or restart to apply it with fresh counters",
+                                cfg.name
+                            ),
+                        )
+                    })?;
+                Arc::new(Room::new(cfg, &config, r.counters.clone()))
+            }
+            None => {
+                let counters = lifecycle
+                    .storage
+                    .counters(cfg, &config.settings)
+                    .map_err(|e| match e {
+                        Error::Region(why) => {
+                            Error::Region(format!("room `{}` (rooms[{i}]): {why}", cfg.name))
+                        }
+                        e => e,
+                    })?;
+                Arc::new(Room::new(cfg, &config, counters))
+            }
+        };
+        rooms.push(room);
+    }
+    let views: Vec<RoomView> = rooms.iter().map(|r| first_tick_room(r, now)).collect();
+    Ok(Snapshot::new(keyring, Arc::new(config), views))
+}

@@ -1,0 +1,20 @@
+//! The waiting room: decisions, ticks, reloads, and what they answer.
+
+pub(crate) mod budget;
+pub(crate) mod cookie_finder;
+mod decide;
+pub(crate) mod decision;
+pub(crate) mod engine;
+mod keys;
+pub(crate) mod page;
+mod room;
+mod set_cookie;
+mod snapshot;
+mod stats;
+mod storage;
+mod tick;
+
+pub use cookie_finder::{find_cookie, find_cookie_bytes};
+pub use decision::{Decision, Outcome, RoomStats, TicketRejections};
+pub use engine::Engine;
+pub use page::{wants_json, Page};

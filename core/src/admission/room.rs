@@ -1,0 +1,63 @@
+//! What a running engine keeps of one room while its configuration stays the same.
+
+use std::sync::Arc;
+
+use crate::admission::cookie_finder::CookieFinder;
+use crate::config::{Config, RoomConfig};
+use crate::counters::room_counters::RoomCounters;
+use crate::ticket::RoomId;
+
+/// A room's configuration, counters, and what is derived from them once.
+pub(crate) struct Room {
+    /// The room's configuration.
+    pub(crate) cfg: RoomConfig,
+    /// Its counters (owned, or in a shared region).
+    pub(crate) counters: Arc<RoomCounters>,
+    /// Its identity in tickets.
+    pub(crate) id: RoomId,
+    /// `Set-Cookie` name.
+    pub(crate) cookie_name: String,
+    /// Finds the ticket in a `Cookie` header.
+    pub(crate) cookie_finder: CookieFinder,
+    /// `; Path=...; Domain=...; Secure; HttpOnly; SameSite=...`.
+    pub(crate) cookie_attrs: String,
+    /// Session length in seconds.
+    pub(crate) session_secs: u32,
+    /// Bucket width in milliseconds.
+    pub(crate) bucket_ms: u64,
+    /// Refresh interval in seconds (the queue's epoch width).
+    pub(crate) refresh_secs: u32,
+    /// The counters' incarnation, which tickets they counted carry.
+    pub(crate) incarnation: u32,
+}
+
+impl Room {
+    /// The room `cfg` of `config` over `counters`.
+    pub(crate) fn new(cfg: &RoomConfig, config: &Config, counters: Arc<RoomCounters>) -> Self {
+        let c = &cfg.cookie;
+        let mut attrs = format!("; Path={}", c.path);
+        if let Some(d) = &c.domain {
+            attrs.push_str(&format!("; Domain={d}"));
+        }
+        if c.secure {
+            attrs.push_str("; Secure");
+        }
+        if c.http_only {
+            attrs.push_str("; HttpOnly");
+        }
+        attrs.push_str(&format!("; SameSite={}", c.same_site));
+        let layout = counters.layout();
+        Self {
+            cfg: cfg.clone(),
+            id: RoomId::new(&cfg.name),
+            cookie_name: cfg.cookie_name(),
+            cookie_finder: CookieFinder::new(&cfg.cookie_name()),
+            cookie_attrs: attrs,
+            session_secs: cfg.session_duration * config.settings.bucket_width_secs,
+            bucket_ms: u64::from(layout.bucket_secs) * 1000,
+            refresh_secs: layout.refresh_secs,
+            incarnation: counters.incarnation(),
+            counters,
+        }
+    }
+}

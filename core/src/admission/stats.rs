@@ -1,0 +1,59 @@
+//! A room's figures as the last tick of any process sharing its counters published them.
+
+use crate::admission::decision::{RoomStats, TicketRejections};
+use crate::admission::room::Room;
+use crate::counters::tick_block::Cell;
+use crate::sync::Ordering;
+use crate::ticket::TicketError;
+
+/// The published figures of `room`, read now (not from this process's snapshot: another
+/// process's tick may have published since).
+pub(crate) fn room_stats(room: &Room) -> RoomStats {
+    let tb = room.counters.tick_block();
+    let r = room.counters.rejections();
+    let get = |e: TicketError| r[e as usize].load(Ordering::Relaxed);
+    RoomStats {
+        active_users: tb.get(Cell::Active),
+        admitted_this_minute: tb.get(Cell::AdmittedThisMinute),
+        admitted_total: tb.get(Cell::AdmittedTotal),
+        queue_length: tb.get(Cell::QueueLength),
+        frontier: tb.get(Cell::Frontier),
+        free_slots: tb.get(Cell::FreeSlots),
+        admission_rate: f64::from_bits(tb.get(Cell::RateBits)),
+        ticket_rejections: TicketRejections {
+            bad_encoding: get(TicketError::BadEncoding),
+            unknown_key: get(TicketError::UnknownKey),
+            bad_tag: get(TicketError::BadTag),
+            wrong_room: get(TicketError::WrongRoom),
+            expired: get(TicketError::Expired),
+            from_future: get(TicketError::FromFuture),
+        },
+        memory_bytes: room.counters.bytes(),
+    }
+}
+
+/// `room`'s figures as the JSON object `stats_json` serves.
+pub(crate) fn room_stats_json(room: &Room) -> serde_json::Value {
+    let st = room_stats(room);
+    let r = st.ticket_rejections;
+    serde_json::json!({
+        "active_users": st.active_users,
+        "admitted_this_minute": st.admitted_this_minute,
+        "admitted_total": st.admitted_total,
+        "queue_length": st.queue_length,
+        "frontier": st.frontier,
+        "free_slots": st.free_slots,
+        "admission_rate": st.admission_rate,
+        "memory_bytes": st.memory_bytes,
+        "total_active_users": room.cfg.total_active_users,
+        "new_users_per_minute": room.cfg.new_users_per_minute,
+        "ticket_rejections": {
+            "bad_encoding": r.bad_encoding,
+            "unknown_key": r.unknown_key,
+            "bad_tag": r.bad_tag,
+            "wrong_room": r.wrong_room,
+            "expired": r.expired,
+            "from_future": r.from_future,
+        },
+    })
+}

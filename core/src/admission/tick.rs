@@ -1,0 +1,226 @@
+//! One tick of one room: advance the shared state (if no other process is doing it right now),
+//! then read what was published into a view for the next snapshot.
+//!
+//! An advance opens the current bucket and refresh epoch, folds the counters into the figures
+//! of `budget`, moves the pools' ledger to the claim limit and the queue's frontier, and
+//! publishes the figures. The bucket and epoch never move back: a tick with an older clock
+//! (another process's cached time) advances from the newest bucket any tick has opened.
+
+use std::sync::Arc;
+
+use crate::admission::budget::{self, Figures, Split, PASSTHROUGH_FREE};
+use crate::admission::room::Room;
+use crate::admission::snapshot::RoomView;
+use crate::clock::Millis;
+use crate::config::QueueingMethod;
+use crate::counters::slot_pool::home_shard;
+use crate::counters::tick_block::{Cell, TickBlock};
+
+/// Advances `room` if this process gets its tick lock (never waits for it), then views it.
+pub(crate) fn tick_room(room: &Arc<Room>, now: Millis) -> RoomView {
+    let tb = room.counters.tick_block();
+    if let Some(held) = tb.try_lock() {
+        advance(room, &tb, now);
+        tb.unlock(held);
+    }
+    observe(room, &tb, now)
+}
+
+/// The first tick of a room as an engine is built over it: like [`tick_room`], except that a
+/// room no process has advanced yet (counters just laid out, nothing granted) is waited for, a
+/// bounded two seconds, while another process runs its first advance. Otherwise visitors
+/// arriving in that moment would find no slots and queue ahead of the whole room. Engine
+/// construction only: requests and ticks never wait.
+pub(crate) fn first_tick_room(room: &Arc<Room>, now: Millis) -> RoomView {
+    let tb = room.counters.tick_block();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        if let Some(held) = tb.try_lock() {
+            advance(room, &tb, now);
+            tb.unlock(held);
+            break;
+        }
+        if tb.get(Cell::Bucket) != 0 || std::time::Instant::now() > until {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    observe(room, &tb, now)
+}
+
+/// The bucket and refresh epoch as of `now`, never before the newest ones opened.
+fn bucket_and_epoch(room: &Room, tb: &TickBlock<'_>, now: Millis) -> (u64, u64) {
+    let bucket = (now / room.bucket_ms).max(tb.get(Cell::Bucket));
+    let epoch = (now / 1000 / u64::from(room.refresh_secs)).max(tb.get(Cell::Epoch));
+    (bucket, epoch)
+}
+
+/// Folds counts, moves the ledger and the frontier, publishes. One process at a time.
+pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis) {
+    let cfg = &room.cfg;
+    let counters = &room.counters;
+    let (bucket, epoch) = bucket_and_epoch(room, tb, now);
+
+    // Open the bucket and the next one (admissions are booked to one of them), and the epoch
+    // and the next one, before saying so.
+    let buckets = counters.buckets();
+    let folded = buckets.prepare(bucket) + buckets.prepare(bucket + 1);
+    let closed = tb.get(Cell::AdmittedClosed) + folded;
+    tb.set(Cell::AdmittedClosed, closed);
+    let lanes = counters.lanes();
+    lanes.prepare(epoch);
+    lanes.prepare(epoch + 1);
+    tb.set(Cell::Epoch, epoch);
+    tb.set(Cell::Bucket, bucket);
+
+    // The figures of the limits (see `budget`), from one reading of the ring.
+    let first = bucket.saturating_sub(u64::from(cfg.session_duration));
+    let (before_window, all) = buckets.admitted_before_and_all(first);
+    let window = buckets.sums(first, bucket + 1);
+    let figures = Figures {
+        total_active_users: cfg.total_active_users,
+        new_users_per_minute: cfg.new_users_per_minute,
+        admitted_ever: closed + all,
+        admitted_departed: closed + before_window,
+        admitted_current: buckets.admitted_in(bucket),
+        admitted_next: buckets.admitted_in(bucket + 1),
+        moved_in_window: window.moved,
+    };
+    let waiters = counters.waiter_pool();
+    let open = counters.open_pool();
+    let granted = tb.get(Cell::Granted);
+    let held = waiters.free() + open.free();
+    let limit = if cfg.queueing_method == QueueingMethod::Passthrough {
+        granted
+            .saturating_add(PASSTHROUGH_FREE)
+            .saturating_sub(held)
+    } else {
+        budget::claim_limit(&figures)
+    };
+    let free = budget::free_slots(limit, granted, held);
+
+    // Live waiters per arrival bucket, oldest first.
+    let q = counters.layout().queue_slots as u64;
+    let base = (bucket + 1).saturating_sub(q);
+    let live: Vec<u64> = (base..=bucket)
+        .map(|b| lanes.live((b % q) as usize, epoch))
+        .collect();
+    let queue_length: u64 = live.iter().sum();
+    let mut frontier = tb.get(Cell::Frontier);
+    let mut threshold = 0;
+    let want = if cfg.queue_all {
+        Split::default()
+    } else {
+        match cfg.queueing_method {
+            QueueingMethod::Fifo => {
+                let (split, f) = budget::fifo(free, &live, base, bucket, frontier);
+                frontier = f;
+                split
+            }
+            QueueingMethod::Random => {
+                let (split, t) = budget::random(free, queue_length);
+                threshold = t;
+                split
+            }
+            QueueingMethod::Reject | QueueingMethod::Passthrough => Split {
+                waiters: 0,
+                open: free,
+            },
+        }
+    };
+    let granted = budget::apply(waiters, open, granted, limit, want, home_shard());
+    tb.set(Cell::Granted, granted);
+    tb.set(Cell::Frontier, frontier);
+    tb.set(Cell::DrawThreshold, threshold);
+
+    // Admission rate: exponentially weighted over about a minute of ticks.
+    let last = tb.get(Cell::LastTick);
+    let admitted_since = figures
+        .admitted_ever
+        .saturating_sub(tb.get(Cell::LastAdmittedTotal));
+    let mut rate = f64::from_bits(tb.get(Cell::RateBits));
+    if last != 0 && now > last {
+        let dt = (now - last) as f64 / 1000.0;
+        let w = (dt / 60.0).min(1.0);
+        rate = rate * (1.0 - w) + (admitted_since as f64 / dt) * w;
+    }
+    if last == 0 || now > last {
+        tb.set(Cell::RateBits, rate.to_bits());
+        tb.set(Cell::LastTick, now);
+        tb.set(Cell::LastAdmittedTotal, figures.admitted_ever);
+    }
+
+    tb.set(Cell::Active, figures.active());
+    tb.set(Cell::AdmittedThisMinute, figures.admitted_current);
+    tb.set(Cell::AdmittedTotal, figures.admitted_ever);
+    tb.set(Cell::QueueLength, queue_length);
+    tb.set(Cell::FreeSlots, waiters.free() + open.free());
+}
+
+/// A view of a room from its published state and its live-waiter table.
+pub(crate) fn observe(room: &Arc<Room>, tb: &TickBlock<'_>, now: Millis) -> RoomView {
+    let (bucket, epoch) = bucket_and_epoch(room, tb, now);
+    let q = room.counters.layout().queue_slots as u64;
+    let base = (bucket + 1).saturating_sub(q);
+    let lanes = room.counters.lanes();
+    let mut ahead = Vec::with_capacity(q as usize);
+    let mut sum = 0u64;
+    for b in base..=bucket {
+        ahead.push(sum);
+        sum += lanes.live((b % q) as usize, epoch);
+    }
+    RoomView {
+        room: room.clone(),
+        queue_length: sum,
+        queue_base: base,
+        ahead: ahead.into(),
+        rate_per_sec: f64::from_bits(tb.get(Cell::RateBits)),
+    }
+}
+
+#[cfg(all(test, not(velvet_rope_loom)))]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::counters::process_lock::tests::dead_pid;
+    use crate::counters::room_counters::RoomCounters;
+    use crate::counters::room_layout::RoomLayout;
+
+    const T0: u64 = 1_800_000_000_000;
+    const MIN: u64 = 60_000;
+
+    fn room() -> Arc<Room> {
+        let cfg = Config::from_toml(
+            "[[rooms]]\nname = \"r\"\ntotal_active_users = 5\nnew_users_per_minute = 100\n",
+        )
+        .unwrap();
+        let counters = Arc::new(RoomCounters::new(RoomLayout::of(
+            &cfg.rooms[0],
+            &cfg.settings,
+        )));
+        Arc::new(Room::new(&cfg.rooms[0], &cfg, counters))
+    }
+
+    /// A tick that finds the advance lock held by a live process does not wait for it: it reads
+    /// what was published and returns. One held by a dead process (a worker that crashed
+    /// mid-tick) is taken over at once. (Before: every tick yielded for up to 100 ms per room,
+    /// and a dead holder stalled every worker for seconds.)
+    #[test]
+    fn a_tick_never_waits_and_takes_over_a_dead_holder() {
+        let r = room();
+        let tb = r.counters.tick_block();
+        let held = tb.try_lock().unwrap();
+        let view = tick_room(&r, T0 + 1_000);
+        assert_eq!(tb.get(Cell::Bucket), 0, "not advanced under a live holder");
+        assert_eq!(view.queue_length, 0);
+        tb.unlock(held);
+        tb.set(Cell::Lock, (u64::from(dead_pid()) << 32) | 7);
+        tb.set(
+            Cell::LockSince,
+            crate::counters::process_lock::monotonic_ms(),
+        );
+        tick_room(&r, T0 + MIN + 1);
+        assert_eq!(tb.get(Cell::Bucket), (T0 + MIN) / MIN, "advanced at once");
+        assert_eq!(tb.get(Cell::Lock), 0, "and released");
+    }
+}

@@ -1,0 +1,295 @@
+//! loom models of every lock-free structure of the admission side.
+//!
+//! Run with `RUSTFLAGS="--cfg velvet_rope_loom" cargo test -p velvet-rope --lib --release loom`
+//! (`make test-loom`). Each model explores every interleaving of its threads (within loom's
+//! bounds) and asserts exact counts: no model allows an overshoot "by a few".
+
+use crossbeam_utils::CachePadded;
+use loom::sync::Arc;
+use loom::thread;
+
+use crate::admission::budget::{apply, claim_limit, Figures, Split};
+use crate::counters::buckets::{Buckets, Renewal};
+use crate::counters::queue_lanes::{Counted, QueueLanes};
+use crate::counters::slot_pool::SlotPool;
+use crate::sync::{AtomicI64, AtomicU64, Ordering};
+
+fn shards(n: usize) -> Arc<Vec<CachePadded<AtomicU64>>> {
+    Arc::new(
+        (0..n)
+            .map(|_| CachePadded::new(AtomicU64::new(0)))
+            .collect(),
+    )
+}
+
+fn words(n: usize) -> Arc<Vec<AtomicU64>> {
+    Arc::new((0..n).map(|_| AtomicU64::new(0)).collect())
+}
+
+fn signed(n: usize) -> Arc<Vec<AtomicI64>> {
+    Arc::new((0..n).map(|_| AtomicI64::new(0)).collect())
+}
+
+/// A ring of 4 buckets with one guard word each.
+#[derive(Clone)]
+struct Ring {
+    tags: Arc<Vec<AtomicU64>>,
+    admitted: Arc<Vec<AtomicU64>>,
+    moved: Arc<Vec<AtomicI64>>,
+    guard: Arc<Vec<AtomicU64>>,
+}
+
+impl Ring {
+    fn new() -> Self {
+        Self {
+            tags: words(4),
+            admitted: words(4),
+            moved: signed(4),
+            guard: words(4),
+        }
+    }
+    fn view(&self) -> Buckets<'_> {
+        Buckets::new(&self.tags, &self.admitted, &self.moved, &self.guard, 1)
+    }
+}
+
+/// One free slot, two claimants on different home shards: exactly one wins.
+#[test]
+fn loom_slot_pool_one_slot_two_claimants() {
+    loom::model(|| {
+        let s = shards(2);
+        SlotPool::new(&s).grant(1, 0);
+        let handles: Vec<_> = (0..2)
+            .map(|home| {
+                let s = s.clone();
+                thread::spawn(move || SlotPool::new(&s).try_claim(home).is_some())
+            })
+            .collect();
+        let wins = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|&w| w)
+            .count();
+        assert_eq!(wins, 1);
+        assert_eq!(SlotPool::new(&s).free(), 0);
+    });
+}
+
+/// Claims racing a revoke and a grant: every slot is claimed, revoked or still free, exactly
+/// once, in every interleaving.
+#[test]
+fn loom_slot_pool_claims_race_revoke_and_grant() {
+    loom::model(|| {
+        let s = shards(2);
+        SlotPool::new(&s).grant(2, 0);
+        let claimer = {
+            let s = s.clone();
+            thread::spawn(move || {
+                let pool = SlotPool::new(&s);
+                u64::from(pool.try_claim(1).is_some()) + u64::from(pool.try_claim(0).is_some())
+            })
+        };
+        let pool = SlotPool::new(&s);
+        let revoked = pool.revoke(2);
+        pool.grant(1, 1);
+        let claimed = claimer.join().unwrap();
+        assert_eq!(claimed + revoked + pool.free(), 3);
+    });
+}
+
+/// The overshoot issue 8 reported, as a model: a room of 2 with 1 admitted, a claimer admitting
+/// (claim, then book to the open bucket) while a tick folds the ring into the claim limit and
+/// moves the ledger. However they interleave, claims never pass the limit: exactly 2 admitted.
+#[test]
+fn loom_tick_during_a_rush_never_over_admits() {
+    loom::model(|| {
+        let s = shards(2);
+        let ring = Ring::new();
+        let bucket_cell = Arc::new(AtomicU64::new(0));
+        let granted = Arc::new(AtomicU64::new(0));
+        // State after a first tick and one admission.
+        {
+            let b = ring.view();
+            b.prepare(5);
+            b.prepare(6);
+            bucket_cell.store(5, Ordering::Release);
+            SlotPool::new(&s).grant(2, 0);
+            granted.store(2, Ordering::Relaxed);
+            assert!(SlotPool::new(&s).try_claim(0).is_some());
+            assert!(b.book_admission(5));
+        }
+        let tick = |ring: &Ring, s: &[CachePadded<AtomicU64>], granted: &AtomicU64| {
+            let b = ring.view();
+            let (_, all) = b.admitted_before_and_all(0);
+            let f = Figures {
+                total_active_users: 2,
+                new_users_per_minute: 100,
+                admitted_ever: all,
+                admitted_departed: 0,
+                admitted_current: b.admitted_in(5),
+                admitted_next: b.admitted_in(6),
+                moved_in_window: b.sums(0, 6).moved,
+            };
+            let limit = claim_limit(&f);
+            let pool = SlotPool::new(s);
+            let none = [CachePadded::new(AtomicU64::new(0))];
+            let waiters = SlotPool::new(&none);
+            let held = pool.free();
+            let free =
+                crate::admission::budget::free_slots(limit, granted.load(Ordering::Relaxed), held);
+            let g = apply(
+                waiters,
+                pool,
+                granted.load(Ordering::Relaxed),
+                limit,
+                Split {
+                    waiters: 0,
+                    open: free,
+                },
+                1,
+            );
+            granted.store(g, Ordering::Relaxed);
+        };
+        let claimers: Vec<_> = (0..2)
+            .map(|home| {
+                let (s, ring, cell) = (s.clone(), ring.clone(), bucket_cell.clone());
+                thread::spawn(move || {
+                    if SlotPool::new(&s).try_claim(home).is_some() {
+                        let opened = cell.load(Ordering::Acquire);
+                        assert!(ring.view().book_admission(6.clamp(opened, opened + 1)));
+                        1
+                    } else {
+                        0
+                    }
+                })
+            })
+            .collect();
+        tick(&ring, &s, &granted);
+        let admitted: u64 = claimers.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(1 + admitted, 2, "exactly the limit");
+        // And the next tick, with everything booked, grants nothing more.
+        tick(&ring, &s, &granted);
+        assert_eq!(SlotPool::new(&s).free(), 0);
+    });
+}
+
+/// A ticket renewed by two requests at once (a browser's parallel requests, or a replay):
+/// exactly one moves it, and the visitor stays counted exactly once.
+#[test]
+fn loom_buckets_sibling_renewals_move_once() {
+    loom::model(|| {
+        let ring = Ring::new();
+        {
+            let b = ring.view();
+            b.prepare(0);
+            b.prepare(1);
+            assert!(b.book_admission(0));
+        }
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let ring = ring.clone();
+                thread::spawn(move || ring.view().renew(7, 0, 1))
+            })
+            .collect();
+        let moved = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|r| *r == Renewal::Moved)
+            .count();
+        assert_eq!(moved, 1);
+        let s = ring.view().sums(0, 1);
+        assert_eq!(s.admitted as i64 + s.moved, 1);
+    });
+}
+
+/// A move read by a tick summing the window oldest first: the sum is never one too low (a move
+/// in flight may read one too high, never a visitor lost).
+#[test]
+fn loom_buckets_a_move_never_reads_low() {
+    loom::model(|| {
+        let ring = Ring::new();
+        {
+            let b = ring.view();
+            b.prepare(0);
+            b.prepare(1);
+            b.book_admission(0);
+        }
+        let mover = {
+            let ring = ring.clone();
+            thread::spawn(move || ring.view().renew(9, 0, 1))
+        };
+        let s = ring.view().sums(0, 1);
+        assert!(
+            s.admitted as i64 + s.moved >= 1,
+            "the visitor was lost mid-move"
+        );
+        assert_eq!(mover.join().unwrap(), Renewal::Moved);
+        let s = ring.view().sums(0, 1);
+        assert_eq!(s.admitted as i64 + s.moved, 1);
+    });
+}
+
+/// A ticket of another incarnation presented twice at once: counted afresh exactly once.
+#[test]
+fn loom_buckets_afresh_counts_once() {
+    loom::model(|| {
+        let ring = Ring::new();
+        ring.view().prepare(3);
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let ring = ring.clone();
+                thread::spawn(move || ring.view().count_afresh(11, 0, 3))
+            })
+            .collect();
+        let counted = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|r| *r == Renewal::Counted)
+            .count();
+        assert_eq!(counted, 1);
+        assert_eq!(ring.view().sums(3, 3).moved, 1);
+    });
+}
+
+/// A refresh racing with its own replay (or a browser's sibling request): the waiter is
+/// counted once in every interleaving.
+#[test]
+fn loom_queue_lanes_moves_are_exact() {
+    loom::model(|| {
+        let counts = signed(3);
+        let tags = words(3);
+        let guards = words(3);
+        let lanes = QueueLanes::new(1, 2, &counts, &tags, &guards, 1);
+        lanes.prepare(4);
+        lanes.prepare(5);
+        assert_eq!(lanes.count(0, 4, 1), Counted::New);
+        let refresh = |c: Arc<Vec<AtomicI64>>, t: Arc<Vec<AtomicU64>>, g: Arc<Vec<AtomicU64>>| {
+            thread::spawn(move || {
+                let lanes = QueueLanes::new(1, 2, &c, &t, &g, 1);
+                if lanes.count(0, 5, 1) == Counted::New {
+                    lanes.uncount(0, 4);
+                }
+            })
+        };
+        let mover = refresh(counts.clone(), tags.clone(), guards.clone());
+        let replay = refresh(counts.clone(), tags.clone(), guards.clone());
+        let arriver = {
+            let (c, t, g) = (counts.clone(), tags.clone(), guards.clone());
+            thread::spawn(move || {
+                assert_eq!(
+                    QueueLanes::new(1, 2, &c, &t, &g, 1).count(0, 5, 2),
+                    Counted::New
+                );
+            })
+        };
+        mover.join().unwrap();
+        replay.join().unwrap();
+        arriver.join().unwrap();
+        let lanes = QueueLanes::new(1, 2, &counts, &tags, &guards, 1);
+        assert_eq!(
+            lanes.live(0, 5),
+            2,
+            "a refresh and its replay count once, plus the arrival"
+        );
+    });
+}

@@ -1,0 +1,259 @@
+//! The counters of one room, in a [`Region`] laid out by a [`RoomLayout`].
+//!
+//! The header holds a magic number, the layout version, the layout's parameters and the
+//! counters' *incarnation*: a random number drawn when the counters are first laid out. Tickets
+//! carry the incarnation of the counters that counted them; a ticket of another incarnation (a
+//! restart without kept counters, a room whose counters were laid out again) was not counted
+//! by these counters and is counted afresh on its first request.
+
+use crossbeam_utils::CachePadded;
+
+use crate::config::Settings;
+use crate::counters::buckets::Buckets;
+use crate::counters::queue_lanes::QueueLanes;
+use crate::counters::region::Region;
+use crate::counters::room_layout::{Offsets, RoomLayout, HEADER, REASONS};
+use crate::counters::slot_pool::SlotPool;
+use crate::counters::tick_block::{TickBlock, CELLS};
+use crate::error::{Error, Result};
+use crate::sync::{AtomicU64, Ordering};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"vrROOM\x00\x03");
+const LAYOUT_VERSION: u64 = 3;
+
+/// Header words: magic, version, 8 layout words, incarnation, ready (written last).
+const H_LAYOUT: usize = 2;
+const H_INCARNATION: usize = 10;
+const H_READY: usize = 11;
+const H_WORDS: usize = 12;
+const _: () = assert!(H_WORDS * 8 <= HEADER);
+
+/// A room's counters: a region and the layout that reads it.
+pub(crate) struct RoomCounters {
+    region: Region,
+    layout: RoomLayout,
+    offsets: Offsets,
+    incarnation: u32,
+}
+
+impl RoomCounters {
+    /// Counters in fresh memory owned by the engine.
+    pub(crate) fn new(layout: RoomLayout) -> Self {
+        let region = Region::owned(layout.size());
+        let incarnation = init_header(&region, layout);
+        Self {
+            region,
+            layout,
+            offsets: layout.offsets(),
+            incarnation,
+        }
+    }
+
+    /// Counters in a region handed in by the host for a room that needs `needed`: a zeroed
+    /// region is laid out for it; a region laid out before (by this or another process) is
+    /// attached when its layout serves the room (see [`RoomLayout::serves`]), and keeps its
+    /// counts.
+    pub(crate) fn attach(region: Region, needed: RoomLayout, settings: &Settings) -> Result<Self> {
+        if region.len() < HEADER {
+            return Err(Error::Region("room region smaller than its header".into()));
+        }
+        let header = region.u64s(0, H_WORDS);
+        if header[0].load(Ordering::Acquire) == 0 && region.len() < needed.size() {
+            return Err(Error::Region(format!(
+                "{} bytes given, the room needs {}",
+                region.len(),
+                needed.size()
+            )));
+        }
+        let layout =
+            match header[0].compare_exchange(0, MAGIC, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    write_header(header, needed, incarnation());
+                    needed
+                }
+                Err(found) if found != MAGIC => return Err(Error::Region(
+                    "not a velvet-rope room region (bad magic: another version or foreign data)"
+                        .into(),
+                )),
+                Err(_) => {
+                    // Another process is laying the header out: its ready word is written last.
+                    let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+                    while header[H_READY].load(Ordering::Acquire) == 0 {
+                        if std::time::Instant::now() > until {
+                            return Err(Error::Region("room header never completed".into()));
+                        }
+                        std::hint::spin_loop();
+                    }
+                    if header[1].load(Ordering::Acquire) != LAYOUT_VERSION {
+                        return Err(Error::Region(
+                            "room region of another layout version".into(),
+                        ));
+                    }
+                    let mut words = [0u64; 8];
+                    for (w, cell) in words.iter_mut().zip(&header[H_LAYOUT..H_LAYOUT + 8]) {
+                        *w = cell.load(Ordering::Acquire);
+                    }
+                    let have = RoomLayout::from_words(words)
+                        .ok_or_else(|| Error::Region("room header holds no sane layout".into()))?;
+                    have.serves(&needed, settings).map_err(Error::Region)?;
+                    if region.len() < have.size() {
+                        return Err(Error::Region(format!(
+                            "{} bytes given, the room's counters take {}",
+                            region.len(),
+                            have.size()
+                        )));
+                    }
+                    have
+                }
+            };
+        let incarnation = header[H_INCARNATION].load(Ordering::Acquire) as u32;
+        Ok(Self {
+            region,
+            layout,
+            offsets: layout.offsets(),
+            incarnation,
+        })
+    }
+
+    /// The layout.
+    pub(crate) fn layout(&self) -> RoomLayout {
+        self.layout
+    }
+
+    /// The counters' incarnation (never zero).
+    #[inline]
+    pub(crate) fn incarnation(&self) -> u32 {
+        self.incarnation
+    }
+
+    /// Bytes of memory the counters take.
+    pub(crate) fn bytes(&self) -> usize {
+        self.layout.size()
+    }
+
+    /// Slots open to anyone (new arrivals when nobody waits, and eligible waiters).
+    #[inline]
+    pub(crate) fn open_pool(&self) -> SlotPool<'_> {
+        SlotPool::new(self.shards(self.offsets.open))
+    }
+
+    /// Slots kept for waiters the frontier has reached.
+    #[inline]
+    pub(crate) fn waiter_pool(&self) -> SlotPool<'_> {
+        SlotPool::new(self.shards(self.offsets.waiters))
+    }
+
+    fn shards(&self, at: usize) -> &[CachePadded<AtomicU64>] {
+        self.region.padded_u64s(at, self.layout.shards)
+    }
+
+    /// Ticket rejection counters by reason code.
+    #[inline]
+    pub(crate) fn rejections(&self) -> &[AtomicU64] {
+        self.region.u64s(self.offsets.rejections, REASONS)
+    }
+
+    /// The bucket ring: admissions, moves and replay guards per bucket.
+    #[inline]
+    pub(crate) fn buckets(&self) -> Buckets<'_> {
+        let (l, o) = (&self.layout, &self.offsets);
+        Buckets::new(
+            self.region.u64s(o.ring_tags, l.buckets),
+            self.region.u64s(o.ring_admitted, l.buckets),
+            self.region.i64s(o.ring_moved, l.buckets),
+            self.region.u64s(o.guards, l.buckets * l.guard_words),
+            l.guard_words,
+        )
+    }
+
+    /// The state `tick` carries between ticks (shared by every process using the region).
+    #[inline]
+    pub(crate) fn tick_block(&self) -> TickBlock<'_> {
+        TickBlock::new(self.region.u64s(self.offsets.tick, CELLS))
+    }
+
+    /// The live-waiter table.
+    #[inline]
+    pub(crate) fn lanes(&self) -> QueueLanes<'_> {
+        let (l, o) = (&self.layout, &self.offsets);
+        QueueLanes::new(
+            l.queue_slots,
+            l.lanes as u64 - 1,
+            self.region.i64s(o.lane_counts, l.queue_slots * l.lanes),
+            self.region.u64s(o.lane_tags, l.lanes),
+            self.region
+                .u64s(o.lane_guards, l.lanes * l.lane_guard_words),
+            l.lane_guard_words,
+        )
+    }
+}
+
+/// A fresh random incarnation (never zero).
+fn incarnation() -> u32 {
+    (crate::random::u64() as u32).max(1)
+}
+
+/// Lays out the header of fresh owned memory; returns the incarnation.
+fn init_header(region: &Region, layout: RoomLayout) -> u32 {
+    let header = region.u64s(0, H_WORDS);
+    header[0].store(MAGIC, Ordering::Relaxed);
+    let n = incarnation();
+    write_header(header, layout, n);
+    n
+}
+
+fn write_header(header: &[AtomicU64], layout: RoomLayout, incarnation: u32) {
+    header[1].store(LAYOUT_VERSION, Ordering::Release);
+    for (cell, w) in header[H_LAYOUT..H_LAYOUT + 8].iter().zip(layout.to_words()) {
+        cell.store(w, Ordering::Release);
+    }
+    header[H_INCARNATION].store(u64::from(incarnation), Ordering::Release);
+    header[H_READY].store(1, Ordering::Release);
+}
+
+#[cfg(all(test, not(velvet_rope_loom)))]
+mod tests {
+    use super::*;
+    use crate::config::RoomConfig;
+
+    #[test]
+    fn attach_keeps_counts_checks_the_layout_and_keeps_the_incarnation() {
+        let settings = Settings {
+            shards: 2,
+            ..Settings::default()
+        };
+        let room = RoomConfig::new("r", 10, 10);
+        let layout = RoomLayout::of(&room, &settings);
+        let backing = Region::owned(layout.size());
+        let base = backing.u64s(0, 1).as_ptr() as *mut u8;
+        // SAFETY: `backing` keeps the memory alive for this test and all access is atomic.
+        let borrowed = || unsafe { Region::borrowed(base, layout.size()) }.unwrap();
+        let first = RoomCounters::attach(borrowed(), layout, &settings).unwrap();
+        first.open_pool().grant(5, 0);
+        // A second view with the same layout sees the same counters and incarnation.
+        let again = RoomCounters::attach(borrowed(), layout, &settings).unwrap();
+        assert_eq!(again.open_pool().free(), 5);
+        assert_eq!(again.incarnation(), first.incarnation());
+        // A lower limit is served by the same counters; a change of numbering is refused.
+        let mut lower = room.clone();
+        lower.total_active_users = 3;
+        assert!(
+            RoomCounters::attach(borrowed(), RoomLayout::of(&lower, &settings), &settings).is_ok()
+        );
+        let mut other = room.clone();
+        other.refresh_interval = 7;
+        let err = RoomCounters::attach(borrowed(), RoomLayout::of(&other, &settings), &settings)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("refresh_interval"), "{err}");
+        // Foreign bytes are refused.
+        let junk = Region::owned(layout.size());
+        junk.u64s(0, 1)[0].store(0xAB, Ordering::Relaxed);
+        assert!(RoomCounters::attach(junk, layout, &settings).is_err());
+        // Two owned counters have different incarnations.
+        assert_ne!(
+            RoomCounters::new(layout).incarnation(),
+            RoomCounters::new(layout).incarnation()
+        );
+    }
+}

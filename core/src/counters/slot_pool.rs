@@ -1,0 +1,342 @@
+//! The sharded, exact slot pool: how many visitors may still be admitted.
+//!
+//! Each shard is one `AtomicU64` on its own cache line holding a number of free slots. A claim
+//! takes one slot from the caller's home shard with a compare-and-swap that never takes the
+//! count below zero; a caller whose shard is empty steals from the others before giving up. So
+//! a slot is taken only where one is free (nothing is over-admitted), and nobody is refused
+//! while a slot is free anywhere in the pool (when no grant or revoke runs at the same time).
+//!
+//! The pool is a *ledger*, never a target that is written back. `tick`, the only writer besides
+//! claimers, changes it in two ways only:
+//! - [`SlotPool::grant`] adds slots (a `fetch_add` per shard): it cannot take anything from a
+//!   claim in flight.
+//! - [`SlotPool::revoke`] takes back slots that are free (a compare-and-swap per shard, never
+//!   below zero): a slot is either claimed or revoked, never both.
+//!
+//! So at every instant `claims made so far <= slots granted - slots revoked`, whatever claims run
+//! concurrently with a tick. The tick keeps the running total of what it granted (see
+//! `admission::budget`) and moves it towards a target computed from figures that no racing
+//! claim can make wrong; that is what makes the room's limits exact under concurrent ticks. The
+//! previous design wrote each shard's new share one by one and took claims made meanwhile back
+//! as debt, which could not always be repaid: a tick during a rush over-admitted.
+//!
+//! Memory orders: a successful claim is `AcqRel`. Its acquire half synchronises with the
+//! `Release` of the grant or revoke that last wrote the shard, so a claimer that took a slot a
+//! tick granted also sees everything that tick wrote before granting (the bucket it opened,
+//! which the claimer then books the admission to). Grants and revokes are `AcqRel` for the same
+//! reason in the other direction. Each shard is otherwise an independent counter: exactness
+//! rests on the modification order of each shard alone, not on any order between shards.
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// A view over the shards of one pool.
+#[derive(Clone, Copy)]
+pub(crate) struct SlotPool<'a> {
+    shards: &'a [CachePadded<AtomicU64>],
+}
+
+impl<'a> SlotPool<'a> {
+    /// Wraps shards (at least one).
+    pub(crate) fn new(shards: &'a [CachePadded<AtomicU64>]) -> Self {
+        debug_assert!(!shards.is_empty());
+        Self { shards }
+    }
+
+    /// Takes one slot: from shard `home` (modulo the shard count) if it has one, else from the
+    /// next shard that has one. Returns the shard it came from (to give it back with
+    /// [`SlotPool::unclaim`]). Lock-free; exact.
+    #[inline]
+    pub(crate) fn try_claim(&self, home: usize) -> Option<usize> {
+        let n = self.shards.len();
+        let home = home % n;
+        for k in 0..n {
+            let i = if home + k >= n {
+                home + k - n
+            } else {
+                home + k
+            };
+            if claim_from(&self.shards[i]) {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Gives back a slot claimed from `shard` that was not used after all (a sibling request
+    /// with the same ticket was admitted first).
+    pub(crate) fn unclaim(&self, shard: usize) {
+        self.shards[shard % self.shards.len()].fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Adds `n` free slots, spread evenly over the shards starting at shard `start`.
+    pub(crate) fn grant(&self, n: u64, start: usize) {
+        let len = self.shards.len() as u64;
+        let (each, extra) = (n / len, n % len);
+        for k in 0..len {
+            let add = each + u64::from(k < extra);
+            if add > 0 {
+                let i = ((start as u64 + k) % len) as usize;
+                self.shards[i].fetch_add(add, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Takes back up to `n` free slots; returns how many it took. Slots claimed meanwhile are
+    /// not taken (they are spent), so the result can be smaller than `n`.
+    pub(crate) fn revoke(&self, n: u64) -> u64 {
+        let mut taken = 0;
+        loop {
+            let before = taken;
+            for shard in self.shards {
+                if taken == n {
+                    return taken;
+                }
+                let mut cur = shard.load(Ordering::Acquire);
+                loop {
+                    let take = cur.min(n - taken);
+                    if take == 0 {
+                        break;
+                    }
+                    match shard.compare_exchange_weak(
+                        cur,
+                        cur - take,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => {
+                            taken += take;
+                            break;
+                        }
+                        Err(actual) => cur = actual,
+                    }
+                }
+            }
+            // A pass that found nothing: everything left was claimed. (Slots given back by
+            // `unclaim` during the pass are caught by the next pass.)
+            if taken == before {
+                return taken;
+            }
+        }
+    }
+
+    /// Free slots across all shards (a racy sum: exact when nothing runs concurrently).
+    pub(crate) fn free(&self) -> u64 {
+        self.shards.iter().map(|s| s.load(Ordering::Acquire)).sum()
+    }
+}
+
+/// One claim from one shard: a compare-and-swap that takes a slot if there is one.
+#[inline]
+fn claim_from(shard: &AtomicU64) -> bool {
+    let mut cur = shard.load(Ordering::Relaxed);
+    loop {
+        if cur == 0 {
+            return false;
+        }
+        match shard.compare_exchange_weak(cur, cur - 1, Ordering::AcqRel, Ordering::Relaxed) {
+            Ok(_) => return true,
+            Err(actual) => cur = actual,
+        }
+    }
+}
+
+/// A slot pool that owns its shards: the engine's exact, sharded counter of free slots, for
+/// use on its own (benches, or any "at most N until refilled" budget).
+pub struct OwnedSlotPool {
+    shards: Box<[CachePadded<AtomicU64>]>,
+}
+
+impl std::fmt::Debug for OwnedSlotPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedSlotPool")
+            .field("shards", &self.shards.len())
+            .field("free", &self.free())
+            .finish()
+    }
+}
+
+impl OwnedSlotPool {
+    /// A pool of `shards` shards (at least one), holding no slots.
+    pub fn new(shards: usize) -> Self {
+        Self {
+            shards: (0..shards.max(1))
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
+        }
+    }
+
+    /// Takes one slot, from the calling thread's home shard or, failing that, any other.
+    #[inline]
+    pub fn try_claim(&self) -> bool {
+        SlotPool::new(&self.shards)
+            .try_claim(home_shard())
+            .is_some()
+    }
+
+    /// Adds `n` free slots.
+    pub fn grant(&self, n: u64) {
+        SlotPool::new(&self.shards).grant(n, home_shard());
+    }
+
+    /// Takes back up to `n` free slots; returns how many were taken.
+    pub fn revoke(&self, n: u64) -> u64 {
+        SlotPool::new(&self.shards).revoke(n)
+    }
+
+    /// Free slots (a racy sum).
+    pub fn free(&self) -> u64 {
+        SlotPool::new(&self.shards).free()
+    }
+}
+
+/// The calling thread's home shard: the process id plus a number handed out once per thread,
+/// round-robin, so threads of one process spread over the shards and so do processes sharing
+/// a region (nginx workers forked from one master would otherwise all start at 0 and contend
+/// on one cache line). Worked out again in a child after `fork`.
+#[inline]
+pub(crate) fn home_shard() -> usize {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static HOME: Cell<(u64, usize)> = const { Cell::new((u64::MAX, 0)) };
+    }
+    let generation = crate::random::fork_generation();
+    HOME.with(|h| {
+        let (g, v) = h.get();
+        if g == generation {
+            return v;
+        }
+        let v = (std::process::id() as usize).wrapping_add(NEXT.fetch_add(1, StdOrdering::Relaxed));
+        h.set((generation, v));
+        v
+    })
+}
+
+#[cfg(all(test, not(velvet_rope_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    fn shards(n: usize) -> Vec<CachePadded<AtomicU64>> {
+        (0..n)
+            .map(|_| CachePadded::new(AtomicU64::new(0)))
+            .collect()
+    }
+
+    /// A forked child (an nginx worker from its master) does not inherit its parent's home
+    /// shard: with it, every worker would claim from the same shard first.
+    #[test]
+    fn forked_child_gets_its_own_home_shard() {
+        let parent = home_shard();
+        let mut fds = [0i32; 2];
+        // SAFETY: `fds` has room for the two descriptors `pipe` writes.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: the child only reads a thread-local, an atomic and its pid, writes to a
+        // pipe and leaves with `_exit`; it takes no lock another thread could hold.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let child = home_shard().to_le_bytes();
+            // SAFETY: `child` is 8 readable bytes; `_exit` ends the child at once, without
+            // running the harness's exit handlers a second time.
+            unsafe {
+                libc::write(fds[1], child.as_ptr().cast(), child.len());
+                libc::_exit(0);
+            }
+        }
+        let mut buf = [0u8; 8];
+        // SAFETY: `buf` is 8 writable bytes; `pid` is our child.
+        unsafe {
+            libc::close(fds[1]);
+            assert_eq!(libc::read(fds[0], buf.as_mut_ptr().cast(), 8), 8);
+            libc::close(fds[0]);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        assert_ne!(usize::from_le_bytes(buf), parent);
+        assert_eq!(home_shard(), parent, "the parent's thread keeps its shard");
+    }
+
+    #[test]
+    fn claims_steal_before_giving_up() {
+        let s = shards(4);
+        let pool = SlotPool::new(&s);
+        pool.grant(3, 0);
+        // Shard 3 holds nothing (3 slots over 4 shards from shard 0), yet its callers still
+        // get slots.
+        assert_eq!(pool.try_claim(3), Some(0));
+        assert!(pool.try_claim(3).is_some());
+        assert!(pool.try_claim(3).is_some());
+        assert_eq!(pool.try_claim(3), None);
+        assert_eq!(pool.try_claim(0), None);
+        assert_eq!(pool.free(), 0);
+    }
+
+    #[test]
+    fn revoke_takes_only_what_is_free_and_unclaim_gives_back() {
+        let s = shards(3);
+        let pool = SlotPool::new(&s);
+        pool.grant(5, 1);
+        let a = pool.try_claim(0).unwrap();
+        pool.try_claim(0).unwrap();
+        assert_eq!(pool.revoke(10), 3, "two of five are spent");
+        assert_eq!(pool.free(), 0);
+        pool.unclaim(a);
+        assert_eq!(pool.free(), 1);
+        assert_eq!(pool.revoke(1), 1);
+        assert_eq!(pool.revoke(1), 0);
+    }
+
+    /// Both cores, claims against grants and revokes: the claims never exceed what was granted
+    /// and not revoked, and they account for every slot exactly (granted = claimed + revoked +
+    /// still free). Contention really happened: claimers raced the revokes.
+    #[test]
+    fn stress_ledger_is_exact_under_contention() {
+        let s = shards(4);
+        let pool = SlotPool::new(&s);
+        let claimed = AtomicUsize::new(0);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (mut granted, mut revoked) = (0u64, 0u64);
+        let mut raced = 0;
+        std::thread::scope(|scope| {
+            for t in 0..3 {
+                let (pool, claimed, stop) = (&pool, &claimed, &stop);
+                scope.spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        if pool.try_claim(t).is_some() {
+                            claimed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+            // At least 50,000 rounds, and on until the claimers have really raced them.
+            let mut round = 0u64;
+            while round < 50_000 || (claimed.load(Ordering::Relaxed) < 20_000 && round < 50_000_000)
+            {
+                round += 1;
+                let n = 1 + round % 7;
+                pool.grant(n, round as usize);
+                granted += n;
+                // Every third round takes back all it saw free a moment ago: claims racing
+                // that revoke leave it short.
+                let want = if round % 3 == 0 {
+                    pool.free()
+                } else {
+                    round % 5
+                };
+                let got = pool.revoke(want);
+                if got < want {
+                    raced += 1;
+                }
+                revoked += got;
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        let claimed = claimed.load(Ordering::Relaxed) as u64;
+        assert_eq!(granted, claimed + revoked + pool.free());
+        assert!(claimed > 10_000, "claimers ran: {claimed}");
+        assert!(raced > 0, "no revoke ever lost a slot to a claim");
+    }
+}

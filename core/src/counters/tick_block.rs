@@ -1,0 +1,92 @@
+//! The state `tick` carries from one tick to the next, kept in the room's region so that every
+//! process sharing the region (nginx workers, say) continues where another left off.
+//!
+//! One process at a time advances a room: it takes the block's [`ProcessLock`], opens the
+//! current bucket and refresh epoch, folds the counters, moves the pools' ledger and the queue's
+//! frontier, and publishes the figures every process reads. A process that finds the lock held
+//! does not wait: it reads what was last published (at most one tick old).
+
+use crate::counters::process_lock::{Held, ProcessLock};
+use crate::sync::{AtomicU64, Ordering};
+
+/// Fixed cells of the block.
+#[derive(Clone, Copy, Debug)]
+#[repr(usize)]
+pub(crate) enum Cell {
+    /// The advance lock (see [`ProcessLock`]).
+    Lock = 0,
+    /// When the advance lock was taken (the host's monotonic clock, ms).
+    LockSince,
+    /// The newest bucket opened for admissions (admissions are booked to it or the next one).
+    Bucket,
+    /// The newest refresh epoch opened.
+    Epoch,
+    /// Slots granted to the two pools, net of revokes, since the counters were made.
+    Granted,
+    /// Admissions booked to buckets whose ring slots were recycled.
+    AdmittedClosed,
+    /// FIFO: the arrival bucket up to which waiters may enter.
+    Frontier,
+    /// Random: a waiter whose draw is below this may enter.
+    DrawThreshold,
+    /// Admission rate (visitors/s, f64 bits), exponentially weighted.
+    RateBits,
+    /// Time of the last advance (ms).
+    LastTick,
+    /// Admissions counted at the last advance.
+    LastAdmittedTotal,
+    /// Published: visitors active in the session window.
+    Active,
+    /// Published: admissions booked to the current bucket.
+    AdmittedThisMinute,
+    /// Published: admissions since the counters were made.
+    AdmittedTotal,
+    /// Published: live waiters.
+    QueueLength,
+    /// Published: slots free for new visitors until the next tick.
+    FreeSlots,
+}
+
+/// Number of cells reserved (room to grow without a layout change).
+pub(crate) const CELLS: usize = 32;
+
+/// A view over a room's tick block.
+pub(crate) struct TickBlock<'a> {
+    cells: &'a [AtomicU64],
+}
+
+impl<'a> TickBlock<'a> {
+    /// Wraps the cells.
+    pub(crate) fn new(cells: &'a [AtomicU64]) -> Self {
+        debug_assert_eq!(cells.len(), CELLS);
+        Self { cells }
+    }
+
+    /// One cell's value.
+    #[inline]
+    pub(crate) fn get(&self, c: Cell) -> u64 {
+        self.cells[c as usize].load(Ordering::Acquire)
+    }
+
+    /// Sets one cell.
+    pub(crate) fn set(&self, c: Cell, v: u64) {
+        self.cells[c as usize].store(v, Ordering::Release);
+    }
+
+    fn lock(&self) -> ProcessLock<'_> {
+        ProcessLock::new(
+            &self.cells[Cell::Lock as usize],
+            &self.cells[Cell::LockSince as usize],
+        )
+    }
+
+    /// Takes the advance lock, or `None` at once if another live process holds it.
+    pub(crate) fn try_lock(&self) -> Option<Held> {
+        self.lock().try_lock()
+    }
+
+    /// Releases the advance lock.
+    pub(crate) fn unlock(&self, held: Held) {
+        self.lock().unlock(held)
+    }
+}

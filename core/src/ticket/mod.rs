@@ -1,0 +1,66 @@
+//! Tickets: the visitor's sealed proof of admission or of their place in the queue.
+//!
+//! ```text
+//! sealed (67 bytes), then base64url without padding (90 characters):
+//!   0      version (2)                  \  header: in clear, authenticated
+//!   1      key id                        | (AEAD associated data, together with
+//!   2..6   room tag u32                 /   the room's whole name)
+//!   6..18  nonce (96 bits)
+//!   18..51 body, encrypted (33 bytes, little endian):
+//!            ticket id u64 | state u8 | arrival u32 | accepted at u32 (s) | counted in u32
+//!            | last check-in u32 (s) | expires u32 (s) | incarnation u32
+//!   51..67 AES-256-GCM tag
+//! ```
+//! Sealing uses the signing key; opening tries the key named in the ticket, so keys rotate by
+//! adding a new key, making it the signing key, and dropping the old one once the longest
+//! session has passed. Tag verification is constant-time (ring). Nonces come from the
+//! thread's CSPRNG (seeded once per thread and process from the OS, reseeded after `fork`; no
+//! syscall per ticket). Every way a ticket can be refused has its own [`TicketError`], and a
+//! refused ticket is treated by the engine as no ticket at all.
+
+mod cache;
+mod error;
+mod format;
+mod keyring;
+mod room_id;
+
+pub use error::TicketError;
+pub use format::{ENCODED_LEN, SEALED_LEN};
+pub use keyring::{EncodedTicket, Keyring};
+pub use room_id::{room_tag, RoomId, MAX_ROOM_NAME};
+
+/// Whether a ticket's holder is admitted or waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TicketState {
+    /// Admitted: may reach the origin until the ticket expires.
+    Admitted,
+    /// Waiting in the queue.
+    Queued,
+}
+
+/// The contents of a ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    /// Random id of the visitor, kept from queue to admission.
+    pub id: u64,
+    /// Admitted or queued.
+    pub state: TicketState,
+    /// Queue order key: the arrival bucket (FIFO rooms) or 0.
+    pub arrival: u32,
+    /// When the holder was admitted (or queued), seconds since the Unix epoch.
+    pub accepted_at: u32,
+    /// Admitted: the bucket the holder was last counted in. Queued: the refresh epoch.
+    pub counted: u32,
+    /// Last request, seconds since the Unix epoch.
+    pub last_checkin: u32,
+    /// Expiry, seconds since the Unix epoch.
+    pub expires: u32,
+    /// Incarnation of the counters that counted the holder (see `counters::room_counters`).
+    pub incarnation: u32,
+}
+
+/// A fresh random ticket id (fork-safe CSPRNG).
+#[inline]
+pub(crate) fn random_id() -> u64 {
+    crate::random::u64()
+}

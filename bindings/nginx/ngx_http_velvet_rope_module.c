@@ -3,6 +3,8 @@
  *
  * Directives:
  *   velvet_rope_config <path>;   http      the engine's configuration file (TOML or JSON)
+ *   velvet_rope_state <path>;    http      optional: keep the counters in this state file
+ *                                          (counts survive restarts and binary upgrades)
  *   velvet_rope <room> | off;    server, location
  *   velvet_rope_status;          location  the rooms' counters as JSON
  *
@@ -17,6 +19,10 @@
  *     in the shared zone, so all workers share exact counts. On `nginx -s reload` nginx hands
  *     the same zone memory to the new cycle (same name and size) and the new engine attaches
  *     to the counters already there, so counts survive.
+ *   - With `velvet_rope_state`, the master opens the state file instead (at configuration
+ *     time, before the workers are forked: `vr_engine_open_state_file` maps it shared), so the
+ *     workers inherit the mapping. A reload, a restart or a binary upgrade opens the same file
+ *     and keeps every count and queue position; rooms are found in it by name.
  *   - Each worker drives `vr_engine_tick` from a 1 s timer.
  *   - A precontent phase handler decides once per client request and room, and either lets
  *     it through or serves the waiting page. It runs after the access phase, so requests that
@@ -57,6 +63,7 @@ typedef struct {
 typedef struct {
     ngx_str_t           config_path;  /* absolute path of the engine configuration */
     ngx_str_t           config_text;  /* its contents, kept for the zone init (cycle pool) */
+    ngx_str_t           state_path;   /* velvet_rope_state: absolute path, or data == NULL */
     size_t              region_size;  /* bytes the engine's shared region needs */
     ngx_shm_zone_t     *shm_zone;
 
@@ -139,6 +146,10 @@ static char *ngx_http_velvet_rope_merge_loc_conf(ngx_conf_t *cf, void *parent,
 static ngx_int_t ngx_http_velvet_rope_postconfiguration(ngx_conf_t *cf);
 static char *ngx_http_velvet_rope_config(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_velvet_rope_state(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static ngx_int_t ngx_http_velvet_rope_add_counters(ngx_conf_t *cf,
+    ngx_http_velvet_rope_main_conf_t *vmcf);
 static char *ngx_http_velvet_rope(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_velvet_rope_status(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -150,6 +161,13 @@ static ngx_command_t  ngx_http_velvet_rope_commands[] = {
     { ngx_string("velvet_rope_config"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_velvet_rope_config,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("velvet_rope_state"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_velvet_rope_state,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
@@ -868,9 +886,10 @@ ngx_http_velvet_rope_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     if (data != NULL) {
         /*
-         * Reload: nginx kept the previous cycle's zone (same name and size, so the same
-         * engine layout). The region is where the previous init put it; the new engine
-         * attaches to it and keeps every count.
+         * Reload: nginx kept the previous cycle's zone (same name and size). The region is
+         * where the previous init put it; the new engine attaches to it, finds each room by
+         * name (rooms may be reordered or removed) and keeps every count, or refuses a room
+         * whose counters cannot serve its new configuration.
          */
         region = shpool->data;
 
@@ -885,8 +904,8 @@ ngx_http_velvet_rope_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         if (ngx_http_velvet_rope_previous_zone(shm_zone)) {
             ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                           "velvet_rope: the new configuration changes the layout of the "
-                          "shared counters (rooms, their order or their sizes); restart "
-                          "nginx to apply it with fresh counts");
+                          "shared counters (a room added, or one that needs more memory); "
+                          "restart nginx to apply it with fresh counts");
             return NGX_ERROR;
         }
 
@@ -921,12 +940,13 @@ ngx_http_velvet_rope_init_zone(ngx_shm_zone_t *shm_zone, void *data)
                                        "vr_engine_new_shared()", rc);
 
         if (data != NULL && rc == VR_REGION_REFUSED) {
-            /* Same zone size but another counter layout: the running workers still use
-             * the old one, so the region cannot be wiped under them. */
+            /* Same zone size, but a room's counters cannot serve the new configuration
+             * (the line above names the room and the setting). The running workers still
+             * use them, so they cannot be wiped under them. */
             ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                           "velvet_rope: the new configuration changes the layout of the "
-                          "shared counters (rooms, their order or their sizes); restart "
-                          "nginx to apply it with fresh counts");
+                          "shared counters (see the line above); restart nginx to apply it "
+                          "with fresh counts");
         }
 
         return NGX_ERROR;
@@ -1081,6 +1101,7 @@ ngx_http_velvet_rope_create_main_conf(ngx_conf_t *cf)
      *
      *     vmcf->config_path = { 0, NULL };
      *     vmcf->config_text = { 0, NULL };
+     *     vmcf->state_path = { 0, NULL };
      *     vmcf->shm_zone = NULL;
      *     vmcf->engine = NULL;
      *     vmcf->check_engine = NULL;
@@ -1140,10 +1161,10 @@ ngx_http_velvet_rope_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_velvet_rope_main_conf_t  *vmcf = conf;
 
-    size_t               size, pages;
+    size_t               size;
     ssize_t              n;
     ngx_fd_t             fd;
-    ngx_str_t           *value, name;
+    ngx_str_t           *value;
     vr_result            rc;
     ngx_file_info_t      fi;
     ngx_pool_cleanup_t  *cln;
@@ -1236,28 +1257,8 @@ ngx_http_velvet_rope_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         goto invalid;
     }
 
-    /*
-     * The zone holds the region (with NGX_HTTP_VELVET_ROPE_REGION_ALIGN spare bytes to align
-     * it) plus what nginx's slab allocator keeps in the zone: its pool header with the slot
-     * and stats tables (less than a page), one ngx_slab_page_t descriptor per page, and up
-     * to one page lost when the slab aligns its first page.
-     */
-    pages = ngx_align(vmcf->region_size + NGX_HTTP_VELVET_ROPE_REGION_ALIGN, ngx_pagesize)
-            / ngx_pagesize;
-    size = (pages + 2) * ngx_pagesize
-           + ngx_align(pages * sizeof(ngx_slab_page_t), ngx_pagesize);
-
-    ngx_str_set(&name, "velvet_rope");
-
-    vmcf->shm_zone = ngx_shared_memory_add(cf, &name, size,
-                                           &ngx_http_velvet_rope_module);
-    if (vmcf->shm_zone == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    vmcf->shm_zone->init = ngx_http_velvet_rope_init_zone;
-    vmcf->shm_zone->data = vmcf;
-
+    /* Where the counters live is decided once the whole http block is read (a
+     * velvet_rope_state directive may follow): see ngx_http_velvet_rope_add_counters. */
     return NGX_CONF_OK;
 
 invalid:
@@ -1274,6 +1275,91 @@ invalid:
     }
 
     return NGX_CONF_ERROR;
+}
+
+
+static char *
+ngx_http_velvet_rope_state(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_velvet_rope_main_conf_t  *vmcf = conf;
+
+    ngx_str_t  *value;
+
+    if (vmcf->state_path.data != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    vmcf->state_path = value[1];
+
+    /* Relative to the configuration prefix, like `include`; NUL-terminated either way. */
+    if (ngx_conf_full_name(cf->cycle, &vmcf->state_path, 1) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * Where the counters live: a state file opened now, in the master (when velvet_rope_state is
+ * given; not under `nginx -t`, which only checks), or a shared memory zone whose init
+ * callback makes the engine once nginx has mapped it.
+ */
+static ngx_int_t
+ngx_http_velvet_rope_add_counters(ngx_conf_t *cf, ngx_http_velvet_rope_main_conf_t *vmcf)
+{
+    size_t      size, pages;
+    ngx_str_t   name;
+    vr_result   rc;
+
+    if (vmcf->state_path.data != NULL) {
+        if (ngx_test_config) {
+            return NGX_OK;
+        }
+
+        rc = vr_engine_open_state_file((const char *) vmcf->config_text.data,
+                                       vmcf->config_text.len,
+                                       (const char *) vmcf->state_path.data, vr_now_ms(),
+                                       &vmcf->engine);
+        if (rc != VR_OK) {
+            vmcf->engine = NULL;
+            ngx_http_velvet_rope_log_error(NGX_LOG_EMERG, cf->log,
+                                           "vr_engine_open_state_file()", rc);
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "velvet_rope: cannot use the state file \"%V\" (the running "
+                          "configuration, if any, keeps serving)", &vmcf->state_path);
+            return NGX_ERROR;
+        }
+
+        ngx_log_error(NGX_LOG_NOTICE, cf->log, 0,
+                      "velvet_rope: counters in state file \"%V\"", &vmcf->state_path);
+        return NGX_OK;
+    }
+
+    /*
+     * The zone holds the region (with NGX_HTTP_VELVET_ROPE_REGION_ALIGN spare bytes to align
+     * it) plus what nginx's slab allocator keeps in the zone: its pool header with the slot
+     * and stats tables (less than a page), one ngx_slab_page_t descriptor per page, and up
+     * to one page lost when the slab aligns its first page.
+     */
+    pages = ngx_align(vmcf->region_size + NGX_HTTP_VELVET_ROPE_REGION_ALIGN, ngx_pagesize)
+            / ngx_pagesize;
+    size = (pages + 2) * ngx_pagesize
+           + ngx_align(pages * sizeof(ngx_slab_page_t), ngx_pagesize);
+
+    ngx_str_set(&name, "velvet_rope");
+
+    vmcf->shm_zone = ngx_shared_memory_add(cf, &name, size,
+                                           &ngx_http_velvet_rope_module);
+    if (vmcf->shm_zone == NULL) {
+        return NGX_ERROR;
+    }
+
+    vmcf->shm_zone->init = ngx_http_velvet_rope_init_zone;
+    vmcf->shm_zone->data = vmcf;
+
+    return NGX_OK;
 }
 
 
@@ -1383,7 +1469,7 @@ ngx_http_velvet_rope_postconfiguration(ngx_conf_t *cf)
         }
     }
 
-    /* Its job is done; the serving engine is created with the shared zone. */
+    /* Its job is done; the serving engine is made over the state file or the zone. */
     if (vmcf->check_engine != NULL) {
         vr_engine_free(vmcf->check_engine);
         vmcf->check_engine = NULL;
@@ -1392,6 +1478,10 @@ ngx_http_velvet_rope_postconfiguration(ngx_conf_t *cf)
     if (vmcf->config_text.data == NULL) {
         /* Module loaded but unused in this http block: stay out of the request path. */
         return NGX_OK;
+    }
+
+    if (ngx_http_velvet_rope_add_counters(cf, vmcf) != NGX_OK) {
+        return NGX_ERROR;
     }
 
     cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);

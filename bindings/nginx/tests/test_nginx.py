@@ -618,10 +618,11 @@ class Suite:
         assert st["active_users"] == CONC_LIMIT, f"conc active_users {st['active_users']} after reload"
 
     def test_reload_with_new_layout_is_refused(self):
-        # A reload whose rooms need another counter layout cannot keep the counts; starting
-        # from zero while visitors hold seats would admit a second roomful. nginx refuses it
-        # (the running configuration keeps serving), whether the zone's size changes (a
-        # bigger room) or not (the same rooms in another order).
+        # A reload whose rooms' counters cannot serve it would have to start from zero while
+        # visitors hold seats (a second roomful). nginx refuses it and the running
+        # configuration keeps serving, whether the zone's size changes (a bigger room) or not
+        # (a room's queue renumbered by another refresh interval). Rooms found by name: a
+        # reload that only reorders them is taken, and each room keeps its own count.
         master = self.ngx.proc.pid
         path = os.path.join(self.ngx.prefix, "conf/velvet-rope.toml")
         with open(path) as f:
@@ -630,12 +631,24 @@ class Suite:
         bigger = original.replace(f"total_active_users = {CONC_LIMIT}\n",
                                   "total_active_users = 100000\n")
         assert bigger != original
+        conc = next(r for r in rooms if 'name = "conc"' in r)
+        renumbered = original.replace(conc, conc.replace("refresh_interval = 1\n",
+                                                         "refresh_interval = 3\n"))
+        assert renumbered != original
         reordered = "[[rooms]]".join([head] + rooms[::-1])
         # The refusals are emerg lines by design; the clean-stop check must not count them.
         self.expected_errors += ["changes the layout of the shared counters",
                                  "vr_engine_new_shared() failed: VR_REGION_REFUSED"]
+
+        def conc_is_full_and_tickets_pass(label):
+            r = get(self.port, "/conc/page.html", Jar())
+            assert not r.admitted and r.waiting, f"{label}: room `conc` lost its count: {r}"
+            for jar in self.conc_jars:
+                assert get(self.port, "/conc/page.html", jar).admitted, \
+                    f"{label}: ticket refused"
+
         try:
-            for label, text in (("bigger room", bigger), ("rooms reordered", reordered)):
+            for label, text in (("bigger room", bigger), ("queue renumbered", renumbered)):
                 workers = children(master)
                 before = self.ngx.log().count("changes the layout of the shared counters")
                 self.ngx.write("conf/velvet-rope.toml", text)
@@ -646,13 +659,63 @@ class Suite:
                 time.sleep(0.5)
                 assert self.ngx.proc.poll() is None, f"{label}: master died"
                 assert children(master) == workers, f"{label}: workers replaced"
-                r = get(self.port, "/conc/page.html", Jar())
-                assert not r.admitted and r.waiting, f"{label}: room `conc` lost its count: {r}"
-                for jar in self.conc_jars:
-                    assert get(self.port, "/conc/page.html", jar).admitted, \
-                        f"{label}: ticket refused"
+                conc_is_full_and_tickets_pass(label)
+            assert "refresh_interval" in self.ngx.log(), "the refusal names the setting"
+            workers = children(master)
+            self.ngx.write("conf/velvet-rope.toml", reordered)
+            os.kill(master, signal.SIGHUP)
+            ok = wait_until(lambda: children(master) and not workers & children(master), 20)
+            assert ok, f"rooms reordered: reload not taken:\n{self.ngx.log_tail()}"
+            conc_is_full_and_tickets_pass("rooms reordered")
         finally:
             self.ngx.write("conf/velvet-rope.toml", original)
+
+    # -- restarts -----------------------------------------------------------------------------
+
+    def restart(self, conf_text=None):
+        """Stops nginx (QUIT) and starts a new master: a new shared memory zone."""
+        rc = self.ngx.stop()
+        assert rc == 0, f"master exit status {rc}"
+        if conf_text is not None:
+            self.ngx.conf = self.ngx.write("conf/nginx.conf", conf_text)
+        self.ngx.start()
+
+    def test_restart_counts_returning_visitors(self):
+        # Without a state file a restart starts from zero counts. The visitors in the room
+        # come back with valid tickets and are counted on their first request (each takes
+        # its seat at once), so the restarted nginx admits no second roomful.
+        self.restart()
+        for i, jar in enumerate(self.conc_jars):
+            r = get(self.port, "/conc/page.html", jar)
+            assert r.admitted, f"returning visitor {i + 1} refused after a restart: {r}"
+        r = get(self.port, "/conc/page.html", Jar())
+        assert not r.admitted and r.waiting, f"a second roomful after a restart: {r}"
+
+    def test_state_file_keeps_counts_across_restarts(self):
+        # With `velvet_rope_state` the counters live in a file the master maps: a restart
+        # keeps them, so the room is full before any of its visitors comes back.
+        state = os.path.join(self.ngx.prefix, "state", "rooms.state")
+        os.makedirs(os.path.dirname(state), exist_ok=True)
+        conf = nginx_config(self.ngx.prefix, self.port).replace(
+            "velvet_rope_config", f"velvet_rope_state {state};\n    velvet_rope_config")
+        p = subprocess.run([NGINX, "-t", "-p", self.ngx.prefix, "-c",
+                            self.ngx.write("conf/state-check.conf", conf)],
+                           capture_output=True, text=True, timeout=20)
+        assert p.returncode == 0, f"nginx -t refused velvet_rope_state: {p.stderr}"
+        assert not os.path.exists(state), "nginx -t created the state file"
+        self.restart(conf)
+        assert os.path.exists(state), "no state file"
+        for jar in self.conc_jars:          # the state file's first use: counted afresh
+            assert get(self.port, "/conc/page.html", jar).admitted
+        self.restart()
+        r = get(self.port, "/conc/page.html", Jar())
+        assert not r.admitted and r.waiting, f"counts lost across a restart: {r}"
+        # Said while the configuration is read, before nginx opens its error log: on stderr.
+        said = self.ngx.log() + self.ngx.log("stderr.log")
+        assert "counters in state file" in said, "no notice of the state file"
+        for i, jar in enumerate(self.conc_jars):
+            r = get(self.port, "/conc/page.html", jar)
+            assert r.admitted, f"visitor {i + 1} refused after a restart with a state file: {r}"
 
     # -- configuration errors (separate `nginx -t` runs) -----------------------------------
 
@@ -705,6 +768,8 @@ ORDER = [
     "test_queue_drains_fifo",
     "test_reload_keeps_counts",
     "test_reload_with_new_layout_is_refused",
+    "test_restart_counts_returning_visitors",
+    "test_state_file_keeps_counts_across_restarts",
     "test_config_errors_are_reported",
     "test_stops_cleanly",
 ]

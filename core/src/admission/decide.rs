@@ -102,19 +102,28 @@ impl Snapshot {
 
     /// A visitor holding a valid admission ticket that these counters must count now: last
     /// counted in an earlier bucket (moved), or counted by another incarnation of the counters
-    /// (counted afresh, once). Re-issued its ticket saying so.
+    /// (counted afresh, once, taking a free slot if there is one: see
+    /// `Buckets::count_afresh`). Re-issued its ticket saying so.
     #[inline(never)]
     fn renew(&self, view: &RoomView, t: Ticket, bucket: u64, now_secs: u32) -> Decision {
         let room = &view.room;
         let buckets = room.counters.buckets();
         let first = bucket.saturating_sub(u64::from(room.cfg.session_duration));
-        let afresh = || buckets.count_afresh(t.id, first, bucket);
-        let outcome = if t.incarnation != room.incarnation {
+        let afresh = || {
+            let to = booking_bucket(room, bucket);
+            let outcome = buckets.count_afresh(t.id, first, to, || {
+                let home = home_shard();
+                room.counters.open_pool().try_claim(home).is_some()
+                    || room.counters.waiter_pool().try_claim(home).is_some()
+            });
+            (outcome, to)
+        };
+        let (outcome, counted) = if t.incarnation != room.incarnation {
             afresh()
         } else {
             match buckets.renew(t.id, u64::from(t.counted), bucket) {
                 Renewal::Untracked => afresh(),
-                r => r,
+                r => (r, bucket),
             }
         };
         if outcome == Renewal::NotReady {
@@ -127,7 +136,7 @@ impl Snapshot {
             now_secs.saturating_add(room.session_secs)
         };
         let renewed = Ticket {
-            counted: bucket as u32,
+            counted: counted as u32,
             last_checkin: now_secs,
             expires,
             incarnation: room.incarnation,

@@ -165,8 +165,17 @@ impl<'a> Buckets<'a> {
     /// Counts ticket `id` in bucket `to` although the counters did not count it (a ticket of
     /// another incarnation, or one whose bucket is no longer tracked), once: if it was counted
     /// afresh in an earlier bucket of `first..to`, it is moved from there (or not at all if it
-    /// already moved on).
-    pub(crate) fn count_afresh(&self, id: u64, first: u64, to: u64) -> Renewal {
+    /// already moved on). When it is counted, `take_slot` is asked for a slot of the room's
+    /// pool: with one, the visitor is booked as an admission (the seat it holds is no longer
+    /// free for anyone else); without, it is counted as a move in (the room holds one more than
+    /// the pool knew of until the next tick).
+    pub(crate) fn count_afresh(
+        &self,
+        id: u64,
+        first: u64,
+        to: u64,
+        take_slot: impl FnOnce() -> bool,
+    ) -> Renewal {
         let Some(to_slot) = self.slot(to) else {
             return Renewal::NotReady;
         };
@@ -181,7 +190,11 @@ impl<'a> Buckets<'a> {
         if !insert_if_absent(self.guard_of(to_slot), start, fp) {
             return Renewal::AlreadyCounted;
         }
-        self.moved[to_slot].fetch_add(1, Ordering::Release);
+        if take_slot() {
+            self.admitted[to_slot].fetch_add(1, Ordering::Release);
+        } else {
+            self.moved[to_slot].fetch_add(1, Ordering::Release);
+        }
         Renewal::Counted
     }
 
@@ -349,16 +362,20 @@ mod tests {
         for b in 0..4 {
             a.prepare(b);
         }
-        assert_eq!(a.count_afresh(7, 0, 1), Renewal::Counted);
+        assert_eq!(a.count_afresh(7, 0, 1, || false), Renewal::Counted);
         for _ in 0..10 {
-            assert_eq!(a.count_afresh(7, 0, 1), Renewal::AlreadyCounted);
+            assert_eq!(a.count_afresh(7, 0, 1, || true), Renewal::AlreadyCounted);
         }
         assert_eq!(active(&a, 0, 3), 1);
         // The old ticket again in bucket 2: moved from 1, not counted twice.
-        assert_eq!(a.count_afresh(7, 0, 2), Renewal::Moved);
-        assert_eq!(a.count_afresh(7, 0, 3), Renewal::AlreadyMoved);
+        assert_eq!(a.count_afresh(7, 0, 2, || true), Renewal::Moved);
+        assert_eq!(a.count_afresh(7, 0, 3, || true), Renewal::AlreadyMoved);
         assert_eq!(active(&a, 0, 3), 1);
         assert_eq!(active(&a, 2, 3), 1);
+        // With a slot, a ticket counted afresh is booked as an admission.
+        assert_eq!(a.count_afresh(8, 0, 3, || true), Renewal::Counted);
+        assert_eq!(a.admitted_in(3), 1);
+        assert_eq!(active(&a, 0, 3), 2);
     }
 
     #[test]

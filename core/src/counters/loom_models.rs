@@ -238,7 +238,7 @@ fn loom_buckets_afresh_counts_once() {
         let handles: Vec<_> = (0..2)
             .map(|_| {
                 let ring = ring.clone();
-                thread::spawn(move || ring.view().count_afresh(11, 0, 3))
+                thread::spawn(move || ring.view().count_afresh(11, 0, 3, || false))
             })
             .collect();
         let counted = handles

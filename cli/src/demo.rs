@@ -32,10 +32,12 @@ pub struct DemoArgs {
     /// Minutes to simulate.
     #[arg(long, default_value_t = 30)]
     pub minutes: u64,
-    /// Real threads calling `admit` concurrently.
+    /// Real threads calling `admit` concurrently. With more than one, which visitor gets a
+    /// slot within a second depends on how the threads are scheduled, so the figures vary a
+    /// little between runs (the limits hold in every run); `--threads 1` repeats exactly.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
-    /// Seed of the visitors' random behaviour.
+    /// Seed of the visitors' random behaviour (arrivals, browsing, refreshes, giving up).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Print the summary as one JSON object on the last line.
@@ -106,6 +108,14 @@ pub struct Summary {
     session_minutes: u32,
     threads: usize,
     minutes: u64,
+}
+
+impl Summary {
+    /// Whether the ground truth stayed within both limits all run long.
+    pub fn limits_held(&self) -> bool {
+        self.max_active_users <= self.total_active_users
+            && self.max_admitted_in_a_minute <= self.new_users_per_minute
+    }
 }
 
 /// Runs the demo, printing the table (and the JSON summary with `--json`).
@@ -321,7 +331,8 @@ pub fn run(args: &DemoArgs) -> Result<Summary, String> {
     });
     let rows = rows.into_inner().map(|r| r.0).unwrap_or_default();
     let summary = summary.into_inner().map_err(|_| "a demo thread panicked")?;
-    print_table(&rows, &room);
+    print_table(&rows, &room, args);
+    print_summary(&summary, &room);
     if args.json {
         println!(
             "{}",
@@ -331,26 +342,43 @@ pub fn run(args: &DemoArgs) -> Result<Summary, String> {
     Ok(summary)
 }
 
-fn print_table(rows: &[MinuteRow], room: &RoomConfig) {
+fn print_table(rows: &[MinuteRow], room: &RoomConfig, args: &DemoArgs) {
     println!(
-        "room `{}`: total_active_users {}, new_users_per_minute {}, session {} min, {}",
+        "A flash sale through the real engine, in virtual time: room `{}`, total_active_users {}, \
+         new_users_per_minute {}, sessions of {} min, {} queue.",
         room.name,
         room.total_active_users,
         room.new_users_per_minute,
         room.session_duration,
-        serde_json::to_string(&room.queueing_method).unwrap_or_default()
+        room.queueing_method.as_str()
     );
     println!(
-        "{:>6} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7}",
-        "minute", "arrivals", "admitted", "queued", "active", "(engine", "queue", "(engine"
+        "{} new visitors a minute for the first two thirds of {} minutes, on {} thread(s), seed {}{}.",
+        args.arrivals_per_minute,
+        args.minutes,
+        args.threads.max(1),
+        args.seed,
+        if args.threads > 1 {
+            " (with several threads the figures vary a little from run to run; --threads 1 repeats exactly)"
+        } else {
+            ""
+        }
     );
+    println!();
     println!(
-        "{:>6} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7}",
-        "", "", "", "", "", "says)", "", "says)"
+        "{:>6} {:>8} {:>8} {:>7} {:>7} {:>13} {:>8} {:>14}",
+        "minute",
+        "arrived",
+        "admitted",
+        "queued",
+        "active",
+        "engine-active",
+        "waiting",
+        "engine-waiting"
     );
     for r in rows {
         println!(
-            "{:>6} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7}",
+            "{:>6} {:>8} {:>8} {:>7} {:>7} {:>13} {:>8} {:>14}",
             r.minute,
             r.arrivals,
             r.admitted,
@@ -361,4 +389,62 @@ fn print_table(rows: &[MinuteRow], room: &RoomConfig) {
             r.engine_queue_length
         );
     }
+    println!();
+    println!("  arrived         new visitors that minute");
+    println!(
+        "  admitted        visitors let in that minute (new arrivals, and waiters whose turn came)"
+    );
+    println!("  queued          new visitors sent to the waiting page when they arrived");
+    println!(
+        "  active          visitors in the room at the minute's end, counted by the demo from its"
+    );
+    println!("                  own visitors (admitted, session not over): the ground truth");
+    println!("  engine-active   the same as the engine counts it (stats: active_users)");
+    println!("  waiting         visitors on the waiting page at the minute's end (ground truth)");
+    println!(
+        "  engine-waiting  live waiters as the engine counts them (stats: queue_length): a waiter \
+         counts while it"
+    );
+    println!(
+        "                  refreshed within the last {} refresh intervals ({} s each). The demo's waiters refresh",
+        room.waiter_grace_refreshes, room.refresh_interval
+    );
+    println!(
+        "                  every {}-{} s, so at any moment about one in twenty is between an interval it skipped",
+        room.refresh_interval,
+        room.refresh_interval + 2
+    );
+    println!(
+        "                  and its next refresh and is not counted: 4-6 % below the truth. The figure sizes the"
+    );
+    println!(
+        "                  slots kept for the queue; a waiter keeps its place (its arrival minute) all the same."
+    );
+}
+
+fn print_summary(s: &Summary, room: &RoomConfig) {
+    println!();
+    println!(
+        "{} arrived, {} admitted, {} queued on arrival, {} abandoned (gave up waiting and left: \
+         one visitor in ten does, after 1 to 10 minutes).",
+        s.arrivals, s.admitted, s.queued, s.abandoned
+    );
+    let held = s.limits_held();
+    let first = match s.first_queued_at_active_users {
+        Some(n) => format!(
+            "the first visitor queued at {n} of {} active users ({} %)",
+            room.total_active_users,
+            n * 100 / room.total_active_users.max(1)
+        ),
+        None => "nobody had to queue".to_owned(),
+    };
+    println!(
+        "Verdict: {} (at most {} active of {}, at most {} admitted in a minute of {}); {}.",
+        if held { "limits held" } else { "LIMITS BROKEN" },
+        s.max_active_users,
+        room.total_active_users,
+        s.max_admitted_in_a_minute,
+        room.new_users_per_minute,
+        first
+    );
 }

@@ -1,4 +1,5 @@
-//! The `velvet-rope` command: run the demo, check a configuration, make keys, read tickets.
+//! The `velvet-rope` command: run the demo, check a configuration, compute lease grants, make
+//! keys, read tickets.
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -14,7 +15,12 @@ mod demo;
 
 /// velvet-rope: an in-process admission engine (virtual waiting room and capacity leases).
 #[derive(Parser)]
-#[command(name = "velvet-rope", version, about)]
+#[command(
+    name = "velvet-rope",
+    version,
+    about = "velvet-rope: an in-process admission engine (a virtual waiting room, and capacity \
+             leases).\nCommands: demo, check-config, allocate, keygen, inspect."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -29,8 +35,9 @@ enum Command {
         /// The file.
         path: String,
     },
-    /// Read one JSON object on stdin (`{"algorithm", "capacity", "clients": [{"id", "wants",
-    /// "subclients"?, "priority"?}]}`) and print the steady-state grants as JSON.
+    /// Print the steady-state grants of one resource's lease algorithm, as JSON, for the clients
+    /// read from stdin.
+    #[command(long_about = ALLOCATE_HELP)]
     Allocate,
     /// Print a fresh random ticket key as a TOML snippet.
     Keygen {
@@ -51,10 +58,39 @@ enum Command {
     },
 }
 
+const ALLOCATE_HELP: &str = "\
+Print the steady-state grants of one resource's lease algorithm, as JSON.
+
+Input on stdin, one JSON object:
+  {\"algorithm\": \"fair_share\", \"capacity\": 100, \"reserved\": 0,
+   \"clients\": [{\"id\": \"a\", \"wants\": 30, \"subclients\": 1, \"priority\": 0}, ...]}
+(`reserved`, `subclients` and `priority` are optional.) Output: {\"grants\": {\"a\": 30.0, ...}}.
+
+Algorithms (a higher priority band is served fully before a lower one; within a band):
+  none                  everyone gets what they want
+  static                everyone gets min(wants, capacity): capacity is per client
+  proportional_share    below capacity everyone gets their wants; above it, everyone gets at
+                        least the equal share (if they want it), and what those under it leave
+                        is split among the others in proportion to their excess demand
+  fair_share            max-min fairness weighted by subclients: below capacity everyone gets
+                        their wants; above it, the level L with sum(min(wants, L * subclients))
+                        = capacity, each getting min(wants, L * subclients), exactly
+  reserved_plus_shared  each client holds `reserved` and leases shared capacity above it
+
+Example:
+  echo '{\"algorithm\":\"fair_share\",\"capacity\":100,\"clients\":[{\"id\":\"a\",\"wants\":80},{\"id\":\"b\",\"wants\":40}]}' \\
+    | velvet-rope allocate";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo(args) => demo::run(&args).map(|_| ()),
+        Command::Demo(args) => demo::run(&args).and_then(|s| {
+            if s.limits_held() {
+                Ok(())
+            } else {
+                Err("the demo saw a limit broken (see the verdict above)".into())
+            }
+        }),
         Command::CheckConfig { path } => check_config(&path),
         Command::Allocate => {
             let mut input = String::new();
@@ -105,18 +141,27 @@ fn check_config(path: &str) -> Result<(), String> {
     }
     .map_err(|e| e.to_string())?;
     println!(
-        "ok: {} room(s), {} ticket key(s)",
+        "ok: {} room(s), {} resource template(s), {} ticket key(s){}",
         cfg.rooms.len(),
-        cfg.tickets.keys.len()
+        cfg.resources.len(),
+        cfg.tickets.keys.len(),
+        if cfg.tickets.keys.is_empty() && !cfg.rooms.is_empty() {
+            " (none: each engine makes an ephemeral key; tickets do not survive a restart \
+             without a state file)"
+        } else {
+            ""
+        }
     );
     for r in &cfg.rooms {
         println!(
-            "  {}: total_active_users {}, new_users_per_minute {}, session {} min, {:?}",
+            "  {}: total_active_users {}, new_users_per_minute {}, session {} min, {} queue, \
+             {} bytes of counters",
             r.name,
             r.total_active_users,
             r.new_users_per_minute,
             r.session_duration,
-            r.queueing_method
+            r.queueing_method.as_str(),
+            velvet_rope::Engine::room_memory_bytes(r, &cfg.settings)
         );
     }
     Ok(())

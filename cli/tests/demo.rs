@@ -89,3 +89,24 @@ fn bad_flags_and_configs_fail_cleanly() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// One thread repeats exactly for a seed; the output names its columns and ends with a
+/// verdict.
+#[test]
+fn one_thread_repeats_exactly_and_ends_with_a_verdict() {
+    let args = ["--threads", "1", "--minutes", "12", "--seed", "7"];
+    assert_eq!(demo(&args), demo(&args));
+    let out = Command::new(env!("CARGO_BIN_EXE_velvet-rope"))
+        .args(["demo", "--minutes", "6"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for column in ["arrived", "admitted", "queued", "engine-active", "engine-waiting"] {
+        assert!(text.contains(column), "column `{column}` not named:\n{text}");
+    }
+    let last = text.lines().last().unwrap();
+    assert!(
+        last.starts_with("Verdict: limits held") && last.contains("first visitor queued at"),
+        "{last}"
+    );
+}

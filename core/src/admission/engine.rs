@@ -76,6 +76,15 @@ impl Engine {
                 .sum::<usize>()
     }
 
+    /// Bytes of counters a room of this configuration takes: fixed by the configuration,
+    /// whatever the number of visitors.
+    pub fn room_memory_bytes(
+        room: &crate::config::RoomConfig,
+        settings: &crate::config::Settings,
+    ) -> usize {
+        RoomLayout::of(room, settings).size()
+    }
+
     /// An engine whose counters live in memory the host provides, so that several processes
     /// mapping the same memory (nginx workers, a pre-fork server) share exact counts. A zeroed
     /// region is laid out; a region laid out before is attached, each room found by name

@@ -24,6 +24,18 @@ pub enum QueueingMethod {
     Reject,
 }
 
+impl QueueingMethod {
+    /// The name the configuration uses: `fifo`, `random`, `passthrough` or `reject`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueingMethod::Fifo => "fifo",
+            QueueingMethod::Random => "random",
+            QueueingMethod::Passthrough => "passthrough",
+            QueueingMethod::Reject => "reject",
+        }
+    }
+}
+
 /// Cookie attributes of a room's ticket cookie.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -62,7 +62,7 @@ bench-nginx:
 # Coverage-guided fuzzing (libFuzzer with AddressSanitizer, on stable via RUSTC_BOOTSTRAP).
 fuzz:
 	command -v cargo-fuzz >/dev/null || $(CARGO) install --locked cargo-fuzz
-	cd fuzz && for t in ticket_open config_parse admit_cookie; do \
+	cd fuzz && for t in ticket_open config_parse admit_cookie region_attach; do \
 		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
 	done
 

@@ -29,7 +29,8 @@ fn text(o: &Output) -> String {
 }
 
 const ROOM: &str = "[[rooms]]\nname = \"shop\"\ntotal_active_users = 5\nnew_users_per_minute = 5\n";
-const KEY: &str = "[[tickets.keys]]\nid = 1\nsecret = \"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"\n";
+const KEY: &str =
+    "[[tickets.keys]]\nid = 1\nsecret = \"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"\n";
 
 #[test]
 fn help_names_every_command() {

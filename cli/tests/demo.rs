@@ -101,8 +101,17 @@ fn one_thread_repeats_exactly_and_ends_with_a_verdict() {
         .output()
         .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
-    for column in ["arrived", "admitted", "queued", "engine-active", "engine-waiting"] {
-        assert!(text.contains(column), "column `{column}` not named:\n{text}");
+    for column in [
+        "arrived",
+        "admitted",
+        "queued",
+        "engine-active",
+        "engine-waiting",
+    ] {
+        assert!(
+            text.contains(column),
+            "column `{column}` not named:\n{text}"
+        );
     }
     let last = text.lines().last().unwrap();
     assert!(

@@ -130,3 +130,73 @@ fn config_parsing_survives_random_and_mutated_input() {
     }
     assert!(ok > 0, "some mutations stay valid");
 }
+
+/// A shared region or state file is bytes another process (or a disk) hands in: a region
+/// with random bytes changed anywhere (header, directory, a room's header and counters) is
+/// attached or refused with an error, never a crash, and the engine over it keeps deciding.
+#[test]
+fn shared_region_attach_survives_corrupt_bytes() {
+    let cfg = Config::from_toml(
+        "[[rooms]]\nname = \"r\"\ntotal_active_users = 20\nnew_users_per_minute = 100\n\
+         session_duration = 2\nmax_live_waiters = 1024\nqueue_buckets = 16\n",
+    )
+    .unwrap();
+    let size = Engine::shared_region_size(&cfg);
+    let words = size.div_ceil(8) + 16;
+    let aligned = |v: &mut Vec<u64>| {
+        let raw = v.as_mut_ptr() as *mut u8;
+        let pad = raw.align_offset(128);
+        // SAFETY: `pad < 128` and the vector has 128 spare bytes.
+        unsafe { raw.add(pad) }
+    };
+    let now = u64::from(NOW) * 1000;
+    let mut valid = vec![0u64; words];
+    let base = aligned(&mut valid);
+    {
+        // SAFETY: `valid` outlives the engine and nothing else touches it meanwhile.
+        let e = unsafe { Engine::new_shared(cfg.clone(), now, base, size) }.unwrap();
+        for i in 0..30 {
+            e.admit("r", None, now + i).unwrap();
+        }
+        e.tick(now + 1000);
+    }
+    // SAFETY: `base` points at `size` initialised bytes of `valid`.
+    let image = unsafe { std::slice::from_raw_parts(base, size) }.to_vec();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0xbad);
+    let (mut attached, mut refused) = (0, 0);
+    for round in 0..400 {
+        let mut bytes = image.clone();
+        for _ in 0..rng.gen_range(1..6) {
+            // Mostly the headers and the directory, where the structure is; sometimes anywhere.
+            let at = if round % 3 == 0 {
+                rng.gen_range(0..bytes.len())
+            } else {
+                rng.gen_range(0..(40 * 1024).min(bytes.len()))
+            };
+            bytes[at] = rng.gen();
+        }
+        let mut copy = vec![0u64; words];
+        let b = aligned(&mut copy);
+        // SAFETY: `copy` has room for `size` bytes from the aligned base.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), b, size) };
+        // SAFETY: `copy` outlives the engine and nothing else touches it meanwhile.
+        match unsafe { Engine::new_shared(cfg.clone(), now + 2000, b, size) } {
+            Ok(e) => {
+                attached += 1;
+                for i in 0..5 {
+                    e.admit("r", None, now + 2000 + i).unwrap();
+                }
+                e.tick(now + 3000);
+                let _ = e.stats("r").unwrap();
+            }
+            Err(err) => {
+                refused += 1;
+                assert!(!err.to_string().is_empty());
+            }
+        }
+    }
+    assert!(
+        attached > 0 && refused > 0,
+        "{attached} attached, {refused} refused"
+    );
+}

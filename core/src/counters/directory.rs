@@ -17,7 +17,7 @@
 use std::time::{Duration, Instant};
 
 use crate::counters::process_lock::ProcessLock;
-use crate::counters::region::{round_up, Region};
+use crate::counters::region::Region;
 use crate::error::{Error, Result};
 use crate::sync::{AtomicU64, Ordering};
 
@@ -170,10 +170,24 @@ impl Directory {
         for i in 0..rooms {
             let e = entry(w, i);
             if entry_name_is(e, name) {
-                return Ok((
-                    e[0].load(Ordering::Acquire) as usize,
-                    e[1].load(Ordering::Acquire) as usize,
-                ));
+                let offset = e[0].load(Ordering::Acquire);
+                let size = e[1].load(Ordering::Acquire);
+                // Bytes from a file are checked before they are trusted as a place in memory.
+                let inside = offset >= HEADER_BYTES as u64
+                    && offset % 128 == 0
+                    && size >= 128
+                    && offset
+                        .checked_add(size)
+                        .is_some_and(|end| end <= self.len as u64);
+                if !inside {
+                    return Err(Error::Region(format!(
+                        "the region's entry for `{}` is corrupt (offset {offset}, size {size}, \
+                         region {} bytes)",
+                        String::from_utf8_lossy(name),
+                        self.len
+                    )));
+                }
+                return Ok((offset as usize, size as usize));
             }
         }
         if rooms == MAX_ROOMS {
@@ -181,7 +195,12 @@ impl Directory {
                 "the region already holds {MAX_ROOMS} rooms"
             )));
         }
-        let offset = round_up(w[W_NEXT_FREE].load(Ordering::Acquire) as usize);
+        let next = w[W_NEXT_FREE].load(Ordering::Acquire);
+        let offset = usize::try_from(next)
+            .ok()
+            .and_then(|n| n.checked_add(127))
+            .map_or(usize::MAX, |n| n / 128 * 128)
+            .max(HEADER_BYTES);
         let fits = offset
             .checked_add(needed)
             .is_some_and(|end| end <= self.len);

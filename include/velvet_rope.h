@@ -11,7 +11,7 @@
 #define VR_VERSION_MAJOR 0
 
 // Minor version of this library.
-#define VR_VERSION_MINOR 1
+#define VR_VERSION_MINOR 2
 
 // Patch version of this library.
 #define VR_VERSION_PATCH 0
@@ -159,7 +159,7 @@ typedef struct {
 extern "C" {
 #endif // __cplusplus
 
-// The library version as a static NUL-terminated string, e.g. `"0.1.0"`.
+// The library version as a static NUL-terminated string, e.g. `"0.2.0"`.
 const char *vr_version(void);
 
 // Milliseconds since the Unix epoch, from the system clock: the `now_ms` to pass when the
@@ -241,7 +241,8 @@ vr_result vr_engine_admit(const vr_engine *engine,
                           vr_decision *decision_out);
 
 // Folds the counters into a new snapshot. Call about once a second; safe from any thread
-// and process at once (one advances, the others read what it published).
+// and process at once (one advances, the others read what it published; none waits).
+// `VR_INVALID_ARGUMENT` for a `now_ms` past 2106 (microseconds passed for milliseconds).
 //
 // # Safety
 // `engine` must be a live handle.

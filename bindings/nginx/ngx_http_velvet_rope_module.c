@@ -79,6 +79,13 @@ typedef struct {
 } ngx_http_velvet_rope_main_conf_t;
 
 
+/* What the zone's init keeps in the zone itself, for the next cycle's init to find. */
+typedef struct {
+    u_char             *region;       /* 128-byte aligned start of the engine's region */
+    size_t              len;          /* its length: the zone is reused while a config fits */
+} ngx_http_velvet_rope_shctx_t;
+
+
 typedef struct {
     /* Room name; empty means off; data == NULL means unset (inherit). The string is
      * NUL-free and lives in the configuration pool. */
@@ -134,7 +141,8 @@ static void ngx_http_velvet_rope_log_error(ngx_uint_t level, ngx_log_t *log,
 
 static ngx_int_t ngx_http_velvet_rope_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
-static ngx_flag_t ngx_http_velvet_rope_previous_zone(ngx_shm_zone_t *shm_zone);
+static ngx_shm_zone_t *ngx_http_velvet_rope_running_zone(ngx_str_t *name,
+    ngx_shm_zone_t *except);
 static void ngx_http_velvet_rope_cleanup_engines(void *data);
 static ngx_int_t ngx_http_velvet_rope_init_process(ngx_cycle_t *cycle);
 static void ngx_http_velvet_rope_tick(ngx_event_t *ev);
@@ -876,9 +884,10 @@ ngx_http_velvet_rope_log_error(ngx_uint_t level, ngx_log_t *log, const char *wha
 static ngx_int_t
 ngx_http_velvet_rope_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
-    u_char                            *region, *raw;
+    u_char                            *raw;
     vr_result                          rc;
     ngx_slab_pool_t                   *shpool;
+    ngx_http_velvet_rope_shctx_t      *ctx;
     ngx_http_velvet_rope_main_conf_t  *vmcf;
 
     vmcf = shm_zone->data;
@@ -886,22 +895,23 @@ ngx_http_velvet_rope_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     if (data != NULL) {
         /*
-         * Reload: nginx kept the previous cycle's zone (same name and size). The region is
-         * where the previous init put it; the new engine attaches to it, finds each room by
-         * name (rooms may be reordered or removed) and keeps every count, or refuses a room
-         * whose counters cannot serve its new configuration.
+         * Reload: nginx kept the previous cycle's zone (same name and size: the module asks
+         * for the running zone's size whenever the new configuration fits in it). The region
+         * is where the previous init put it; the new engine attaches to it, finds each room by
+         * name (rooms may be reordered, removed or made smaller) and keeps every count, or
+         * refuses a room whose counters cannot serve its new configuration.
          */
-        region = shpool->data;
+        ctx = shpool->data;
 
     } else {
         /*
          * A fresh zone. On a reload that still has the previous cycle's zone under this name
-         * (nginx did not reuse it because its size differs), the new configuration changes
-         * the counter layout: starting from zero counts while visitors hold seats would
-         * admit a second roomful. Refused, as when the size happens to match (below): the
-         * running configuration keeps serving.
+         * (nginx did not reuse it because the new configuration needs more memory), starting
+         * from zero counts while visitors hold seats would admit a second roomful. Refused,
+         * as when the zone is reused but a room cannot be served (below): the running
+         * configuration keeps serving.
          */
-        if (ngx_http_velvet_rope_previous_zone(shm_zone)) {
+        if (ngx_http_velvet_rope_running_zone(&shm_zone->shm.name, shm_zone) != NULL) {
             ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                           "velvet_rope: the new configuration changes the layout of the "
                           "shared counters (a room added, or one that needs more memory); "
@@ -912,37 +922,38 @@ ngx_http_velvet_rope_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         /* Anonymous shared memory mapped by the master before the fork, so it is at the
          * same address in every worker. ngx_slab_calloc hands out zeroed memory, which the
          * engine takes as a fresh region. */
+        ctx = ngx_slab_calloc(shpool, sizeof(ngx_http_velvet_rope_shctx_t));
         raw = ngx_slab_calloc(shpool,
                               vmcf->region_size + NGX_HTTP_VELVET_ROPE_REGION_ALIGN);
-        if (raw == NULL) {
+        if (ctx == NULL || raw == NULL) {
             ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                           "velvet_rope: zone \"%V\" too small for %uz bytes",
                           &shm_zone->shm.name, vmcf->region_size);
             return NGX_ERROR;
         }
 
-        region = ngx_align_ptr(raw, NGX_HTTP_VELVET_ROPE_REGION_ALIGN);
-        shpool->data = region;
+        ctx->region = ngx_align_ptr(raw, NGX_HTTP_VELVET_ROPE_REGION_ALIGN);
+        ctx->len = vmcf->region_size;
+        shpool->data = ctx;
     }
 
     rc = vr_engine_new_shared((const char *) vmcf->config_text.data,
                               vmcf->config_text.len, vr_now_ms(),
-                              region, vmcf->region_size, &vmcf->engine);
+                              ctx->region, ctx->len, &vmcf->engine);
 
     if (rc == VR_OK) {
         ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
                       "velvet_rope: %s counters in zone \"%V\" (%uz bytes)",
-                      data != NULL ? "kept the" : "new", &shm_zone->shm.name,
-                      vmcf->region_size);
+                      data != NULL ? "kept the" : "new", &shm_zone->shm.name, ctx->len);
     } else {
         vmcf->engine = NULL;
         ngx_http_velvet_rope_log_error(NGX_LOG_EMERG, shm_zone->shm.log,
                                        "vr_engine_new_shared()", rc);
 
         if (data != NULL && rc == VR_REGION_REFUSED) {
-            /* Same zone size, but a room's counters cannot serve the new configuration
-             * (the line above names the room and the setting). The running workers still
-             * use them, so they cannot be wiped under them. */
+            /* Same zone, but a room's counters cannot serve the new configuration (the
+             * line above names the room and the setting). The running workers still use
+             * them, so they cannot be wiped under them. */
             ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                           "velvet_rope: the new configuration changes the layout of the "
                           "shared counters (see the line above); restart nginx to apply it "
@@ -957,12 +968,12 @@ ngx_http_velvet_rope_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
 
 /*
- * Whether the running cycle (the one a reload replaces; on a first start or `nginx -t`, the
- * empty bootstrap cycle) has a zone of this module under `shm_zone`'s name. During the new
- * cycle's zone initialisation the global ngx_cycle is still the running one.
+ * The running cycle's zone of this module named `name` (the cycle a reload replaces; on a
+ * first start or `nginx -t`, the empty bootstrap cycle), other than `except`. During the new
+ * cycle's configuration and zone initialisation the global ngx_cycle is still the running one.
  */
-static ngx_flag_t
-ngx_http_velvet_rope_previous_zone(ngx_shm_zone_t *shm_zone)
+static ngx_shm_zone_t *
+ngx_http_velvet_rope_running_zone(ngx_str_t *name, ngx_shm_zone_t *except)
 {
     ngx_uint_t        i;
     ngx_list_part_t  *part;
@@ -975,7 +986,7 @@ ngx_http_velvet_rope_previous_zone(ngx_shm_zone_t *shm_zone)
 
         if (i >= part->nelts) {
             if (part->next == NULL) {
-                return 0;
+                return NULL;
             }
 
             part = part->next;
@@ -984,16 +995,15 @@ ngx_http_velvet_rope_previous_zone(ngx_shm_zone_t *shm_zone)
         }
 
         if (zone == NULL) {
-            return 0;
+            return NULL;
         }
 
-        if (&zone[i] != shm_zone
+        if (&zone[i] != except
             && zone[i].tag == &ngx_http_velvet_rope_module
-            && zone[i].shm.name.len == shm_zone->shm.name.len
-            && ngx_strncmp(zone[i].shm.name.data, shm_zone->shm.name.data,
-                           shm_zone->shm.name.len) == 0)
+            && zone[i].shm.name.len == name->len
+            && ngx_strncmp(zone[i].shm.name.data, name->data, name->len) == 0)
         {
-            return 1;
+            return &zone[i];
         }
     }
 }
@@ -1309,9 +1319,10 @@ ngx_http_velvet_rope_state(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static ngx_int_t
 ngx_http_velvet_rope_add_counters(ngx_conf_t *cf, ngx_http_velvet_rope_main_conf_t *vmcf)
 {
-    size_t      size, pages;
-    ngx_str_t   name;
-    vr_result   rc;
+    size_t           size, pages;
+    ngx_str_t        name;
+    vr_result        rc;
+    ngx_shm_zone_t  *running;
 
     if (vmcf->state_path.data != NULL) {
         if (ngx_test_config) {
@@ -1349,6 +1360,14 @@ ngx_http_velvet_rope_add_counters(ngx_conf_t *cf, ngx_http_velvet_rope_main_conf
            + ngx_align(pages * sizeof(ngx_slab_page_t), ngx_pagesize);
 
     ngx_str_set(&name, "velvet_rope");
+
+    /* A reload whose configuration fits in the running zone (rooms reordered, removed or
+     * made smaller) asks for that zone's size, so that nginx hands the same memory over and
+     * every count is kept. */
+    running = ngx_http_velvet_rope_running_zone(&name, NULL);
+    if (running != NULL && running->shm.size >= size) {
+        size = running->shm.size;
+    }
 
     vmcf->shm_zone = ngx_shared_memory_add(cf, &name, size,
                                            &ngx_http_velvet_rope_module);

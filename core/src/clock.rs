@@ -10,6 +10,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Milliseconds since the Unix epoch.
 pub type Millis = u64;
 
+/// The latest time the engine takes (2106-02-07, the end of 32-bit seconds, which tickets
+/// carry): later times are taken as this one. The C ABI refuses them instead, since a caller
+/// passing microseconds where milliseconds are due (a common mistake) passes times far past it.
+pub const MAX_NOW_MS: Millis = u32::MAX as u64 * 1000;
+
 /// A source of the current time in milliseconds since the Unix epoch.
 pub trait Clock: Send + Sync {
     /// The current time.

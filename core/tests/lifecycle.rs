@@ -401,3 +401,74 @@ fn a_reload_that_would_wipe_the_queue_is_refused() {
     e.tick(T0 + 2000);
     assert_eq!(e.stats("r").unwrap().queue_length, 3);
 }
+
+/// One tick with a clock a year ahead (a clock step, a wrong `now`) does not freeze the room
+/// for every process sharing it: the next tick with a sane clock re-opens the room at its own
+/// bucket, and once the sessions end the room admits again. (Before the fix the room admitted
+/// nobody new until real time caught up.)
+#[test]
+fn a_clock_that_jumped_forward_does_not_freeze_the_room() {
+    let dir = std::env::temp_dir().join(format!("vr-jump-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rooms.state");
+    let cfg = config(&room("r", 5, 5, "session_duration = 2"));
+    let a = Engine::open_state_file(cfg.clone(), &path, T0).unwrap();
+    let b = Engine::open_state_file(cfg, &path, T0).unwrap();
+    fill(&a, "r", 5, T0);
+    a.tick(T0 + 365 * 24 * 60 * MIN);
+    for s in 1..=300 {
+        b.tick(T0 + s * 1000);
+    }
+    let later = T0 + 300_000;
+    let n = (0..10).filter(|_| admits(&b, "r", None, later)).count();
+    assert_eq!(
+        n, 5,
+        "a full room of new visitors once the first ones' sessions ended"
+    );
+    drop((a, b));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A process whose clock lags the opened bucket by more than a session moves its visitor into
+/// the bucket open now, not into one the room counts as ended. (Before: the visitor was moved
+/// into a departed bucket and went uncounted.)
+#[test]
+fn a_lagging_clock_moves_visitors_into_the_open_bucket() {
+    let dir = std::env::temp_dir().join(format!("vr-lag-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rooms.state");
+    let cfg = config(&format!(
+        "[settings]\nbucket_width_secs = 1\n{}",
+        room("r", 5, 100, "session_duration = 1")
+    ));
+    let a = Engine::open_state_file(cfg.clone(), &path, T0).unwrap();
+    let b = Engine::open_state_file(cfg, &path, T0).unwrap();
+    let t = fill(&b, "r", 1, T0 + 600).pop().unwrap();
+    a.tick(T0 + 5_000);
+    assert!(
+        admits(&b, "r", Some(&t), T0 + 1_500),
+        "its ticket is valid for its clock"
+    );
+    a.tick(T0 + 5_500);
+    assert_eq!(a.stats("r").unwrap().active_users, 1);
+    drop((a, b));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A state file whose first process died laying its header out (magic written, never
+/// finished) is laid out again by the next process, not refused for ever.
+#[test]
+fn a_state_file_left_half_made_is_laid_out_again() {
+    let dir = std::env::temp_dir().join(format!("vr-half-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rooms.state");
+    let cfg = config(&room("r", 2, 100, ""));
+    let mut bytes = vec![0u8; Engine::shared_region_size(&cfg)];
+    bytes[..8].copy_from_slice(b"vrENGINE");
+    std::fs::write(&path, bytes).unwrap();
+    let e = Engine::open_state_file(cfg, &path, T0).unwrap();
+    assert_eq!(fill(&e, "r", 2, T0).len(), 2);
+    assert!(!admits(&e, "r", None, T0));
+    drop(e);
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -132,6 +132,24 @@ unsafe fn to_c(d: &Decision, out: *mut vr_decision) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `now_ms` as the engine takes it: times past [`engine::MAX_NOW_MS`] (2106) are refused, most
+/// likely microseconds passed for milliseconds.
+fn checked_now(now_ms: u64) -> Result<u64, Failure> {
+    if now_ms > engine::MAX_NOW_MS {
+        return Err(bad_now(now_ms));
+    }
+    Ok(now_ms)
+}
+
+#[cold]
+#[inline(never)]
+fn bad_now(now_ms: u64) -> Failure {
+    Failure(
+        VR_INVALID_ARGUMENT,
+        format!("now_ms {now_ms} lies past 2106: milliseconds since the Unix epoch are due"),
+    )
+}
+
 fn from_c(d: &vr_decision) -> Result<Decision, Failure> {
     let outcome = match d.outcome {
         VR_OUTCOME_ADMIT => Outcome::Admit,
@@ -344,14 +362,16 @@ pub unsafe extern "C" fn vr_engine_admit(
         if decision_out.is_null() {
             return Err(null("decision_out"));
         }
-        let d = e.admit_header_bytes(room, (!header.is_empty()).then_some(header), now_ms)?;
+        let now = checked_now(now_ms)?;
+        let d = e.admit_header_bytes(room, (!header.is_empty()).then_some(header), now)?;
         // SAFETY: checked non-null; writable per this function's contract.
         unsafe { to_c(&d, decision_out) }
     })
 }
 
 /// Folds the counters into a new snapshot. Call about once a second; safe from any thread
-/// and process at once (one advances, the others read what it published).
+/// and process at once (one advances, the others read what it published; none waits).
+/// `VR_INVALID_ARGUMENT` for a `now_ms` past 2106 (microseconds passed for milliseconds).
 ///
 /// # Safety
 /// `engine` must be a live handle.
@@ -359,7 +379,8 @@ pub unsafe extern "C" fn vr_engine_admit(
 pub unsafe extern "C" fn vr_engine_tick(engine: *const vr_engine, now_ms: u64) -> vr_result {
     guard(|| {
         // SAFETY: per this function's contract.
-        unsafe { engine_ref(engine) }?.tick(now_ms);
+        let e = unsafe { engine_ref(engine) }?;
+        e.tick(checked_now(now_ms)?);
         Ok(())
     })
 }

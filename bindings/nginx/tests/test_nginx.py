@@ -99,6 +99,14 @@ refresh_interval = 1
 waiter_grace_refreshes = 2
 [rooms.cookie]
 secure = false
+
+# No location uses it: a reload that removes it keeps the zone and every count.
+[[rooms]]
+name = "spare"
+total_active_users = 4
+new_users_per_minute = 1000
+[rooms.cookie]
+secure = false
 """
 
 
@@ -522,7 +530,7 @@ class Suite:
     def test_status_page_json(self):
         r, doc = self.ngx.status()
         assert (r.header("Content-Type") or "").startswith("application/json"), r.header("Content-Type")
-        assert set(doc["rooms"]) == {"shop", "conc", "redir", "cross", "fifo"}, list(doc["rooms"])
+        assert set(doc["rooms"]) == {"shop", "conc", "redir", "cross", "fifo", "spare"}, list(doc["rooms"])
         shop = doc["rooms"]["shop"]
         for key in ("active_users", "admitted_this_minute", "admitted_total", "queue_length",
                     "frontier", "free_slots", "ticket_rejections"):
@@ -661,12 +669,19 @@ class Suite:
                 assert children(master) == workers, f"{label}: workers replaced"
                 conc_is_full_and_tickets_pass(label)
             assert "refresh_interval" in self.ngx.log(), "the refusal names the setting"
-            workers = children(master)
-            self.ngx.write("conf/velvet-rope.toml", reordered)
-            os.kill(master, signal.SIGHUP)
-            ok = wait_until(lambda: children(master) and not workers & children(master), 20)
-            assert ok, f"rooms reordered: reload not taken:\n{self.ngx.log_tail()}"
-            conc_is_full_and_tickets_pass("rooms reordered")
+            spare = next(r for r in rooms if 'name = "spare"' in r)
+            removed = original.replace("[[rooms]]" + spare, "")
+            assert removed != original
+            for label, text in (("rooms reordered", reordered), ("a room removed", removed)):
+                workers = children(master)
+                kept = self.ngx.log().count("kept the counters")
+                self.ngx.write("conf/velvet-rope.toml", text)
+                os.kill(master, signal.SIGHUP)
+                ok = wait_until(lambda: children(master) and not workers & children(master), 20)
+                assert ok, f"{label}: reload not taken:\n{self.ngx.log_tail()}"
+                assert self.ngx.log().count("kept the counters") > kept, \
+                    f"{label}: the zone was not kept:\n{self.ngx.log_tail()}"
+                conc_is_full_and_tickets_pass(label)
         finally:
             self.ngx.write("conf/velvet-rope.toml", original)
 

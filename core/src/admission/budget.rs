@@ -120,7 +120,8 @@ pub(crate) fn random(free: u64, queue_length: u64) -> (Split, u64) {
 /// Moves the pools towards `want` without letting the slots granted (net of revokes) pass
 /// `limit`: slots are revoked first, from whichever pool holds more than wanted (a revoke takes
 /// only slots still free), then granted, waiters first, within what the limit leaves.
-/// `granted` is the ledger before; the ledger after is returned. `start` spreads grants.
+/// `granted` is the ledger before; what was granted minus what was revoked is returned, for
+/// the caller to add to the ledger. `start` spreads grants.
 pub(crate) fn apply(
     waiters: SlotPool<'_>,
     open: SlotPool<'_>,
@@ -128,7 +129,7 @@ pub(crate) fn apply(
     limit: u64,
     want: Split,
     start: usize,
-) -> u64 {
+) -> i64 {
     let pools = [(waiters, want.waiters), (open, want.open)];
     let deltas = pools.map(|(pool, want)| i128::from(want) - i128::from(pool.free()));
     let mut net: i128 = 0;
@@ -146,7 +147,7 @@ pub(crate) fn apply(
             room -= add;
         }
     }
-    (i128::from(granted) + net).max(0) as u64
+    net as i64
 }
 
 /// The free slots a tick can hand out: what the limit leaves beyond the ledger, plus what the
@@ -246,45 +247,40 @@ mod tests {
     fn apply_never_passes_the_limit() {
         let (w, o) = (shards(2), shards(2));
         let (wp, op) = (SlotPool::new(&w), SlotPool::new(&o));
-        let g = apply(
-            wp,
-            op,
-            0,
+        let mut g = 0u64;
+        let step = |g: &mut u64, limit, want| {
+            *g = (*g as i64 + apply(wp, op, *g, limit, want, 0)) as u64;
+        };
+        step(
+            &mut g,
             10,
             Split {
                 waiters: 0,
                 open: 10,
             },
-            0,
         );
         assert_eq!((g, op.free()), (10, 10));
         // Four claimed; the queue wants 5 of the 6 left: taken from the open pool.
         for _ in 0..4 {
             op.try_claim(0).unwrap();
         }
-        let g = apply(
-            wp,
-            op,
-            g,
+        step(
+            &mut g,
             10,
             Split {
                 waiters: 5,
                 open: 1,
             },
-            0,
         );
         assert_eq!((g, wp.free(), op.free()), (10, 5, 1));
         // The limit drops below what was granted: only free slots are revoked.
-        let g = apply(
-            wp,
-            op,
-            g,
+        step(
+            &mut g,
             3,
             Split {
                 waiters: 0,
                 open: 0,
             },
-            0,
         );
         assert_eq!(
             (g, wp.free(), op.free()),
@@ -292,16 +288,13 @@ mod tests {
             "4 claimed stay claimed"
         );
         // Wanting more than the limit allows gets only what it allows.
-        let g = apply(
-            wp,
-            op,
-            g,
+        step(
+            &mut g,
             6,
             Split {
                 waiters: 1,
                 open: 9,
             },
-            0,
         );
         assert_eq!((g, wp.free(), op.free()), (6, 1, 1));
     }

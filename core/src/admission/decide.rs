@@ -103,27 +103,42 @@ impl Snapshot {
     /// A visitor holding a valid admission ticket that these counters must count now: last
     /// counted in an earlier bucket (moved), or counted by another incarnation of the counters
     /// (counted afresh, once, taking a free slot if there is one: see
-    /// `Buckets::count_afresh`). Re-issued its ticket saying so.
+    /// `Buckets::count_afresh`). Re-issued its ticket saying so. Both go to the bucket open
+    /// for this request's clock, clamped as admissions are: a process whose clock lags by more
+    /// than a session must not move a visitor into a bucket the room counts as ended.
     #[inline(never)]
     fn renew(&self, view: &RoomView, t: Ticket, bucket: u64, now_secs: u32) -> Decision {
         let room = &view.room;
         let buckets = room.counters.buckets();
         let first = bucket.saturating_sub(u64::from(room.cfg.session_duration));
         let afresh = || {
+            // The slot first, then which bucket is open (see the module documentation).
+            let home = home_shard();
+            let (open, waiters) = (room.counters.open_pool(), room.counters.waiter_pool());
+            let claimed = open
+                .try_claim(home)
+                .map(|shard| (open, shard))
+                .or_else(|| waiters.try_claim(home).map(|shard| (waiters, shard)));
             let to = booking_bucket(room, bucket);
-            let outcome = buckets.count_afresh(t.id, first, to, || {
-                let home = home_shard();
-                room.counters.open_pool().try_claim(home).is_some()
-                    || room.counters.waiter_pool().try_claim(home).is_some()
-            });
+            let outcome = buckets.count_afresh(t.id, first, to, claimed.is_some());
+            if outcome != Renewal::Counted {
+                if let Some((pool, shard)) = claimed {
+                    pool.unclaim(shard);
+                }
+            }
             (outcome, to)
         };
         let (outcome, counted) = if t.incarnation != room.incarnation {
             afresh()
         } else {
-            match buckets.renew(t.id, u64::from(t.counted), bucket) {
+            let to = booking_bucket(room, bucket);
+            if u64::from(t.counted) >= to {
+                // Counted in the bucket open for this clock already (the clock runs ahead).
+                return Decision::admit(None, None);
+            }
+            match buckets.renew(t.id, u64::from(t.counted), to) {
                 Renewal::Untracked => afresh(),
-                r => (r, bucket),
+                r => (r, to),
             }
         };
         if outcome == Renewal::NotReady {

@@ -45,6 +45,11 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// The steady answer: admit, with nothing to set (a visitor already counted this minute).
+    pub fn admit_steady() -> Self {
+        Self::admit(None, None)
+    }
+
     pub(crate) fn admit(set_cookie: Option<String>, ticket_error: Option<TicketError>) -> Self {
         Self {
             outcome: Outcome::Admit,

@@ -21,7 +21,7 @@ use crate::admission::snapshot::{RoomView, Snapshot};
 use crate::admission::stats::{room_stats, room_stats_json};
 use crate::admission::storage::Storage;
 use crate::admission::tick::{first_tick_room, tick_room};
-use crate::clock::Millis;
+use crate::clock::{Millis, MAX_NOW_MS};
 use crate::config::Config;
 use crate::counters::directory::HEADER_BYTES;
 use crate::counters::room_layout::RoomLayout;
@@ -156,6 +156,7 @@ impl Engine {
     /// least once per bucket and per refresh interval). It never waits: if another thread of
     /// this process is ticking, this call returns at once (that tick publishes).
     pub fn tick(&self, now: Millis) {
+        let now = now.min(MAX_NOW_MS);
         let mut lifecycle = match self.lifecycle.try_lock() {
             Ok(guard) => guard,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
@@ -240,14 +241,14 @@ impl Engine {
         let snap = self.current.load();
         let view = snap.room_bytes(room)?;
         let ticket = cookie_header.and_then(|h| view.room.cookie_finder.find_ticket(h));
-        Ok(snap.decide(view, ticket, now))
+        Ok(snap.decide(view, ticket, now.min(MAX_NOW_MS)))
     }
 
     /// Decides one request given the ticket cookie's value itself (no header parsing).
     pub fn admit_ticket(&self, room: &str, ticket: Option<&str>, now: Millis) -> Result<Decision> {
         let snap = self.current.load();
         let view = snap.room(room)?;
-        Ok(snap.decide(view, ticket.map(str::as_bytes), now))
+        Ok(snap.decide(view, ticket.map(str::as_bytes), now.min(MAX_NOW_MS)))
     }
 
     /// The keyring sealing this engine's tickets (for tests and tools).

@@ -19,6 +19,29 @@ pub struct Page {
     pub body: String,
 }
 
+impl Page {
+    /// The response headers to send with this page, beside its body: `Content-Type`,
+    /// `Cache-Control: no-store` (a waiting page must never be cached: it is one visitor's),
+    /// `Refresh` (queue pages) or `Retry-After` (reject pages), and the decision's `Set-Cookie`
+    /// when it has one. Every front door sends the same.
+    pub fn headers(&self, set_cookie: Option<&str>) -> Vec<(&'static str, String)> {
+        let mut h = vec![
+            ("Content-Type", self.content_type.to_owned()),
+            ("Cache-Control", "no-store".to_owned()),
+        ];
+        if let Some(r) = self.refresh_secs {
+            h.push(("Refresh", r.to_string()));
+        }
+        if let Some(r) = self.retry_after_secs {
+            h.push(("Retry-After", r.to_string()));
+        }
+        if let Some(c) = set_cookie {
+            h.push(("Set-Cookie", c.to_owned()));
+        }
+        h
+    }
+}
+
 /// Whether an `Accept` header prefers JSON over HTML.
 pub fn wants_json(accept: Option<&str>) -> bool {
     let Some(accept) = accept else { return false };
@@ -177,6 +200,22 @@ mod tests {
         assert!(!wants_json(Some("text/html,application/json;q=0.9")));
         assert!(wants_json(Some("application/json, text/plain")));
         assert!(!wants_json(None));
+    }
+
+    #[test]
+    fn headers_of_a_page() {
+        let room = RoomConfig::new("r", 1, 1);
+        let page = render(&room, &queued(), None).unwrap();
+        let h = page.headers(Some("__vr_r=x; Path=/"));
+        assert_eq!(
+            h,
+            vec![
+                ("Content-Type", "text/html; charset=utf-8".to_owned()),
+                ("Cache-Control", "no-store".to_owned()),
+                ("Refresh", "20".to_owned()),
+                ("Set-Cookie", "__vr_r=x; Path=/".to_owned()),
+            ]
+        );
     }
 
     #[test]

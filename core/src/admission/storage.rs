@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use crate::config::{RoomConfig, Settings};
 use crate::counters::directory::Directory;
-use crate::counters::region::Region;
 use crate::counters::room_counters::RoomCounters;
 use crate::counters::room_layout::RoomLayout;
 use crate::counters::state_file::StateFile;
@@ -42,8 +41,9 @@ impl Storage {
     /// # Safety
     /// As [`crate::Engine::new_shared`].
     pub(crate) unsafe fn region(base: *mut u8, len: usize) -> Result<Self> {
-        // SAFETY: forwarded from this function's contract.
-        let directory = unsafe { Directory::open(base, len) }?;
+        // SAFETY: forwarded from this function's contract. Other processes may open the same
+        // memory at the same time: a header being laid out is waited for.
+        let directory = unsafe { Directory::open(base, len, false) }?;
         Ok(Storage::Shared(Shared {
             base,
             directory,
@@ -53,13 +53,9 @@ impl Storage {
 
     /// The state file at `path`, created with `size` bytes if it does not exist.
     pub(crate) fn state_file(path: &Path, size: usize) -> Result<Self> {
-        let file = StateFile::open(path, size)?;
-        let (base, len) = file.region();
-        // SAFETY: the mapping is `len` bytes, page-aligned, lives in `_file` as long as the
-        // storage, and is only accessed through atomics.
-        let directory = unsafe { Directory::open(base, len) }?;
+        let (file, directory) = StateFile::open(path, size)?;
         Ok(Storage::Shared(Shared {
-            base,
+            base: file.region().0,
             directory,
             _file: Some(file),
         }))
@@ -83,14 +79,10 @@ impl Storage {
         let needed = RoomLayout::of(cfg, settings);
         match self {
             Storage::Owned => Ok(Arc::new(RoomCounters::new(needed))),
-            Storage::Shared(s) => {
-                let (offset, size) = s.directory.room(&cfg.name, needed.size())?;
-                // SAFETY: the directory only hands out places inside the region (checked when
-                // they were added), at multiples of 128 bytes from a 128-aligned base; the
-                // region's contract (or the owned mapping) covers the rest.
-                let region = unsafe { Region::borrowed(s.base.add(offset), size) }?;
-                RoomCounters::attach(region, needed, settings).map(Arc::new)
-            }
+            Storage::Shared(s) => s
+                .directory
+                .attach_room(s.base, &cfg.name, needed, settings)
+                .map(Arc::new),
         }
     }
 }

@@ -3,8 +3,19 @@
 //!
 //! An advance opens the current bucket and refresh epoch, folds the counters into the figures
 //! of `budget`, moves the pools' ledger to the claim limit and the queue's frontier, and
-//! publishes the figures. The bucket and epoch never move back: a tick with an older clock
-//! (another process's cached time) advances from the newest bucket any tick has opened.
+//! publishes the figures. The bucket and epoch do not move back for a tick with an older clock
+//! (another process's cached time): it advances from the newest bucket any tick has opened. A
+//! stored bucket more than the ring's length ahead of the caller's clock cannot come from a
+//! clock that merely lags: it was opened by a clock that jumped forward (a clock step, a wrong
+//! `now`), and the room is re-opened at the caller's bucket rather than frozen until real time
+//! catches up. Admissions booked in the jump stay counted until their ring slots are
+//! recycled (conservative); visitors admitted in it hold tickets that look current and are not
+//! counted again after that: the jump costs at most what it admitted.
+//!
+//! Two advances can overlap only when a stopped holder of the lock resumes after being taken
+//! over (see `process_lock`). The ledger and the folded admissions are therefore moved by
+//! adding what each advance granted, revoked or folded, never by storing a value read before:
+//! an overlapping advance can repeat work, never rewind the ledger.
 
 use std::sync::Arc;
 
@@ -19,9 +30,8 @@ use crate::counters::tick_block::{Cell, TickBlock};
 /// Advances `room` if this process gets its tick lock (never waits for it), then views it.
 pub(crate) fn tick_room(room: &Arc<Room>, now: Millis) -> RoomView {
     let tb = room.counters.tick_block();
-    if let Some(held) = tb.try_lock() {
+    if let Some(_held) = tb.try_lock() {
         advance(room, &tb, now);
-        tb.unlock(held);
     }
     observe(room, &tb, now)
 }
@@ -35,9 +45,8 @@ pub(crate) fn first_tick_room(room: &Arc<Room>, now: Millis) -> RoomView {
     let tb = room.counters.tick_block();
     let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
     loop {
-        if let Some(held) = tb.try_lock() {
+        if let Some(_held) = tb.try_lock() {
             advance(room, &tb, now);
-            tb.unlock(held);
             break;
         }
         if tb.get(Cell::Bucket) != 0 || std::time::Instant::now() > until {
@@ -48,10 +57,24 @@ pub(crate) fn first_tick_room(room: &Arc<Room>, now: Millis) -> RoomView {
     observe(room, &tb, now)
 }
 
-/// The bucket and refresh epoch as of `now`, never before the newest ones opened.
+/// The bucket and refresh epoch as of `now`: never before the newest ones opened, unless
+/// those lie more than a ring ahead of `now` (a clock that jumped forward; see the module
+/// documentation).
 fn bucket_and_epoch(room: &Room, tb: &TickBlock<'_>, now: Millis) -> (u64, u64) {
-    let bucket = (now / room.bucket_ms).max(tb.get(Cell::Bucket));
-    let epoch = (now / 1000 / u64::from(room.refresh_secs)).max(tb.get(Cell::Epoch));
+    let layout = room.counters.layout();
+    let newest = |mine: u64, stored: u64, ring: usize| {
+        if stored > mine.saturating_add(ring as u64) {
+            mine
+        } else {
+            mine.max(stored)
+        }
+    };
+    let bucket = newest(now / room.bucket_ms, tb.get(Cell::Bucket), layout.buckets);
+    let epoch = newest(
+        now / 1000 / u64::from(room.refresh_secs),
+        tb.get(Cell::Epoch),
+        layout.lanes,
+    );
     (bucket, epoch)
 }
 
@@ -65,8 +88,7 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis) {
     // and the next one, before saying so.
     let buckets = counters.buckets();
     let folded = buckets.prepare(bucket) + buckets.prepare(bucket + 1);
-    let closed = tb.get(Cell::AdmittedClosed) + folded;
-    tb.set(Cell::AdmittedClosed, closed);
+    let closed = tb.add(Cell::AdmittedClosed, folded as i64);
     let lanes = counters.lanes();
     lanes.prepare(epoch);
     lanes.prepare(epoch + 1);
@@ -128,8 +150,8 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis) {
             },
         }
     };
-    let granted = budget::apply(waiters, open, granted, limit, want, home_shard());
-    tb.set(Cell::Granted, granted);
+    let net = budget::apply(waiters, open, granted, limit, want, home_shard());
+    tb.add(Cell::Granted, net);
     tb.set(Cell::Frontier, frontier);
     tb.set(Cell::DrawThreshold, threshold);
 
@@ -182,7 +204,7 @@ pub(crate) fn observe(room: &Arc<Room>, tb: &TickBlock<'_>, now: Millis) -> Room
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::counters::process_lock::tests::dead_pid;
+    use crate::counters::process_lock::tests::{dead_pid, held_by};
     use crate::counters::room_counters::RoomCounters;
     use crate::counters::room_layout::RoomLayout;
 
@@ -213,12 +235,8 @@ mod tests {
         let view = tick_room(&r, T0 + 1_000);
         assert_eq!(tb.get(Cell::Bucket), 0, "not advanced under a live holder");
         assert_eq!(view.queue_length, 0);
-        tb.unlock(held);
-        tb.set(Cell::Lock, (u64::from(dead_pid()) << 32) | 7);
-        tb.set(
-            Cell::LockSince,
-            crate::counters::process_lock::monotonic_ms(),
-        );
+        drop(held);
+        tb.set(Cell::Lock, held_by(dead_pid(), 0));
         tick_room(&r, T0 + MIN + 1);
         assert_eq!(tb.get(Cell::Bucket), (T0 + MIN) / MIN, "advanced at once");
         assert_eq!(tb.get(Cell::Lock), 0, "and released");

@@ -4,7 +4,7 @@
 //! Time is cut into buckets ("minutes"). A ring of `session_duration + 3` slots holds, per
 //! bucket:
 //! - `admitted[b]`: admissions booked to bucket `b`. Every admission takes a slot from the
-//!   room's pool and is then booked here (see `admission::attribution` for which bucket);
+//!   room's pool and is then booked here (see `admission::decide` for which bucket);
 //! - `moved[b]`: visitors moved into `b` minus visitors moved out of it, plus visitors counted
 //!   afresh in `b` (tickets from another incarnation of the counters, after a restart);
 //! - a guard: a set of ticket-id fingerprints that makes every count happen once per ticket.
@@ -32,9 +32,14 @@
 //!
 //! Each key is a 32-bit fingerprint; a false positive needs another id with the same fingerprint
 //! among the few entries probed (about 1 in 10^9). Every key in a bucket's guard belongs to a
-//! visitor counted in that bucket at some point (at most two keys each), and a bucket never
-//! counts more visitors than the room holds, so the guard (four lanes per possible visitor) is
-//! at most half full.
+//! visitor counted in that bucket at some point (at most two keys each), and while the room
+//! keeps its limit a bucket counts at most `total_active_users` visitors, so the guard (four
+//! lanes per possible visitor) is at most half full. Two cases can fill it: a `passthrough`
+//! room (it admits everyone; its guards are sized by `total_active_users` all the same) and a
+//! room holding a roomful too many after a restart. A full guard reports every key as new
+//! (`fingerprint_set`): replays then count again, which makes the room look fuller than it is
+//! (fewer admissions, never more), and a queued ticket can admit again (each admission still
+//! takes a slot: the limit holds, one ticket's fairness does not).
 //!
 //! Memory orders: a move adds to the new bucket (`Relaxed`) *before* it subtracts from the old
 //! one (`Release`), and `tick` reads buckets oldest first (`Acquire`): a tick that sees the
@@ -165,17 +170,12 @@ impl<'a> Buckets<'a> {
     /// Counts ticket `id` in bucket `to` although the counters did not count it (a ticket of
     /// another incarnation, or one whose bucket is no longer tracked), once: if it was counted
     /// afresh in an earlier bucket of `first..to`, it is moved from there (or not at all if it
-    /// already moved on). When it is counted, `take_slot` is asked for a slot of the room's
-    /// pool: with one, the visitor is booked as an admission (the seat it holds is no longer
-    /// free for anyone else); without, it is counted as a move in (the room holds one more than
-    /// the pool knew of until the next tick).
-    pub(crate) fn count_afresh(
-        &self,
-        id: u64,
-        first: u64,
-        to: u64,
-        take_slot: impl FnOnce() -> bool,
-    ) -> Renewal {
+    /// already moved on). When it is counted: with `claimed` (the caller took a slot of the
+    /// room's pool for it) the visitor is booked as an admission, the seat it holds no longer
+    /// free for anyone else; without, it is counted as a move in (the room holds one more than
+    /// the pool knew of until the next tick). A caller that claimed gives its slot back unless
+    /// the answer is `Counted`.
+    pub(crate) fn count_afresh(&self, id: u64, first: u64, to: u64, claimed: bool) -> Renewal {
         let Some(to_slot) = self.slot(to) else {
             return Renewal::NotReady;
         };
@@ -190,7 +190,7 @@ impl<'a> Buckets<'a> {
         if !insert_if_absent(self.guard_of(to_slot), start, fp) {
             return Renewal::AlreadyCounted;
         }
-        if take_slot() {
+        if claimed {
             self.admitted[to_slot].fetch_add(1, Ordering::Release);
         } else {
             self.moved[to_slot].fetch_add(1, Ordering::Release);
@@ -362,18 +362,18 @@ mod tests {
         for b in 0..4 {
             a.prepare(b);
         }
-        assert_eq!(a.count_afresh(7, 0, 1, || false), Renewal::Counted);
+        assert_eq!(a.count_afresh(7, 0, 1, false), Renewal::Counted);
         for _ in 0..10 {
-            assert_eq!(a.count_afresh(7, 0, 1, || true), Renewal::AlreadyCounted);
+            assert_eq!(a.count_afresh(7, 0, 1, true), Renewal::AlreadyCounted);
         }
         assert_eq!(active(&a, 0, 3), 1);
         // The old ticket again in bucket 2: moved from 1, not counted twice.
-        assert_eq!(a.count_afresh(7, 0, 2, || true), Renewal::Moved);
-        assert_eq!(a.count_afresh(7, 0, 3, || true), Renewal::AlreadyMoved);
+        assert_eq!(a.count_afresh(7, 0, 2, true), Renewal::Moved);
+        assert_eq!(a.count_afresh(7, 0, 3, true), Renewal::AlreadyMoved);
         assert_eq!(active(&a, 0, 3), 1);
         assert_eq!(active(&a, 2, 3), 1);
         // With a slot, a ticket counted afresh is booked as an admission.
-        assert_eq!(a.count_afresh(8, 0, 3, || true), Renewal::Counted);
+        assert_eq!(a.count_afresh(8, 0, 3, true), Renewal::Counted);
         assert_eq!(a.admitted_in(3), 1);
         assert_eq!(active(&a, 0, 3), 2);
     }

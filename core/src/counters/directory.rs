@@ -2,7 +2,7 @@
 //! every process sharing it uses, and the directory of rooms (name -> where its counters lie).
 //!
 //! ```text
-//! word 0     magic "vrENGINE"          word 8, 9    directory lock, taken at (ms)
+//! word 0     magic "vrENGINE"          word 8       directory lock (see `process_lock`)
 //! word 1     format version            word 10      rooms in the directory
 //! word 2     region length at start    word 11      first free byte after the rooms
 //! word 3     key state                 word 12      ready (written last at start)
@@ -11,13 +11,18 @@
 //! ```
 //! Rooms are found by name, never by position: a reload that reorders or removes rooms keeps
 //! each room's counts, and a room added later takes free space after the others (or is
-//! refused when there is none). Entries are only ever added; all directory access holds the
-//! directory lock (attaching is rare: engine creation and reload, never a request or a tick).
+//! refused when there is none). Entries are only ever added. Finding or adding a room and
+//! laying out its counters happen under the directory lock (attaching is rare: engine creation
+//! and reload, never a request or a tick), so a room header found incomplete under the lock
+//! was left by a process that died laying it out, and is laid out again.
 
 use std::time::{Duration, Instant};
 
+use crate::config::Settings;
 use crate::counters::process_lock::ProcessLock;
 use crate::counters::region::Region;
+use crate::counters::room_counters::RoomCounters;
+use crate::counters::room_layout::RoomLayout;
 use crate::error::{Error, Result};
 use crate::sync::{AtomicU64, Ordering};
 
@@ -36,7 +41,6 @@ const W_LEN: usize = 2;
 const W_KEY_STATE: usize = 3;
 const W_KEY: usize = 4;
 const W_LOCK: usize = 8;
-const W_LOCK_SINCE: usize = 9;
 const W_ROOMS: usize = 10;
 const W_NEXT_FREE: usize = 11;
 const W_READY: usize = 12;
@@ -53,11 +57,15 @@ pub(crate) struct Directory {
 
 impl Directory {
     /// The header of the region at `base` (`len` bytes): a zeroed region gets a fresh header,
-    /// one with a velvet-rope header is attached, anything else is refused.
+    /// one with a velvet-rope header is attached, anything else is refused. With `exclusive`
+    /// the caller guarantees that no other process opens the region meanwhile (a state file's
+    /// `flock`), so a header found incomplete was left by a process that died laying it out,
+    /// and is laid out again; otherwise another process may be laying it out, and it is waited
+    /// for (bounded).
     ///
     /// # Safety
     /// As [`Region::borrowed`] for `len` bytes at `base`.
-    pub(crate) unsafe fn open(base: *mut u8, len: usize) -> Result<Self> {
+    pub(crate) unsafe fn open(base: *mut u8, len: usize, exclusive: bool) -> Result<Self> {
         if len < HEADER_BYTES {
             return Err(Error::Region(format!(
                 "{len} bytes given; the header alone takes {HEADER_BYTES}"
@@ -66,12 +74,20 @@ impl Directory {
         // SAFETY: forwarded from this function's contract (HEADER_BYTES <= len).
         let header = unsafe { Region::borrowed(base, HEADER_BYTES) }?;
         let w = header.u64s(0, ENTRIES_AT);
+        let lay_out = || {
+            w[W_VERSION].store(VERSION, Ordering::Release);
+            w[W_LEN].store(len as u64, Ordering::Release);
+            w[W_NEXT_FREE].store(HEADER_BYTES as u64, Ordering::Release);
+            w[W_READY].store(1, Ordering::Release);
+        };
         match w[0].compare_exchange(0, MAGIC, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => {
-                w[W_VERSION].store(VERSION, Ordering::Release);
-                w[W_LEN].store(len as u64, Ordering::Release);
-                w[W_NEXT_FREE].store(HEADER_BYTES as u64, Ordering::Release);
-                w[W_READY].store(1, Ordering::Release);
+            Ok(_) => lay_out(),
+            Err(_) if exclusive && w[W_READY].load(Ordering::Acquire) == 0 => {
+                // Its creator died before finishing: it held no rooms yet.
+                for word in &w[1..] {
+                    word.store(0, Ordering::Relaxed);
+                }
+                lay_out();
             }
             Err(found) if found != MAGIC => {
                 return Err(Error::Region(
@@ -137,18 +153,24 @@ impl Directory {
         Ok(key)
     }
 
-    /// Where the counters of room `name` lie: `(offset, size)` of its entry, or, for a room
-    /// the region does not hold yet, `needed` bytes taken from the free space after the other
-    /// rooms. A room keeps its place (and its counts) across reloads and restarts.
-    pub(crate) fn room(&self, name: &str, needed: usize) -> Result<(usize, usize)> {
+    /// The counters of room `name` (needing `needed`, with `settings`): found by name and
+    /// attached, or, for a room the region does not hold yet, laid out in free space after the
+    /// other rooms. A room keeps its place (and its counts) across reloads and restarts.
+    pub(crate) fn attach_room(
+        &self,
+        base: *mut u8,
+        name: &str,
+        needed: RoomLayout,
+        settings: &Settings,
+    ) -> Result<RoomCounters> {
         let name = name.as_bytes();
         if name.is_empty() || name.len() > 64 {
             return Err(Error::Region("room names take 1 to 64 bytes".into()));
         }
         let w = self.words();
-        let lock = ProcessLock::new(&w[W_LOCK], &w[W_LOCK_SINCE]);
+        let lock = ProcessLock::new(&w[W_LOCK]);
         let until = Instant::now() + ATTACH_WAIT;
-        let held = loop {
+        let _held = loop {
             if let Some(held) = lock.try_lock() {
                 break held;
             }
@@ -159,9 +181,11 @@ impl Directory {
             }
             std::thread::sleep(Duration::from_micros(200));
         };
-        let found = self.find_or_add(name, needed);
-        lock.unlock(held);
-        found
+        let (offset, size) = self.find_or_add(name, needed.size())?;
+        // SAFETY: `find_or_add` only returns places inside the region (checked), at multiples
+        // of 128 bytes from the 128-aligned base; the region's contract covers the rest.
+        let region = unsafe { Region::borrowed(base.add(offset), size) }?;
+        RoomCounters::attach(region, needed, settings)
     }
 
     fn find_or_add(&self, name: &[u8], needed: usize) -> Result<(usize, usize)> {
@@ -257,22 +281,59 @@ mod tests {
 
     #[test]
     fn rooms_are_found_by_name_and_added_while_space_lasts() {
-        let size = HEADER_BYTES + 3 * 1024;
+        let settings = Settings {
+            shards: 1,
+            ..Settings::default()
+        };
+        let layout = |name: &str| {
+            let mut r = crate::config::RoomConfig::new(name, 10, 10);
+            r.max_live_waiters = 1024;
+            r.queue_buckets = 4;
+            RoomLayout::of(&r, &settings)
+        };
+        let room = layout("a").size();
+        let size = HEADER_BYTES + 3 * room;
         let backing = Region::owned(size);
         let base = backing.u64s(0, 1).as_ptr() as *mut u8;
         // SAFETY: `backing` outlives both views and is only accessed through atomics.
-        let d = unsafe { Directory::open(base, size) }.unwrap();
-        let a = d.room("a", 1024).unwrap();
-        let b = d.room("b", 1024).unwrap();
-        assert_eq!(a, (HEADER_BYTES, 1024));
-        assert_eq!(b, (HEADER_BYTES + 1024, 1024));
+        let d = unsafe { Directory::open(base, size, false) }.unwrap();
+        let a = d.attach_room(base, "a", layout("a"), &settings).unwrap();
+        a.open_pool().grant(4, 0);
+        d.attach_room(base, "b", layout("b"), &settings).unwrap();
         // SAFETY: as above.
-        let again = unsafe { Directory::open(base, size) }.unwrap();
-        assert_eq!(again.room("b", 1024).unwrap(), b, "by name, not position");
-        assert_eq!(again.room("a", 1024).unwrap(), a);
+        let again = unsafe { Directory::open(base, size, false) }.unwrap();
+        let b = again
+            .attach_room(base, "b", layout("b"), &settings)
+            .unwrap();
+        assert_eq!(b.open_pool().free(), 0, "by name, not position");
+        let a = again
+            .attach_room(base, "a", layout("a"), &settings)
+            .unwrap();
+        assert_eq!(a.open_pool().free(), 4);
         assert_eq!(again.shared_key().unwrap(), d.shared_key().unwrap());
-        again.room("c", 1024).unwrap();
-        let err = again.room("d", 1024).unwrap_err().to_string();
+        again
+            .attach_room(base, "c", layout("c"), &settings)
+            .unwrap();
+        let err = again
+            .attach_room(base, "d", layout("d"), &settings)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("no room for `d`"), "{err}");
+    }
+
+    /// A header whose creator died half-way (magic written, never ready) is laid out again by
+    /// an exclusive opener, and waited for (then refused) by others.
+    #[test]
+    fn a_header_left_incomplete_is_laid_out_again() {
+        let size = HEADER_BYTES + 1024;
+        let backing = Region::owned(size);
+        let base = backing.u64s(0, 1).as_ptr() as *mut u8;
+        backing.u64s(0, 1)[0].store(MAGIC, Ordering::Relaxed);
+        // SAFETY: as above.
+        assert!(unsafe { Directory::open(base, size, false) }.is_err());
+        // SAFETY: as above.
+        let d = unsafe { Directory::open(base, size, true) }.unwrap();
+        assert!(d.shared_key().is_ok());
     }
 }

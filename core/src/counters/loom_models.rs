@@ -137,7 +137,7 @@ fn loom_tick_during_a_rush_never_over_admits() {
             let held = pool.free();
             let free =
                 crate::admission::budget::free_slots(limit, granted.load(Ordering::Relaxed), held);
-            let g = apply(
+            let net = apply(
                 waiters,
                 pool,
                 granted.load(Ordering::Relaxed),
@@ -148,7 +148,7 @@ fn loom_tick_during_a_rush_never_over_admits() {
                 },
                 1,
             );
-            granted.store(g, Ordering::Relaxed);
+            granted.fetch_add(net as u64, Ordering::Relaxed);
         };
         let claimers: Vec<_> = (0..2)
             .map(|home| {
@@ -238,7 +238,7 @@ fn loom_buckets_afresh_counts_once() {
         let handles: Vec<_> = (0..2)
             .map(|_| {
                 let ring = ring.clone();
-                thread::spawn(move || ring.view().count_afresh(11, 0, 3, || false))
+                thread::spawn(move || ring.view().count_afresh(11, 0, 3, false))
             })
             .collect();
         let counted = handles

@@ -1,18 +1,25 @@
 //! A try-lock in shared memory, held by one process at a time, never waited for.
 //!
-//! The lock word holds the holder's process id (high 32 bits) and a random tag (low 32 bits,
-//! never zero), so a holder that lost the lock cannot release its successor's; a second word
-//! holds when it was taken, on the host's monotonic clock (`CLOCK_MONOTONIC`, the same for every
-//! process of a host, and never the callers' clocks: those are arguments, and two processes may
-//! pass times minutes apart). A caller that finds the lock held gets `None` at once: nothing in
-//! velvet-rope ever waits for it. It is taken over:
+//! The lock is one word: the holder's process id (high 22 bits: Linux's pid limit is 2^22) and
+//! the time it was taken, on the host's monotonic clock in milliseconds (low 42 bits: 139
+//! years). Owner and time change together in one compare-and-swap, so a process that sees the
+//! lock held always sees when it was taken (two words would let a process see a new owner with
+//! its predecessor's time, and take a lock that was just won). The host's monotonic clock
+//! (`CLOCK_MONOTONIC`) is the same for every process of a host; callers' clocks are never
+//! used: they are arguments, and two processes may pass times minutes apart.
+//!
+//! A caller that finds the lock held gets `None` at once: nothing in velvet-rope waits for it
+//! (attaching a region retries for a bounded time, see `directory`). It is taken over:
 //! - at once when its holder is dead (`kill(pid, 0)` says no such process: a worker that
 //!   crashed mid-tick does not stop the others' ticks);
-//! - after [`LIVE_HOLDER_TIMEOUT_MS`] even when the holder lives (a stopped process), or when the
-//!   time it was taken lies in the future (a state file kept across a reboot). A holder that
-//!   wakes up after that may overlap with its successor for the rest of its critical section;
-//!   the sections guarded here take microseconds, so that needs a process stopped for half a
-//!   minute in the middle of one.
+//! - after [`LIVE_HOLDER_TIMEOUT_MS`] even when a process of that id lives (a stopped process,
+//!   or a new process that got the dead holder's id), or when the time it was taken lies in the
+//!   future (a state file kept across a reboot). A holder that wakes up after that may overlap
+//!   with its successor for the rest of its critical section; the sections guarded here take
+//!   microseconds and are written so that an overlap cannot corrupt a ledger (see
+//!   `admission::tick`), only repeat work.
+//!
+//! A [`Held`] lock is released when it is dropped, panics included.
 //!
 //! Process ids are only meaningful within one pid namespace: a process that shares a region
 //! with processes of another namespace (another container) may take a live holder for dead.
@@ -20,56 +27,64 @@
 
 use crate::sync::{AtomicU64, Ordering};
 
-/// A lock held this long is taken over even if its holder is alive.
+/// A lock held this long is taken over even if a process of the holder's id is alive.
 pub(crate) const LIVE_HOLDER_TIMEOUT_MS: u64 = 30_000;
 
-/// A view over a lock word and its time word.
+const TIME_BITS: u32 = 42;
+const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
+
+/// A view over a lock word.
 pub(crate) struct ProcessLock<'a> {
     word: &'a AtomicU64,
-    since: &'a AtomicU64,
 }
 
-/// Proof of holding a [`ProcessLock`]: give it back with [`ProcessLock::unlock`].
+/// A held [`ProcessLock`]; released when dropped.
 #[must_use]
-pub(crate) struct Held(u64);
+pub(crate) struct Held<'a> {
+    word: &'a AtomicU64,
+    token: u64,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        // Only our own token is released: a successor that took the lock over keeps it.
+        let _ = self
+            .word
+            .compare_exchange(self.token, 0, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+/// The lock word of process `pid` taking the lock at `now_ms` (never zero: pids are positive).
+fn token(pid: u32, now_ms: u64) -> u64 {
+    (u64::from(pid) << TIME_BITS) | (now_ms & TIME_MASK)
+}
 
 impl<'a> ProcessLock<'a> {
-    /// Wraps the two words.
-    pub(crate) fn new(word: &'a AtomicU64, since: &'a AtomicU64) -> Self {
-        Self { word, since }
+    /// Wraps the lock word.
+    pub(crate) fn new(word: &'a AtomicU64) -> Self {
+        Self { word }
     }
 
     /// Takes the lock if it is free, or held by a dead process, or held for longer than
     /// [`LIVE_HOLDER_TIMEOUT_MS`]. Never waits.
-    pub(crate) fn try_lock(&self) -> Option<Held> {
+    pub(crate) fn try_lock(&self) -> Option<Held<'a>> {
         let held = self.word.load(Ordering::Acquire);
-        let now_ms = monotonic_ms();
+        let now_ms = monotonic_ms() & TIME_MASK;
         if held != 0 {
-            let taken = self.since.load(Ordering::Acquire);
+            let taken = held & TIME_MASK;
             let expired = taken > now_ms || now_ms - taken >= LIVE_HOLDER_TIMEOUT_MS;
-            if !expired && process_alive((held >> 32) as u32) {
+            if !expired && process_alive((held >> TIME_BITS) as u32) {
                 return None;
             }
         }
-        let token = (u64::from(std::process::id()) << 32) | u64::from(tag());
+        let mine = token(std::process::id(), now_ms);
         self.word
-            .compare_exchange(held, token, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(held, mine, Ordering::AcqRel, Ordering::Acquire)
             .ok()?;
-        self.since.store(now_ms, Ordering::Release);
-        Some(Held(token))
-    }
-
-    /// Releases the lock if `held` still holds it.
-    pub(crate) fn unlock(&self, held: Held) {
-        let _ = self
-            .word
-            .compare_exchange(held.0, 0, Ordering::AcqRel, Ordering::Acquire);
-    }
-
-    /// Whether the lock is held right now (by anyone, alive or not).
-    #[cfg(test)]
-    pub(crate) fn is_held(&self) -> bool {
-        self.word.load(Ordering::Acquire) != 0
+        Some(Held {
+            word: self.word,
+            token: mine,
+        })
     }
 }
 
@@ -82,11 +97,6 @@ pub(crate) fn monotonic_ms() -> u64 {
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC is always available on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64) * 1000 + (ts.tv_nsec as u64) / 1_000_000
-}
-
-/// A random non-zero tag.
-fn tag() -> u32 {
-    (crate::random::u64() as u32).max(1)
 }
 
 /// Whether a process with this id exists (or might: any answer but "no such process" counts
@@ -118,41 +128,72 @@ pub(crate) mod tests {
         pid
     }
 
+    /// The lock word of `pid` taken `ago_ms` milliseconds ago.
+    pub(crate) fn held_by(pid: u32, ago_ms: u64) -> u64 {
+        token(pid, monotonic_ms() - ago_ms)
+    }
+
     #[test]
-    fn one_holder_at_a_time_and_no_waiting() {
-        let (w, t) = (AtomicU64::new(0), AtomicU64::new(0));
-        let lock = ProcessLock::new(&w, &t);
+    fn one_holder_at_a_time_released_on_drop() {
+        let w = AtomicU64::new(0);
+        let lock = ProcessLock::new(&w);
         let held = lock.try_lock().expect("free");
         assert!(lock.try_lock().is_none(), "held by a live process");
-        lock.unlock(held);
-        assert!(!lock.is_held());
-        assert!(lock.try_lock().is_some());
+        drop(held);
+        assert_eq!(w.load(Ordering::Relaxed), 0);
+        let again = lock.try_lock();
+        assert!(again.is_some());
+    }
+
+    /// A lock another live process has just won is not taken: its time came with it.
+    #[test]
+    fn a_lock_just_won_is_not_stolen() {
+        let w = AtomicU64::new(0);
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() } as u32;
+        w.store(held_by(parent, 0), Ordering::Relaxed);
+        assert!(ProcessLock::new(&w).try_lock().is_none());
     }
 
     #[test]
     fn a_dead_holder_is_taken_over_at_once() {
-        let (w, t) = (AtomicU64::new(0), AtomicU64::new(0));
-        w.store((u64::from(dead_pid()) << 32) | 5, Ordering::Relaxed);
-        t.store(monotonic_ms(), Ordering::Relaxed);
-        let lock = ProcessLock::new(&w, &t);
+        let w = AtomicU64::new(held_by(dead_pid(), 0));
+        let lock = ProcessLock::new(&w);
         let held = lock.try_lock().expect("the holder is dead");
-        // The dead holder's token no longer releases it.
-        lock.unlock(Held((u64::from(dead_pid()) << 32) | 5));
-        assert!(lock.is_held());
-        lock.unlock(held);
-        assert!(!lock.is_held());
+        assert_eq!(
+            w.load(Ordering::Relaxed) >> TIME_BITS,
+            u64::from(std::process::id())
+        );
+        drop(held);
+        assert_eq!(w.load(Ordering::Relaxed), 0);
     }
 
     #[test]
     fn a_live_holder_is_taken_over_only_after_the_timeout() {
-        let (w, t) = (AtomicU64::new(0), AtomicU64::new(0));
-        let lock = ProcessLock::new(&w, &t);
-        let _stuck = lock.try_lock().unwrap();
-        assert!(lock.try_lock().is_none());
-        // As if taken half a minute ago, then as if taken in the future (another boot).
-        t.store(monotonic_ms() - LIVE_HOLDER_TIMEOUT_MS, Ordering::Relaxed);
-        let _next = lock.try_lock().expect("held too long");
-        t.store(monotonic_ms() + 60_000, Ordering::Relaxed);
-        assert!(lock.try_lock().is_some(), "taken in the future");
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() } as u32;
+        let w = AtomicU64::new(held_by(parent, LIVE_HOLDER_TIMEOUT_MS - 5_000));
+        assert!(ProcessLock::new(&w).try_lock().is_none());
+        w.store(held_by(parent, LIVE_HOLDER_TIMEOUT_MS), Ordering::Relaxed);
+        let next = ProcessLock::new(&w).try_lock();
+        assert!(next.is_some(), "held too long");
+        drop(next);
+        // Taken "in the future": another boot's clock.
+        w.store(token(parent, monotonic_ms() + 60_000), Ordering::Relaxed);
+        assert!(ProcessLock::new(&w).try_lock().is_some());
+    }
+
+    /// A holder that was taken over does not release its successor's lock.
+    #[test]
+    fn a_stale_holder_cannot_release_its_successor() {
+        let w = AtomicU64::new(0);
+        let stale = Held {
+            word: &w,
+            token: held_by(dead_pid(), 0),
+        };
+        w.store(held_by(std::process::id(), 0), Ordering::Relaxed);
+        let now = w.load(Ordering::Relaxed);
+        drop(stale);
+        assert_eq!(w.load(Ordering::Relaxed), now);
     }
 }

@@ -65,6 +65,12 @@ impl RoomCounters {
                 needed.size()
             )));
         }
+        let too_small = |bytes: usize| {
+            Error::Region(format!(
+                "{} bytes given, the room needs {bytes}",
+                region.len()
+            ))
+        };
         let layout =
             match header[0].compare_exchange(0, MAGIC, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
@@ -75,15 +81,15 @@ impl RoomCounters {
                     "not a velvet-rope room region (bad magic: another version or foreign data)"
                         .into(),
                 )),
-                Err(_) => {
-                    // Another process is laying the header out: its ready word is written last.
-                    let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
-                    while header[H_READY].load(Ordering::Acquire) == 0 {
-                        if std::time::Instant::now() > until {
-                            return Err(Error::Region("room header never completed".into()));
-                        }
-                        std::hint::spin_loop();
+                Err(_) if header[H_READY].load(Ordering::Acquire) == 0 => {
+                    // Its creator died laying it out (we hold the directory lock it held).
+                    if region.len() < needed.size() {
+                        return Err(too_small(needed.size()));
                     }
+                    write_header(header, needed, incarnation());
+                    needed
+                }
+                Err(_) => {
                     if header[1].load(Ordering::Acquire) != LAYOUT_VERSION {
                         return Err(Error::Region(
                             "room region of another layout version".into(),
@@ -97,11 +103,7 @@ impl RoomCounters {
                         .ok_or_else(|| Error::Region("room header holds no sane layout".into()))?;
                     have.serves(&needed, settings).map_err(Error::Region)?;
                     if region.len() < have.size() {
-                        return Err(Error::Region(format!(
-                            "{} bytes given, the room's counters take {}",
-                            region.len(),
-                            have.size()
-                        )));
+                        return Err(too_small(have.size()));
                     }
                     have
                 }

@@ -1,9 +1,10 @@
 //! A state file: a file mapped shared into every process that opens it, holding a region of
 //! counters that outlives the processes (restarts, upgrades).
 //!
-//! The first process to open a new (or empty) file sizes it, under an exclusive `flock` so that
-//! processes starting together do not race; the zeroed file is then laid out as any fresh
-//! region. A file that exists is mapped whole and attached: its rooms keep their counts.
+//! The file is opened under an exclusive `flock`, so that processes starting together do not
+//! race: the first one sizes a new (or empty) file and lays its header out; a header left
+//! incomplete by a process that died doing so is laid out again. A file that exists is mapped
+//! whole and attached: its rooms keep their counts.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -12,6 +13,7 @@ use std::path::Path;
 
 use memmap2::MmapMut;
 
+use crate::counters::directory::Directory;
 use crate::error::{Error, Result};
 
 /// A mapped state file.
@@ -49,8 +51,9 @@ impl Drop for FileLock<'_> {
 }
 
 impl StateFile {
-    /// Opens (or creates, `size` bytes, mode 0600) the state file at `path` and maps it.
-    pub(crate) fn open(path: &Path, size: usize) -> Result<Self> {
+    /// Opens (or creates, `size` bytes, mode 0600) the state file at `path`, maps it, and opens
+    /// its header.
+    pub(crate) fn open(path: &Path, size: usize) -> Result<(Self, Directory)> {
         let fail =
             |e: std::io::Error| Error::Region(format!("state file `{}`: {e}", path.display()));
         let file = OpenOptions::new()
@@ -61,7 +64,7 @@ impl StateFile {
             .mode(0o600)
             .open(path)
             .map_err(fail)?;
-        let lock = FileLock::take(&file).map_err(fail)?;
+        let _lock = FileLock::take(&file).map_err(fail)?;
         let len = file.metadata().map_err(fail)?.len();
         if len == 0 {
             file.set_len(size as u64).map_err(fail)?;
@@ -70,9 +73,11 @@ impl StateFile {
         // engines, in any process); it is not truncated while mapped (only an empty file is
         // sized, above, under the lock).
         let mut map = unsafe { MmapMut::map_mut(&file) }.map_err(fail)?;
-        drop(lock);
         let base = map.as_mut_ptr();
-        Ok(Self { map, base })
+        // SAFETY: the mapping is `map.len()` bytes, page-aligned, and lives as long as the
+        // returned `StateFile`; the `flock` held here makes this the only opener meanwhile.
+        let directory = unsafe { Directory::open(base, map.len(), true) }?;
+        Ok((Self { map, base }, directory))
     }
 
     /// The mapping's base (page-aligned) and length.

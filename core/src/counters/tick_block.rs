@@ -15,13 +15,13 @@ use crate::sync::{AtomicU64, Ordering};
 pub(crate) enum Cell {
     /// The advance lock (see [`ProcessLock`]).
     Lock = 0,
-    /// When the advance lock was taken (the host's monotonic clock, ms).
-    LockSince,
     /// The newest bucket opened for admissions (admissions are booked to it or the next one).
     Bucket,
     /// The newest refresh epoch opened.
     Epoch,
-    /// Slots granted to the two pools, net of revokes, since the counters were made.
+    /// Slots granted to the two pools, net of revokes, since the counters were made. Only
+    /// ever moved by adding what an advance granted or revoked (never stored), so an advance
+    /// that overlaps another (a stopped holder whose lock was taken over) cannot rewind it.
     Granted,
     /// Admissions booked to buckets whose ring slots were recycled.
     AdmittedClosed,
@@ -73,20 +73,16 @@ impl<'a> TickBlock<'a> {
         self.cells[c as usize].store(v, Ordering::Release);
     }
 
-    fn lock(&self) -> ProcessLock<'_> {
-        ProcessLock::new(
-            &self.cells[Cell::Lock as usize],
-            &self.cells[Cell::LockSince as usize],
-        )
+    /// Adds `delta` (two's complement for a decrease) to a cell; returns the new value.
+    pub(crate) fn add(&self, c: Cell, delta: i64) -> u64 {
+        self.cells[c as usize]
+            .fetch_add(delta as u64, Ordering::AcqRel)
+            .wrapping_add(delta as u64)
     }
 
-    /// Takes the advance lock, or `None` at once if another live process holds it.
-    pub(crate) fn try_lock(&self) -> Option<Held> {
-        self.lock().try_lock()
-    }
-
-    /// Releases the advance lock.
-    pub(crate) fn unlock(&self, held: Held) {
-        self.lock().unlock(held)
+    /// Takes the advance lock, or `None` at once if another live process holds it. Released
+    /// when the returned value is dropped.
+    pub(crate) fn try_lock(&self) -> Option<Held<'a>> {
+        ProcessLock::new(&self.cells[Cell::Lock as usize]).try_lock()
     }
 }

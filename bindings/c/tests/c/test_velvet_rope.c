@@ -58,7 +58,7 @@ static void cookie_of(const vr_decision *d, char *out, size_t len) {
 }
 
 static void test_misc(void) {
-    CHECK(strcmp(vr_version(), "0.1.0") == 0);
+    CHECK(strcmp(vr_version(), "0.2.0") == 0);
     CHECK(strcmp(vr_result_name(VR_OK), "VR_OK") == 0);
     CHECK(strcmp(vr_result_name(VR_PANIC), "VR_PANIC") == 0);
     CHECK(strcmp(vr_result_name(999), "VR_UNKNOWN_RESULT") == 0);

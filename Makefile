@@ -5,7 +5,10 @@ SHELL := /bin/bash
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 
-.PHONY: demo test test-rust test-loom test-c test-nginx lint header bench bench-nginx fuzz clean
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test test-rust test-loom test-c test-nginx test-python python-env lint header bench bench-nginx bench-python fuzz clean
 
 demo:
 	@echo "make demo: building the velvet-rope command (release build: a minute or two the first time)"
@@ -13,7 +16,7 @@ demo:
 	@echo "make demo: running a flash sale through the engine in virtual time"
 	./target/release/velvet-rope demo
 
-test: lint test-rust test-loom test-c test-nginx
+test: lint test-rust test-loom test-c test-nginx test-python
 	@echo "make test: all suites passed"
 
 lint:
@@ -46,6 +49,25 @@ test-nginx:
 	@echo "== make test: the nginx module against Debian's nginx (installs nginx and nginx-dev if missing)"
 	bindings/nginx/build.sh
 	python3 bindings/nginx/tests/test_nginx.py
+
+# A virtual environment with the package built from source (`pip install ./python`) and the
+# pinned test tools; Debian's python3 needs python3-venv for it, installed when missing.
+python-env:
+	@echo "== the Python package: building it into $(VENV) (maturin from the package index; a minute the first time)"
+	@python3 -c "import ensurepip, venv" 2>/dev/null || (echo "installing python3-venv (apt-get)" && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv)
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r python/tests/requirements.txt
+	$(PY) -m pip install -q ./python
+
+# pytest (warnings are errors): the API in process, FastAPI under uvicorn and Flask under
+# gunicorn with two workers each; then the stubs against the module, and mypy --strict.
+test-python: python-env
+	@echo "== make test: the Python package (pytest, stubtest, mypy)"
+	cd python && ../$(PY) -m pytest -q -p no:cacheprovider
+	cd python && ../$(PY) -m mypy.stubtest velvet_rope._velvet_rope
+	cd python && ../$(PY) -m mypy --strict --no-incremental python/velvet_rope
 
 # Regenerates include/velvet_rope.h (make test fails while it is stale).
 header:

@@ -1,0 +1,114 @@
+"""Driving `Engine.tick()` about once a second, on a daemon thread or on an asyncio loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+
+from ._velvet_rope import Engine
+
+__all__ = ["ThreadTicker", "LoopTicker"]
+
+#: Seconds between ticks (the engine expects about one a second).
+INTERVAL = 1.0
+
+
+class ThreadTicker:
+    """Ticks an engine every `interval` seconds on a daemon thread until `stop()`.
+
+    `engine.tick()` never waits and releases the GIL, so the thread costs a few microseconds a
+    second. One ticker per engine is enough; a second is harmless (ticks never wait for each
+    other).
+    """
+
+    def __init__(self, engine: Engine, interval: float = INTERVAL) -> None:
+        self._engine = engine
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        _TICKERS.add(self)
+
+    def _after_fork(self) -> None:
+        # A forked child (a pre-fork server's worker) has no threads but the one that forked:
+        # a ticker that was running starts again there.
+        was_running = self._thread is not None and not self._stop.is_set()
+        self._lock = threading.Lock()
+        self._thread = None
+        if was_running:
+            self.start()
+
+    def start(self) -> None:
+        """Starts ticking (idempotent)."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._run, name="velvet-rope-ticker", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._engine.tick()
+
+    def stop(self) -> None:
+        """Stops ticking and waits for the thread to end."""
+        with self._lock:
+            self._stop.set()
+            thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+
+_TICKERS: weakref.WeakSet[ThreadTicker] = weakref.WeakSet()
+
+
+def _restart_after_fork() -> None:
+    for ticker in list(_TICKERS):
+        ticker._after_fork()
+
+
+os.register_at_fork(after_in_child=_restart_after_fork)
+
+
+class LoopTicker:
+    """Ticks an engine every `interval` seconds from a task on the running asyncio loop."""
+
+    def __init__(self, engine: Engine, interval: float = INTERVAL) -> None:
+        self._engine = engine
+        self._interval = interval
+        self._task: asyncio.Task[None] | None = None
+
+    def ensure_started(self) -> None:
+        """Starts the task on the running loop unless it runs already."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            self._engine.tick()
+
+    async def stop(self) -> None:
+        """Cancels the task and waits for it."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    @property
+    def running(self) -> bool:
+        """Whether the task runs."""
+        return self._task is not None and not self._task.done()

@@ -1,0 +1,80 @@
+"""The waiting room as WSGI middleware (Flask, Django, any WSGI app).
+
+```python
+from velvet_rope import Engine
+from velvet_rope.wsgi import WaitingRoom
+
+engine = Engine(pathlib.Path("velvet-rope.toml"), shared_memory="/run/velvet-rope.state")
+app.wsgi_app = WaitingRoom(app.wsgi_app, engine, room="shop")      # Flask
+```
+
+Each request under a room is decided before the app sees it, as in `velvet_rope.asgi`. The
+engine is ticked once a second by a daemon thread, started with the middleware (and again in
+each worker a pre-fork server forks from a preloaded app), stopped by `close()` or at exit.
+With several worker processes, give the engine `shared_memory=` so that they share exact
+counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ._routing import RoomRouter, status_line
+from ._ticker import ThreadTicker
+from ._velvet_rope import Engine
+
+__all__ = ["WaitingRoom"]
+
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+class WaitingRoom:
+    """WSGI middleware putting a velvet-rope room in front of `app` (arguments as in
+    `velvet_rope.asgi.WaitingRoom`)."""
+
+    def __init__(
+        self,
+        app: WSGIApp,
+        engine: Engine,
+        *,
+        room: str | None = None,
+        rooms: Mapping[str, str] | None = None,
+        bypass: Iterable[str] = (),
+        tick: bool = True,
+    ) -> None:
+        self.app = app
+        self.engine = engine
+        self.router = RoomRouter(engine, room, rooms, bypass)
+        self.ticker = ThreadTicker(engine) if tick else None
+        if self.ticker is not None:
+            self.ticker.start()
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        room = self.router.room_for(environ.get("PATH_INFO", "") or "/")
+        if room is None:
+            return self.app(environ, start_response)
+        decision = self.engine.admit(room, environ.get("HTTP_COOKIE"))
+        if decision.admitted:
+            set_cookie = decision.set_cookie
+            if set_cookie is None:
+                return self.app(environ, start_response)
+
+            def start_with_ticket(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+                return start_response(status, [*headers, ("Set-Cookie", set_cookie)], *exc)
+
+            return self.app(environ, start_with_ticket)
+        page = self.engine.render_page(room, decision, environ.get("HTTP_ACCEPT"))
+        if page is None:  # admit decisions have no page; cannot happen here
+            return self.app(environ, start_response)
+        body = page.body.encode()
+        start_response(
+            status_line(page.status), [*page.headers, ("Content-Length", str(len(body)))]
+        )
+        return [body]
+
+    def close(self) -> None:
+        """Stops the ticker thread."""
+        if self.ticker is not None:
+            self.ticker.stop()

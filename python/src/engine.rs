@@ -1,0 +1,371 @@
+//! `Engine`, `Decision`, `RoomStats`, `Page`: the admission side.
+
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
+use velvet_rope::{Config, Outcome};
+
+use crate::errors::to_py;
+use crate::time::or_now;
+
+/// A configuration as Python hands it in: text (TOML or JSON) as `str`, or a file as
+/// `os.PathLike` (a `str` is always text; variants are tried in order).
+#[derive(FromPyObject)]
+pub(crate) enum ConfigArg {
+    /// TOML or JSON text.
+    Text(String),
+    /// `pathlib.Path` or any `os.PathLike`.
+    Path(PathBuf),
+}
+
+impl ConfigArg {
+    fn load(self) -> PyResult<Config> {
+        match self {
+            ConfigArg::Path(p) => Config::from_path(p),
+            ConfigArg::Text(t) => Config::from_text(&t),
+        }
+        .map_err(to_py)
+    }
+}
+
+/// The admission engine: one per process (or one per state file shared by processes).
+#[pyclass(frozen, module = "velvet_rope._velvet_rope")]
+pub struct Engine {
+    inner: velvet_rope::Engine,
+    /// The steady answer (admit, nothing to set), shared: the common case allocates nothing.
+    admit_steady: Py<Decision>,
+}
+
+/// A header value as servers hold it: `str` or `bytes`.
+fn header_bytes<'a>(v: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
+    if let Ok(s) = v.cast::<PyString>() {
+        return s.to_str().map(str::as_bytes);
+    }
+    if let Ok(b) = v.cast::<PyBytes>() {
+        return Ok(b.as_bytes());
+    }
+    Err(pyo3::exceptions::PyTypeError::new_err(
+        "a header value must be str or bytes",
+    ))
+}
+
+impl Engine {
+    fn wrap(&self, py: Python<'_>, d: velvet_rope::Decision) -> PyResult<Py<Decision>> {
+        if d.outcome == Outcome::Admit && d.set_cookie.is_none() && d.ticket_error.is_none() {
+            return Ok(self.admit_steady.clone_ref(py));
+        }
+        Py::new(py, Decision::from(d))
+    }
+}
+
+#[pymethods]
+impl Engine {
+    /// An engine from a configuration: TOML or JSON text (`str`), or a file (`os.PathLike`).
+    /// With `shared_memory`, its counters live in that state file, mapped by every process
+    /// that opens it (the workers of gunicorn or uvicorn share exact counts; counts survive
+    /// restarts). `now_ms` defaults to the system clock.
+    #[new]
+    #[pyo3(signature = (config, *, shared_memory = None, now_ms = None))]
+    fn new(
+        py: Python<'_>,
+        config: ConfigArg,
+        shared_memory: Option<PathBuf>,
+        now_ms: Option<u64>,
+    ) -> PyResult<Self> {
+        let config = config.load()?;
+        let now = or_now(now_ms);
+        // Building may map a file and wait (bounded) for another process's first tick.
+        let inner = py
+            .detach(|| match shared_memory {
+                Some(path) => velvet_rope::Engine::open_state_file(config, path, now),
+                None => velvet_rope::Engine::new(config, now),
+            })
+            .map_err(to_py)?;
+        Ok(Self {
+            inner,
+            admit_steady: Py::new(py, Decision::from(velvet_rope::Decision::admit_steady()))?,
+        })
+    }
+
+    /// Decides one request. `cookie` is the request's whole `Cookie` header (`str` or `bytes`),
+    /// or `None`. Never blocks.
+    #[pyo3(signature = (room, cookie = None, now_ms = None))]
+    fn admit(
+        &self,
+        py: Python<'_>,
+        room: &str,
+        cookie: Option<&Bound<'_, PyAny>>,
+        now_ms: Option<u64>,
+    ) -> PyResult<Py<Decision>> {
+        let header = cookie.map(header_bytes).transpose()?;
+        let d = self
+            .inner
+            .admit_header_bytes(room.as_bytes(), header, or_now(now_ms))
+            .map_err(to_py)?;
+        self.wrap(py, d)
+    }
+
+    /// Decides one request given the ticket cookie's value itself (no header parsing).
+    #[pyo3(signature = (room, ticket = None, now_ms = None))]
+    fn admit_ticket(
+        &self,
+        py: Python<'_>,
+        room: &str,
+        ticket: Option<&str>,
+        now_ms: Option<u64>,
+    ) -> PyResult<Py<Decision>> {
+        let d = self
+            .inner
+            .admit_ticket(room, ticket, or_now(now_ms))
+            .map_err(to_py)?;
+        self.wrap(py, d)
+    }
+
+    /// Folds the counters into a new snapshot. Call about once a second (the middleware does);
+    /// it never waits.
+    #[pyo3(signature = (now_ms = None))]
+    fn tick(&self, py: Python<'_>, now_ms: Option<u64>) {
+        let now = or_now(now_ms);
+        py.detach(|| self.inner.tick(now));
+    }
+
+    /// Replaces the configuration; a bad one raises and the running one keeps serving.
+    fn reload(&self, py: Python<'_>, config: ConfigArg) -> PyResult<()> {
+        let config = config.load()?;
+        py.detach(|| self.inner.reload(config)).map_err(to_py)
+    }
+
+    /// A room's figures as last published by a tick.
+    fn stats(&self, room: &str) -> PyResult<RoomStats> {
+        self.inner.stats(room).map(RoomStats::from).map_err(to_py)
+    }
+
+    /// Every room's figures as one JSON object (what a status endpoint serves).
+    fn stats_json(&self) -> String {
+        self.inner.stats_json()
+    }
+
+    /// The waiting page for a queue or reject decision (`None` for admit). `accept` is the
+    /// request's `Accept` header.
+    #[pyo3(signature = (room, decision, accept = None))]
+    fn render_page(
+        &self,
+        room: &str,
+        decision: &Decision,
+        accept: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Page>> {
+        let accept = accept
+            .map(header_bytes)
+            .transpose()?
+            .and_then(|b| std::str::from_utf8(b).ok());
+        let page = self
+            .inner
+            .render_page(room, &decision.inner, accept)
+            .map_err(to_py)?;
+        Ok(page.map(|p| Page::new(p, decision.inner.set_cookie.as_deref())))
+    }
+
+    /// Names of the configured rooms.
+    #[getter]
+    fn rooms(&self) -> Vec<String> {
+        self.inner.rooms()
+    }
+
+    /// The name of a room's ticket cookie.
+    fn cookie_name(&self, room: &str) -> PyResult<String> {
+        self.inner
+            .config()
+            .rooms
+            .iter()
+            .find(|r| r.name == room)
+            .map(|r| r.cookie_name())
+            .ok_or_else(|| to_py(velvet_rope::Error::UnknownRoom(room.to_owned())))
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Engine(rooms={:?})", self.inner.rooms())
+    }
+}
+
+/// Bytes of a state file for this configuration (what `Engine(shared_memory=...)` creates).
+#[pyfunction]
+pub(crate) fn shared_memory_size(config: ConfigArg) -> PyResult<usize> {
+    Ok(velvet_rope::Engine::shared_region_size(&config.load()?))
+}
+
+/// The engine's answer for one request.
+#[pyclass(frozen, module = "velvet_rope._velvet_rope")]
+pub struct Decision {
+    inner: velvet_rope::Decision,
+}
+
+impl From<velvet_rope::Decision> for Decision {
+    fn from(inner: velvet_rope::Decision) -> Self {
+        Self { inner }
+    }
+}
+
+#[pymethods]
+impl Decision {
+    /// `"admit"`, `"queue"` or `"reject"`.
+    #[getter]
+    fn outcome(&self) -> &'static str {
+        self.inner.outcome.as_str()
+    }
+
+    /// Whether the request may reach the origin.
+    #[getter]
+    fn admitted(&self) -> bool {
+        self.inner.outcome == Outcome::Admit
+    }
+
+    /// A complete `Set-Cookie` header value to send, or `None`.
+    #[getter]
+    fn set_cookie(&self) -> Option<&str> {
+        self.inner.set_cookie.as_deref()
+    }
+
+    /// Queue: live waiters ahead plus one.
+    #[getter]
+    fn position(&self) -> Option<u64> {
+        self.inner.position
+    }
+
+    /// Queue: estimated seconds until admission.
+    #[getter]
+    fn estimated_wait_secs(&self) -> Option<u64> {
+        self.inner.estimated_wait_secs
+    }
+
+    /// Queue: seconds until the page should refresh. Reject: seconds until a retry.
+    #[getter]
+    fn retry_after_secs(&self) -> Option<u64> {
+        self.inner.retry_after_secs
+    }
+
+    /// Queue: live waiters in the room.
+    #[getter]
+    fn queue_length(&self) -> Option<u64> {
+        self.inner.queue_length
+    }
+
+    /// Why the incoming ticket was refused (`"bad_tag"`, ...), if it was.
+    #[getter]
+    fn ticket_error(&self) -> Option<&'static str> {
+        self.inner.ticket_error.map(|e| e.as_str())
+    }
+
+    fn __repr__(&self) -> String {
+        let position = self
+            .inner
+            .position
+            .map_or_else(|| "None".to_owned(), |p| p.to_string());
+        let error = self
+            .inner
+            .ticket_error
+            .map_or_else(|| "None".to_owned(), |e| format!("'{e}'"));
+        format!(
+            "Decision(outcome='{}', position={position}, set_cookie={}, ticket_error={error})",
+            self.inner.outcome.as_str(),
+            if self.inner.set_cookie.is_some() {
+                "'...'"
+            } else {
+                "None"
+            },
+        )
+    }
+}
+
+/// A room's figures.
+#[pyclass(frozen, get_all, module = "velvet_rope._velvet_rope")]
+pub struct RoomStats {
+    /// Visitors counted in the session window.
+    active_users: u64,
+    /// Admissions booked to the current minute (bucket).
+    admitted_this_minute: u64,
+    /// Admissions since the counters were made.
+    admitted_total: u64,
+    /// Live waiters.
+    queue_length: u64,
+    /// FIFO: the arrival bucket up to which waiters may enter.
+    frontier: u64,
+    /// Slots free until the next tick.
+    free_slots: u64,
+    /// Recent admissions per second.
+    admission_rate: f64,
+    /// Bytes of counters the room takes.
+    memory_bytes: usize,
+    /// Refused tickets by reason.
+    ticket_rejections: std::collections::BTreeMap<&'static str, u64>,
+}
+
+impl From<velvet_rope::RoomStats> for RoomStats {
+    fn from(s: velvet_rope::RoomStats) -> Self {
+        let r = s.ticket_rejections;
+        Self {
+            active_users: s.active_users,
+            admitted_this_minute: s.admitted_this_minute,
+            admitted_total: s.admitted_total,
+            queue_length: s.queue_length,
+            frontier: s.frontier,
+            free_slots: s.free_slots,
+            admission_rate: s.admission_rate,
+            memory_bytes: s.memory_bytes,
+            ticket_rejections: [
+                ("bad_encoding", r.bad_encoding),
+                ("unknown_key", r.unknown_key),
+                ("bad_tag", r.bad_tag),
+                ("wrong_room", r.wrong_room),
+                ("expired", r.expired),
+                ("from_future", r.from_future),
+            ]
+            .into_iter()
+            .collect(),
+        }
+    }
+}
+
+#[pymethods]
+impl RoomStats {
+    fn __repr__(&self) -> String {
+        format!(
+            "RoomStats(active_users={}, admitted_this_minute={}, queue_length={}, free_slots={})",
+            self.active_users, self.admitted_this_minute, self.queue_length, self.free_slots
+        )
+    }
+}
+
+/// A response to send instead of the origin's.
+#[pyclass(frozen, get_all, module = "velvet_rope._velvet_rope")]
+pub struct Page {
+    /// HTTP status.
+    status: u16,
+    /// `Content-Type` value.
+    content_type: &'static str,
+    /// The body (HTML or JSON).
+    body: String,
+    /// Every header to send: `(name, value)` pairs, `Set-Cookie` included.
+    headers: Vec<(&'static str, String)>,
+}
+
+impl Page {
+    fn new(p: velvet_rope::Page, set_cookie: Option<&str>) -> Self {
+        Self {
+            headers: p.headers(set_cookie),
+            status: p.status,
+            content_type: p.content_type,
+            body: p.body,
+        }
+    }
+}
+
+#[pymethods]
+impl Page {
+    fn __repr__(&self) -> String {
+        format!(
+            "Page(status={}, content_type={:?})",
+            self.status, self.content_type
+        )
+    }
+}

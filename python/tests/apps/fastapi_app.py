@@ -1,0 +1,56 @@
+"""A FastAPI app behind the ASGI middleware, with a dependency route and a decorated route;
+run by uvicorn with 2 workers sharing a state file (`VR_CONFIG`, `VR_STATE`)."""
+
+import asyncio
+import os
+import pathlib
+
+from fastapi import Depends, FastAPI
+
+from velvet_rope import Engine
+from velvet_rope.asgi import WaitingRoom
+from velvet_rope.fastapi import Admission, install, waiting_room
+
+engine = Engine(pathlib.Path(os.environ["VR_CONFIG"]), shared_memory=os.environ["VR_STATE"])
+api = FastAPI()
+install(api)
+
+
+@api.get("/shop/{page}")
+async def shop(page: str) -> dict[str, object]:
+    await asyncio.sleep(0.05)  # a little work, as an origin does
+    return {"origin": True, "page": page}
+
+
+@api.get("/health")
+async def health() -> dict[str, object]:
+    return {"ok": True}
+
+
+@api.get("/dep", dependencies=[Depends(Admission(engine, "dep"))])
+async def dep() -> dict[str, object]:
+    return {"origin": True, "route": "dep"}
+
+
+@api.get("/deco")
+@waiting_room(engine, "deco")
+async def deco() -> dict[str, object]:
+    return {"origin": True, "route": "deco"}
+
+
+def _with_worker_pid(inner):  # type: ignore[no-untyped-def]
+    """Adds `X-Worker-Pid` to every response, waiting pages included."""
+
+    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
+        async def send_pid(message):  # type: ignore[no-untyped-def]
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = [*message.get("headers", ()), (b"x-worker-pid", str(os.getpid()).encode())]
+            await send(message)
+
+        await inner(scope, receive, send_pid if scope["type"] == "http" else send)
+
+    return app
+
+
+app = _with_worker_pid(WaitingRoom(api, engine, rooms={"/shop/": "shop"}, bypass=["/health"]))

@@ -1,0 +1,91 @@
+"""Real servers on 127.0.0.1, driven over HTTP: FastAPI under uvicorn and Flask under gunicorn,
+two worker processes each, sharing the room's counts through one state file."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from .http_client import Jar, get, position
+from .servers import Server
+
+K = 10  # total_active_users of room `shop` (tests/apps/rooms.toml)
+N = 40  # concurrent new visitors
+
+
+class Run:
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.port = server.port
+        self.admitted: list[Jar] = []
+
+
+@pytest.fixture(scope="module", params=["uvicorn", "gunicorn"])
+def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    server = Server(request.param, tmp_path_factory.mktemp(request.param) / "rooms.state")
+    try:
+        yield Run(server)
+    finally:
+        server.stop()
+
+
+def test_exactly_k_of_n_concurrent_new_visitors_across_both_workers(run: Run) -> None:
+    def visit(_: int) -> tuple[Jar, object]:
+        jar = Jar()
+        return jar, get(run.port, "/shop/a", jar)
+
+    with concurrent.futures.ThreadPoolExecutor(N) as pool:
+        results = list(pool.map(visit, range(N)))
+    admitted = [jar for jar, r in results if r.admitted]  # type: ignore[attr-defined]
+    waiting = [r for _, r in results if r.waiting]  # type: ignore[attr-defined]
+    assert len(admitted) == K, f"{len(admitted)} of {N} admitted, the limit is {K}"
+    assert len(waiting) == N - K
+    pids = {r.header("X-Worker-Pid") for _, r in results}  # type: ignore[attr-defined]
+    assert len(pids) == 2, f"one worker served every request: {pids}"
+    run.admitted = admitted
+
+
+def test_admitted_cookies_readmit(run: Run) -> None:
+    assert run.admitted, "needs the crowd's admitted visitors"
+    for jar in run.admitted:
+        for _ in range(2):
+            assert get(run.port, "/shop/b", jar).admitted
+
+
+def test_over_the_limit_visitors_get_the_waiting_page(run: Run) -> None:
+    jar = Jar()
+    r = get(run.port, "/shop/c", jar)
+    assert not r.admitted and r.waiting
+    assert r.status == 202, "the room's queueing_status_code"
+    assert (r.header("Content-Type") or "").startswith("text/html")
+    assert r.header("Refresh") == "5"
+    assert r.header("Cache-Control") == "no-store"
+    assert (position(r) or 0) >= 1
+    assert "__vr_shop" in jar.cookies, "a waiter gets a queued ticket"
+    r = get(run.port, "/shop/c", Jar(), {"Accept": "application/json"})
+    assert r.status == 202 and (r.header("Content-Type") or "").startswith("application/json")
+    doc = json.loads(r.body)
+    assert doc["outcome"] == "queue" and doc["position"] >= 1
+
+
+def test_a_tampered_cookie_is_a_new_visitor(run: Run) -> None:
+    assert run.admitted, "needs the crowd's admitted visitors"
+    value = run.admitted[0].cookies["__vr_shop"]
+    i = len(value) // 2
+    forged = Jar({"__vr_shop": value[:i] + ("A" if value[i] != "A" else "B") + value[i + 1:]})
+    r = get(run.port, "/shop/d", forged)
+    assert not r.admitted and r.waiting, "a forged ticket got in"
+    assert forged.cookies["__vr_shop"] != value, "treated as new: a queued ticket of its own"
+
+
+def test_bypassed_and_unroomed_paths_pass_untouched(run: Run) -> None:
+    r = get(run.port, "/health")
+    assert r.status == 200 and json.loads(r.body) == {"ok": True}
+    assert not r.all("Set-Cookie")
+
+
+def test_the_server_stops_cleanly(run: Run) -> None:
+    assert run.server.stop() == 0, run.server.log.read_text()

@@ -69,6 +69,16 @@ test-python: python-env
 	cd python && ../$(PY) -m mypy.stubtest velvet_rope._velvet_rope
 	cd python && ../$(PY) -m mypy --strict --no-incremental python/velvet_rope
 
+# Python benchmarks: calls against limits and pyrate-limiter (pytest-benchmark), the
+# middleware's own cost per request, and uvicorn requests/s with it and without (and A/A).
+bench-python: python-env
+	$(PY) -m pip install -q -r python/bench/requirements.txt
+	cd python && ../$(PY) -m pytest -q -p no:cacheprovider bench/test_bench.py \
+		--benchmark-columns=median,iqr,ops --benchmark-sort=name
+	cd python/bench && ../../$(PY) asgi_overhead.py
+	cd python/bench && ../../$(PY) asgi_bench.py
+	cd python/bench && CONTROL=1 ../../$(PY) asgi_bench.py
+
 # Regenerates include/velvet_rope.h (make test fails while it is stale).
 header:
 	VR_BLESS_HEADER=1 $(CARGO) test --release -p velvet-rope-c --test header

@@ -1,0 +1,55 @@
+"""The waiting room's own cost per request, in process: the ASGI app called directly with a
+fake `receive`/`send`, bare and behind the middleware, for 2,000 visitors with valid tickets in
+turn (`make bench-python`). The difference is what the middleware adds to every request."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+from asgi_app import plain, roomed
+
+VISITORS = 2000
+CALLS = 100_000
+
+
+async def main() -> None:
+    sent: list[object] = []
+
+    async def send(message: object) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    def scope(cookie: bytes | None) -> dict[str, object]:
+        headers = [(b"host", b"example.com"), (b"user-agent", b"bench"), (b"accept", b"*/*")]
+        if cookie is not None:
+            headers.append((b"cookie", b"_ga=GA1.2.3; " + cookie + b"; theme=dark"))
+        return {"type": "http", "path": "/", "method": "GET", "headers": headers}
+
+    cookies = []
+    for _ in range(VISITORS):
+        sent.clear()
+        await roomed(scope(None), receive, send)
+        start = sent[0]
+        value = dict(start["headers"])[b"set-cookie"]  # type: ignore[index]
+        cookies.append(value.split(b";", 1)[0])
+    scopes = [scope(c) for c in cookies]
+    best: dict[str, float] = {}
+    for _ in range(5):
+        for name, app in (("plain", plain), ("roomed", roomed)):
+            turn = itertools.cycle(scopes)
+            t = time.perf_counter()
+            for _ in range(CALLS):
+                sent.clear()
+                await app(next(turn), receive, send)
+            per = (time.perf_counter() - t) / CALLS * 1e6
+            best[name] = min(best.get(name, per), per)
+    print(f"bare app: {best['plain']:.2f} us per request; behind the waiting room: "
+          f"{best['roomed']:.2f} us; the middleware adds {best['roomed'] - best['plain']:.2f} us "
+          f"(best of 5 runs of {CALLS:,} requests, {VISITORS:,} visitors in turn)")
+
+
+asyncio.run(main())

@@ -6,9 +6,10 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 
 VENV ?= .venv
+NPM ?= npm
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-rust test-loom test-c test-nginx test-python python-env lint header bench bench-nginx bench-python fuzz clean
+.PHONY: demo test test-rust test-loom test-c test-nginx test-python python-env test-node node-env lint header bench bench-nginx bench-python bench-node fuzz clean
 
 demo:
 	@echo "make demo: building the velvet-rope command (release build: a minute or two the first time)"
@@ -16,7 +17,7 @@ demo:
 	@echo "make demo: running a flash sale through the engine in virtual time"
 	./target/release/velvet-rope demo
 
-test: lint test-rust test-loom test-c test-nginx test-python
+test: lint test-rust test-loom test-c test-nginx test-python test-node
 	@echo "make test: all suites passed"
 
 lint:
@@ -78,6 +79,42 @@ bench-python: python-env
 	cd python/bench && ../../$(PY) asgi_overhead.py
 	cd python/bench && ../../$(PY) asgi_bench.py
 	cd python/bench && CONTROL=1 ../../$(PY) asgi_bench.py
+
+# The npm package built from source: the pinned dev dependencies (the lockfile's versions;
+# `npm install`, as `npm ci` refuses a lockfile that records only this platform's optional
+# binaries of @napi-rs/cli's dependencies) and a release build of the addon with its CLI. Node.js 20 or later is needed
+# (Express 5, Fastify 5); Debian's nodejs and npm are installed when node is missing.
+node-env:
+	@echo "== the Node package: npm install and a release build of the addon (a minute the first time)"
+	@command -v node >/dev/null && command -v npm >/dev/null || (echo "installing nodejs and npm (apt-get)" && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm)
+	@node -e 'if (+process.versions.node.split(".")[0] < 20) { console.error("velvet-rope needs Node.js 20 or later; this is " + process.version); process.exit(1) }'
+	cd node && $(NPM) install --no-audit --no-fund --loglevel=error
+	mkdir -p target/node-generated
+	cp node/binding.js node/binding.d.ts target/node-generated/
+	cd node && $(NPM) run build
+
+# node --test: the API in process, the middleware's set-up, and real Express and Fastify
+# servers (two cluster workers each) on 127.0.0.1; then the generated loader and types are
+# checked against the committed ones, index.d.ts is compiled (tsc --strict), and the addon's
+# Rust is held to fmt and clippy.
+test-node: node-env
+	@echo "== make test: the Node package (node --test, generated files, tsc, clippy)"
+	cd node && $(NPM) test
+	@cmp -s node/binding.js target/node-generated/binding.js && cmp -s node/binding.d.ts target/node-generated/binding.d.ts \
+		|| (echo "node/binding.js or node/binding.d.ts drifted from the addon: commit the regenerated files"; exit 1)
+	cd node && $(NPM) run typecheck
+	$(CARGO) fmt --manifest-path node/Cargo.toml --check
+	CARGO_TARGET_DIR=target $(CARGO) clippy --manifest-path node/Cargo.toml --release \
+		--target x86_64-unknown-linux-gnu -- -D warnings
+
+# Node benchmarks: calls against limiter and rate-limiter-flexible (mitata), then Fastify
+# requests/s with the plugin and without (and the A/A control); wrk installed when missing.
+bench-node: node-env
+	cd node && node bench/bench.mjs
+	@command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q wrk
+	cd node && node bench/fastify_bench.mjs
+	cd node && CONTROL=1 node bench/fastify_bench.mjs
 
 # Regenerates include/velvet_rope.h (make test fails while it is stale).
 header:

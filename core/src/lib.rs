@@ -49,7 +49,7 @@ pub use admission::{
     find_cookie, find_cookie_bytes, wants_json, Decision, Engine, Outcome, Page, RoomStats,
     TicketRejections,
 };
-pub use clock::{Clock, FakeClock, Millis, SystemClock, MAX_NOW_MS};
+pub use clock::{Clock, CoarseSystemClock, FakeClock, Millis, SystemClock, MAX_NOW_MS};
 pub use config::{Config, QueueingMethod, RoomConfig};
 pub use counters::slot_pool;
 pub use error::{Error, Result};

@@ -1,0 +1,194 @@
+/**
+ * velvet-rope: an in-process admission engine for Node.js. A virtual waiting room (`Engine`,
+ * with Express and Fastify middleware) and capacity leases (`Coordinator`, `RateLimiter`,
+ * `Gauge`), decided in the process with no network hop.
+ *
+ * Written by hand over the generated `binding.d.ts` (the native functions).
+ */
+
+import type { DecisionObject, LeaseObject, PageObject, RoomStatsObject } from './binding'
+
+/** What happens to a request. */
+export type Outcome = 'admit' | 'queue' | 'reject'
+
+/** A decision: admitted or not, the ticket cookie to set, and the queue's figures. */
+export interface Decision extends DecisionObject {
+  outcome: Outcome
+}
+
+/** A waiting page: status, content type, body, and every header to send. */
+export type Page = PageObject
+
+/** A room's figures as last published by a tick. */
+export type RoomStats = RoomStatsObject
+
+/** A lease: what a client may use, until when. */
+export type Lease = LeaseObject
+
+/** Options of `new Engine(...)`. */
+export interface EngineOptions {
+  /** A state file: counters shared by every process that opens it, kept across restarts. */
+  sharedMemory?: string
+  /** The clock, milliseconds since the Unix epoch (tests). */
+  nowMs?: number
+}
+
+/** The admission engine: one per process, or one per state file shared by processes. */
+export declare class Engine {
+  /** From configuration text (TOML or JSON). Throws `ConfigError` or `SharedMemoryError`. */
+  constructor(config: string, options?: EngineOptions)
+  /** From a configuration file. */
+  static fromFile(path: string, options?: EngineOptions): Engine
+  /**
+   * Decides one request. `cookie` is the request's whole `Cookie` header. Synchronous; never
+   * blocks. Throws `UnknownRoomError` for a room not configured.
+   */
+  admit(room: string, cookie?: string | null, nowMs?: number): Decision
+  /** Decides one request given the ticket cookie's value itself. */
+  admitTicket(room: string, ticket?: string | null, nowMs?: number): Decision
+  /** Folds the counters into a new snapshot (about once a second: see `startTicking`). */
+  tick(nowMs?: number): void
+  /** Ticks every `intervalMs` on an `unref`'d timer until `stopTicking` (idempotent). */
+  startTicking(intervalMs?: number): this
+  /** Stops the timer `startTicking` started. */
+  stopTicking(): void
+  /** Replaces the configuration; a bad one throws and the running one keeps serving. */
+  reload(config: string, options?: { isPath?: boolean }): void
+  /** A room's figures as last published by a tick. */
+  stats(room: string): RoomStats
+  /** Every room's figures as one JSON text (what a status endpoint serves). */
+  statsJson(): string
+  /** The waiting page for a queue or reject decision (`null` for admit). */
+  renderPage(room: string, decision: Decision, accept?: string | null): Page | null
+  /** Names of the configured rooms. */
+  readonly rooms: string[]
+  /** Every room's figures as last published. */
+  readonly statsByRoom: Record<string, unknown>
+  /** The name of a room's ticket cookie. */
+  cookieName(room: string): string
+}
+
+/** Options of `new Coordinator(...)` and `request`. */
+export interface ClockOptions {
+  /** The clock, milliseconds since the Unix epoch (tests). */
+  nowMs?: number
+}
+
+/** Hands out leases of shared resources (the configuration's `resources` section). */
+export declare class Coordinator {
+  constructor(config: string, options?: ClockOptions)
+  static fromFile(path: string, options?: ClockOptions): Coordinator
+  /** Asks for `wants` of `resource` for `clientId`; the lease granted. */
+  request(clientId: string, resource: string, wants: number, options?: ClockOptions & { priority?: number }): Lease
+  /** Gives a client's lease back; whether it held one. */
+  release(clientId: string, resource: string): boolean
+}
+
+/** Permits at a rate, spread evenly over each second. */
+export declare class RateLimiter {
+  constructor(perSecond: number)
+  /** A limiter at a lease's capacity. */
+  static fromLease(lease: Lease): RateLimiter
+  /** Takes `n` permits if they are free now. Never blocks. */
+  tryAcquire(n?: number): boolean
+  /** Resolves once `n` permits are taken; throws `CapacityError` if they never can be. */
+  acquire(n?: number): Promise<void>
+  /** Changes the rate (a refreshed lease). */
+  setRate(perSecond: number): void
+  /** Permits per second. */
+  readonly rate: number
+}
+
+/** Units of a gauge held until released (`using permit = await gauge.acquire()`). */
+export declare class Permit {
+  /** Gives the units back (once; later calls do nothing). */
+  release(): void;
+  [Symbol.dispose](): void
+}
+
+/** At most `capacity` units held at once. */
+export declare class Gauge {
+  constructor(capacity: number)
+  /** A gauge at a lease's capacity, in whole units. */
+  static fromLease(lease: Lease): Gauge
+  /** Takes `n` units if they are free now. Never blocks. */
+  tryAcquire(n?: number): boolean
+  /** Resolves with a `Permit` once `n` units are taken. */
+  acquire(n?: number): Promise<Permit>
+  /** Runs `fn` holding `n` units, and gives them back however it ends. */
+  withPermit<T>(fn: () => T | Promise<T>, n?: number): Promise<T>
+  /** Gives back `n` units; throws `CapacityError` if fewer are held. */
+  release(n?: number): void
+  /** Changes the capacity (a refreshed lease). */
+  setCapacity(capacity: number): void
+  readonly capacity: number
+  readonly inUse: number
+}
+
+/** Which requests a room decides. */
+export interface RoutingOptions {
+  /** The room of every path not otherwise routed. */
+  room?: string
+  /** Path prefix -> room; the longest matching prefix wins. */
+  rooms?: Record<string, string>
+  /** Path prefixes that never wait (health checks, static assets). */
+  bypass?: string[]
+}
+
+/** A request as the Express middleware reads it. */
+export interface ExpressRequest {
+  url: string
+  originalUrl?: string
+  headers: { cookie?: string; accept?: string }
+}
+
+/** A response as the Express middleware writes it. */
+export interface ExpressResponse {
+  append(name: string, value: string): unknown
+  status(code: number): unknown
+  send(body: string): unknown
+}
+
+/** Express middleware: `app.use(velvetRope.express(engine, { room: 'shop' }))`. */
+export declare function express(
+  engine: Engine,
+  options: RoutingOptions
+): (req: ExpressRequest, res: ExpressResponse, next: (err?: unknown) => void) => void
+
+/** Options of the Fastify plugin. */
+export interface FastifyOptions extends RoutingOptions {
+  engine: Engine
+}
+
+/**
+ * A Fastify plugin: `fastify.register(velvetRope.fastify, { engine, room: 'shop' })`. A route
+ * names its own room, or turns the waiting room off, in its config:
+ * `{ config: { velvetRope: { room: 'checkout' } } }` or `{ config: { velvetRope: false } }`.
+ */
+export declare function fastify(instance: unknown, options: FastifyOptions, done: (err?: Error) => void): void
+
+/** Bytes of a state file for this configuration (text). */
+export declare function sharedMemorySize(config: string): number
+/** Milliseconds since the Unix epoch, from the system clock. */
+export declare function nowMs(): number
+/** Does nothing: the floor of a call into the native module (for benchmarks). */
+export declare function noop(): void
+
+/** Every velvet-rope error: an `Error` with a stable `code`. */
+export declare class VelvetRopeError extends Error {
+  readonly code: string
+}
+/** The configuration cannot be read, parsed or validated (`ERR_VELVET_ROPE_CONFIG`). */
+export declare class ConfigError extends VelvetRopeError {}
+/** No room of that name (`ERR_VELVET_ROPE_UNKNOWN_ROOM`). */
+export declare class UnknownRoomError extends VelvetRopeError {}
+/** A state file cannot be opened or does not fit (`ERR_VELVET_ROPE_SHARED_MEMORY`). */
+export declare class SharedMemoryError extends VelvetRopeError {}
+/** A wrong type or a value out of range (`ERR_VELVET_ROPE_INVALID_ARGUMENT`). */
+export declare class InvalidArgumentError extends VelvetRopeError {}
+/** A lease could not be granted, refreshed or enforced (`ERR_VELVET_ROPE_LEASE`). */
+export declare class LeaseError extends VelvetRopeError {}
+/** No resource template matches (`ERR_VELVET_ROPE_UNKNOWN_RESOURCE`). */
+export declare class UnknownResourceError extends LeaseError {}
+/** More asked at once than can ever be given, or released than held (`ERR_VELVET_ROPE_CAPACITY`). */
+export declare class CapacityError extends LeaseError {}

@@ -1,0 +1,169 @@
+'use strict'
+/**
+ * velvet-rope: an in-process admission engine for Node.js.
+ *
+ * A virtual waiting room (`Engine`, with Express and Fastify middleware) and capacity leases
+ * (`Coordinator`, `RateLimiter`, `Gauge`), decided in the process, in nanoseconds, with no
+ * network hop. The classes call the native module's free functions (`binding.js`, generated
+ * by napi-rs): a native class method costs about ten times a free function call.
+ */
+
+const native = require('./binding.js')
+const errors = require('./errors.js')
+const leases = require('./leases.js')
+const middleware = require('./middleware.js')
+
+const { convert } = errors
+
+/** The steady answer (admitted, nothing to set), shared: the common case builds no object. */
+const STEADY = Object.freeze({ outcome: 'admit', admitted: true })
+
+/**
+ * Engines' native handles are freed when the `Engine` is collected; its ticker (which holds
+ * the handle, not the engine) is stopped then too.
+ */
+const engines = new FinalizationRegistry((state) => {
+  if (state.ticker !== null) clearInterval(state.ticker)
+  native.engineFree(state.h)
+})
+
+/** The admission engine: one per process, or one per state file shared by processes. */
+class Engine {
+  #h
+  #state
+
+  /**
+   * From configuration text (TOML or JSON); `Engine.fromFile` reads a file. With
+   * `sharedMemory` (a path), the counters live in that state file, mapped by every process
+   * that opens it: `node:cluster` workers share exact counts, and counts survive restarts.
+   */
+  constructor (config, { sharedMemory, nowMs, isPath = false } = {}) {
+    try {
+      this.#h = native.engineNew(String(config), isPath, sharedMemory, nowMs)
+    } catch (e) { throw convert(e) }
+    this.#state = { h: this.#h, ticker: null }
+    engines.register(this, this.#state)
+  }
+
+  static fromFile (path, options = {}) {
+    return new Engine(path, { ...options, isPath: true })
+  }
+
+  /**
+   * Decides one request. `cookie` is the request's whole `Cookie` header (or undefined).
+   * Synchronous; never blocks.
+   */
+  admit (room, cookie, nowMs) {
+    try {
+      return native.engineAdmit(this.#h, room, cookie, nowMs) ?? STEADY
+    } catch (e) { throw convert(e) }
+  }
+
+  /** Decides one request given the ticket cookie's value itself (no header parsing). */
+  admitTicket (room, ticket, nowMs) {
+    try {
+      return native.engineAdmitTicket(this.#h, room, ticket, nowMs) ?? STEADY
+    } catch (e) { throw convert(e) }
+  }
+
+  /** Folds the counters into a new snapshot (about once a second: see `startTicking`). */
+  tick (nowMs) {
+    try {
+      native.engineTick(this.#h, nowMs)
+    } catch (e) { throw convert(e) }
+  }
+
+  /** Ticks every `intervalMs` on an `unref`'d timer until `stopTicking` (idempotent). */
+  startTicking (intervalMs = 1000) {
+    const state = this.#state
+    if (state.ticker === null) {
+      const h = state.h
+      state.ticker = setInterval(() => native.engineTick(h), intervalMs)
+      state.ticker.unref()
+    }
+    return this
+  }
+
+  stopTicking () {
+    const state = this.#state
+    if (state.ticker !== null) {
+      clearInterval(state.ticker)
+      state.ticker = null
+    }
+  }
+
+  /** Replaces the configuration (text); a bad one throws and the running one keeps serving. */
+  reload (config, { isPath = false } = {}) {
+    try {
+      native.engineReload(this.#h, String(config), isPath)
+    } catch (e) { throw convert(e) }
+  }
+
+  /** A room's figures as last published by a tick. */
+  stats (room) {
+    try {
+      return native.engineStats(this.#h, room)
+    } catch (e) { throw convert(e) }
+  }
+
+  /** Every room's figures as one JSON text (what a status endpoint serves). */
+  statsJson () {
+    return native.engineStatsJson(this.#h)
+  }
+
+  /**
+   * The waiting page for a queue or reject decision (`null` for admit): `{status,
+   * contentType, body, headers}`, `headers` being `[name, value]` pairs to send (`Set-Cookie`
+   * included). `accept` is the request's `Accept` header.
+   */
+  renderPage (room, decision, accept) {
+    try {
+      return native.engineRenderPage(this.#h, room, decision, accept ?? undefined)
+    } catch (e) { throw convert(e) }
+  }
+
+  /** Names of the configured rooms. */
+  get rooms () {
+    return native.engineRooms(this.#h)
+  }
+
+  /** Every room's figures as last published, `{ [room]: stats }`. */
+  get statsByRoom () {
+    return JSON.parse(this.statsJson()).rooms
+  }
+
+  /** The name of a room's ticket cookie. */
+  cookieName (room) {
+    try {
+      return native.engineCookieName(this.#h, room)
+    } catch (e) { throw convert(e) }
+  }
+}
+
+/** Bytes of a state file for this configuration (text). */
+function sharedMemorySize (config) {
+  try {
+    return native.sharedMemorySize(String(config), false)
+  } catch (e) { throw convert(e) }
+}
+
+module.exports = {
+  Engine,
+  Coordinator: leases.Coordinator,
+  RateLimiter: leases.RateLimiter,
+  Gauge: leases.Gauge,
+  Permit: leases.Permit,
+  express: middleware.express,
+  fastify: middleware.fastify,
+  sharedMemorySize,
+  nowMs: native.nowMs,
+  noop: native.noop,
+  VelvetRopeError: errors.VelvetRopeError,
+  ConfigError: errors.ConfigError,
+  UnknownRoomError: errors.UnknownRoomError,
+  SharedMemoryError: errors.SharedMemoryError,
+  InvalidArgumentError: errors.InvalidArgumentError,
+  LeaseError: errors.LeaseError,
+  UnknownResourceError: errors.UnknownResourceError,
+  CapacityError: errors.CapacityError
+}

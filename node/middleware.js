@@ -1,0 +1,133 @@
+'use strict'
+/**
+ * The waiting room in front of Express and Fastify routes. Each request under a room is
+ * decided before the route runs: admitted requests go on (with the ticket's `Set-Cookie` when
+ * it changed); the others get the room's waiting page (HTML, or JSON when the client asks)
+ * with its status, `Refresh` or `Retry-After`, `Cache-Control: no-store` and the ticket. A
+ * denial is a response, never a thrown error. The engine is ticked once a second on an
+ * `unref`'d timer.
+ */
+
+const { UnknownRoomError } = require('./errors.js')
+
+/**
+ * Which room decides a path: the room of the longest prefix of `rooms` the path starts with,
+ * else `room` (the default; none: such paths pass). Paths under a `bypass` prefix never decide.
+ */
+function router (engine, { room, rooms, bypass = [] } = {}) {
+  const known = new Set(engine.rooms)
+  const prefixes = Object.entries(rooms || {}).sort((a, b) => b[0].length - a[0].length)
+  for (const name of [room, ...prefixes.map(([, r]) => r)]) {
+    if (name !== undefined && name !== null && !known.has(name)) {
+      throw new UnknownRoomError(
+        `no room named \`${name}\` in the configuration (its rooms: ${[...known].join(', ')})`,
+        'ERR_VELVET_ROPE_UNKNOWN_ROOM')
+    }
+  }
+  if ((room === undefined || room === null) && prefixes.length === 0) {
+    throw new TypeError('give `room` (every path) or `rooms` (path prefix -> room)')
+  }
+  const skip = [...bypass]
+  return function roomFor (path) {
+    for (const b of skip) if (path.startsWith(b)) return null
+    for (const [prefix, name] of prefixes) if (path.startsWith(prefix)) return name
+    return room ?? null
+  }
+}
+
+/** The path of a URL (`/a/b?x=1` -> `/a/b`). */
+function pathOf (url) {
+  const q = url.indexOf('?')
+  return q === -1 ? url : url.slice(0, q)
+}
+
+/**
+ * The request's `Cookie` header, read from its raw header list: building `req.headers` (which
+ * Node does lazily, on first use) costs more than the decision itself when nothing else
+ * needs it. Several `Cookie` lines are joined with `; `, as Node joins them.
+ */
+function cookieOf (req) {
+  const raw = req.rawHeaders
+  let cookie
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]
+    if (name.length === 6 && (name === 'Cookie' || name === 'cookie' || name.toLowerCase() === 'cookie')) {
+      cookie = cookie === undefined ? raw[i + 1] : `${cookie}; ${raw[i + 1]}`
+    }
+  }
+  return cookie
+}
+
+/** Express middleware: `app.use(velvetRope.express(engine, { room: 'shop' }))`. */
+function express (engine, options) {
+  const roomFor = router(engine, options)
+  engine.startTicking()
+  return function velvetRope (req, res, next) {
+    const room = roomFor(pathOf(req.originalUrl || req.url))
+    if (room === null) return next()
+    const d = engine.admit(room, cookieOf(req))
+    if (d.admitted) {
+      if (d.setCookie) res.append('Set-Cookie', d.setCookie)
+      return next()
+    }
+    const page = engine.renderPage(room, d, req.headers.accept)
+    res.status(page.status)
+    for (const [name, value] of page.headers) res.append(name, value)
+    res.send(page.body)
+  }
+}
+
+/**
+ * A Fastify plugin: `fastify.register(velvetRope.fastify, { engine, room: 'shop' })`. A
+ * route can name its own room, or turn the waiting room off, with its config:
+ * `{ config: { velvetRope: { room: 'checkout' } } }` or `{ config: { velvetRope: false } }`;
+ * a room that does not exist fails when the route is declared (or, for routes declared before
+ * the plugin loaded, on their requests).
+ */
+function fastify (instance, options, done) {
+  const { engine } = options
+  const hasDefault = options.room !== undefined || options.rooms !== undefined
+  const roomFor = hasDefault ? router(engine, options) : () => null
+  const known = new Set(engine.rooms)
+  engine.startTicking()
+
+  function check (room, where) {
+    if (!known.has(room)) {
+      throw new UnknownRoomError(`${where}: no room named \`${room}\` in the configuration ` +
+        `(its rooms: ${[...known].join(', ')})`, 'ERR_VELVET_ROPE_UNKNOWN_ROOM')
+    }
+  }
+
+  instance.addHook('onRoute', (route) => {
+    const own = route.config ? route.config.velvetRope : undefined
+    if (own && own.room !== undefined) check(own.room, `route ${route.method} ${route.url}`)
+  })
+  // A callback hook, not an async one: no promise per request.
+  instance.addHook('onRequest', function velvetRope (request, reply, next) {
+    const config = request.routeOptions.config
+    const own = config ? config.velvetRope : undefined
+    if (own === false) return next()
+    const room = own && own.room !== undefined ? own.room : roomFor(pathOf(request.url))
+    if (room === null) return next()
+    // An unknown room (a route declared before the plugin loaded) throws UnknownRoomError.
+    const d = engine.admit(room, cookieOf(request.raw))
+    if (d.admitted) {
+      if (d.setCookie) reply.header('set-cookie', d.setCookie)
+      return next()
+    }
+    const page = engine.renderPage(room, d, request.headers.accept)
+    reply.code(page.status)
+    for (const [name, value] of page.headers) reply.header(name, value)
+    reply.send(page.body)
+  })
+  instance.addHook('onClose', (_instance, closed) => {
+    engine.stopTicking()
+    closed()
+  })
+  done()
+}
+// Applies to the whole application, not an encapsulated child (as fastify-plugin does).
+fastify[Symbol.for('skip-override')] = true
+fastify[Symbol.for('fastify.display-name')] = 'velvet-rope'
+
+module.exports = { express, fastify, router, cookieOf }

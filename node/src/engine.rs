@@ -1,0 +1,276 @@
+//! The admission engine: `engine*` functions over numeric engine handles (see `handles`).
+
+use std::sync::LazyLock;
+
+use napi_derive::napi;
+use velvet_rope::{Config, Engine, Outcome, TicketError};
+
+use crate::errors::{invalid, to_js};
+use crate::handles::Handles;
+
+/// The engines JavaScript holds.
+pub(crate) static ENGINES: LazyLock<Handles<Engine>> = LazyLock::new(|| Handles::new("engine"));
+use crate::or_now;
+
+/// A decision as JavaScript sees it (`null` from `engineAdmit` stands for the steady admit:
+/// admitted, nothing to set).
+#[napi(object)]
+pub struct DecisionObject {
+    /// `"admit"`, `"queue"` or `"reject"`.
+    pub outcome: String,
+    /// Whether the request may reach the origin.
+    pub admitted: bool,
+    /// A complete `Set-Cookie` header value to send, or null.
+    pub set_cookie: Option<String>,
+    /// Queue: live waiters ahead plus one.
+    pub position: Option<f64>,
+    /// Queue: estimated seconds until admission.
+    pub estimated_wait_secs: Option<f64>,
+    /// Queue: seconds until the page should refresh. Reject: seconds until a retry.
+    pub retry_after_secs: Option<f64>,
+    /// Queue: live waiters in the room.
+    pub queue_length: Option<f64>,
+    /// Why the incoming ticket was refused (`"bad_tag"`, ...), or null.
+    pub ticket_error: Option<String>,
+}
+
+fn to_object(d: velvet_rope::Decision) -> DecisionObject {
+    DecisionObject {
+        outcome: d.outcome.as_str().to_owned(),
+        admitted: d.outcome == Outcome::Admit,
+        set_cookie: d.set_cookie,
+        position: d.position.map(|v| v as f64),
+        estimated_wait_secs: d.estimated_wait_secs.map(|v| v as f64),
+        retry_after_secs: d.retry_after_secs.map(|v| v as f64),
+        queue_length: d.queue_length.map(|v| v as f64),
+        ticket_error: d.ticket_error.map(|e| e.as_str().to_owned()),
+    }
+}
+
+fn from_object(d: &DecisionObject) -> napi::Result<velvet_rope::Decision, &'static str> {
+    let outcome = match d.outcome.as_str() {
+        "admit" => Outcome::Admit,
+        "queue" => Outcome::Queue,
+        "reject" => Outcome::Reject,
+        other => return Err(invalid(format!("unknown outcome `{other}`"))),
+    };
+    let count = |v: Option<f64>| v.filter(|x| x.is_finite() && *x >= 0.0).map(|x| x as u64);
+    Ok(velvet_rope::Decision {
+        outcome,
+        set_cookie: d.set_cookie.clone(),
+        position: count(d.position),
+        estimated_wait_secs: count(d.estimated_wait_secs),
+        retry_after_secs: count(d.retry_after_secs),
+        queue_length: count(d.queue_length),
+        ticket_error: d
+            .ticket_error
+            .as_deref()
+            .and_then(|name| TicketError::ALL.into_iter().find(|e| e.as_str() == name)),
+    })
+}
+
+/// The steady answer (admitted, nothing to set) is `None`: JavaScript shares one object for it.
+pub(crate) fn steady_or_object(d: velvet_rope::Decision) -> Option<DecisionObject> {
+    if d.outcome == Outcome::Admit && d.set_cookie.is_none() && d.ticket_error.is_none() {
+        None
+    } else {
+        Some(to_object(d))
+    }
+}
+
+fn load(config: &str, is_path: bool) -> napi::Result<Config, &'static str> {
+    if is_path {
+        Config::from_path(config)
+    } else {
+        Config::from_text(config)
+    }
+    .map_err(to_js)
+}
+
+/// An engine from configuration text (or, with `isPath`, a file), its counters in memory it
+/// owns or, with `sharedMemory`, in that state file (shared by every process opening it).
+#[napi]
+pub fn engine_new(
+    config: String,
+    is_path: bool,
+    shared_memory: Option<String>,
+    now_ms: Option<f64>,
+) -> napi::Result<u32, &'static str> {
+    let config = load(&config, is_path)?;
+    let now = or_now(now_ms)?;
+    let engine = match shared_memory {
+        Some(path) => Engine::open_state_file(config, path, now),
+        None => Engine::new(config, now),
+    }
+    .map_err(to_js)?;
+    ENGINES.insert(engine)
+}
+
+/// Frees an engine's handle (the package calls it when the `Engine` object is collected).
+#[napi]
+pub fn engine_free(engine: u32) {
+    ENGINES.remove(engine);
+}
+
+/// Decides one request given the ticket cookie's value itself.
+#[napi]
+pub fn engine_admit_ticket(
+    engine: u32,
+    room: String,
+    ticket: Option<String>,
+    now_ms: Option<f64>,
+) -> napi::Result<Option<DecisionObject>, &'static str> {
+    let now = or_now(now_ms)?;
+    let d = ENGINES
+        .with(engine, |e| e.admit_ticket(&room, ticket.as_deref(), now))?
+        .map_err(to_js)?;
+    Ok(steady_or_object(d))
+}
+
+/// Folds the counters into a new snapshot; never waits. False (and nothing done) for a
+/// handle no longer live (a timer that outlived its engine).
+#[napi]
+pub fn engine_tick(engine: u32, now_ms: Option<f64>) -> napi::Result<bool, &'static str> {
+    let now = or_now(now_ms)?;
+    Ok(ENGINES.with(engine, |e| e.tick(now)).is_ok())
+}
+
+/// Replaces the configuration; a bad one throws and the running one keeps serving.
+#[napi]
+pub fn engine_reload(engine: u32, config: String, is_path: bool) -> napi::Result<(), &'static str> {
+    let config = load(&config, is_path)?;
+    ENGINES.get(engine)?.reload(config).map_err(to_js)
+}
+
+/// A room's figures as last published by a tick.
+#[napi(object)]
+pub struct RoomStatsObject {
+    /// Visitors counted in the session window.
+    pub active_users: f64,
+    /// Admissions booked to the current minute (bucket).
+    pub admitted_this_minute: f64,
+    /// Admissions since the counters were made.
+    pub admitted_total: f64,
+    /// Live waiters.
+    pub queue_length: f64,
+    /// FIFO: the arrival bucket up to which waiters may enter.
+    pub frontier: f64,
+    /// Slots free until the next tick.
+    pub free_slots: f64,
+    /// Recent admissions per second.
+    pub admission_rate: f64,
+    /// Bytes of counters the room takes.
+    pub memory_bytes: f64,
+    /// Refused tickets: bad_encoding, unknown_key, bad_tag, wrong_room, expired, from_future.
+    pub ticket_rejections: TicketRejectionsObject,
+}
+
+/// Refused tickets by reason.
+#[napi(object)]
+pub struct TicketRejectionsObject {
+    /// Not base64url, wrong length, unknown format.
+    pub bad_encoding: f64,
+    /// Sealed with a key the configuration does not have.
+    pub unknown_key: f64,
+    /// Altered or forged.
+    pub bad_tag: f64,
+    /// Another room's.
+    pub wrong_room: f64,
+    /// Past its expiry.
+    pub expired: f64,
+    /// Stamped in the future beyond the tolerated skew.
+    pub from_future: f64,
+}
+
+/// A room's figures.
+#[napi]
+pub fn engine_stats(engine: u32, room: String) -> napi::Result<RoomStatsObject, &'static str> {
+    let s = ENGINES.with(engine, |e| e.stats(&room))?.map_err(to_js)?;
+    let r = s.ticket_rejections;
+    Ok(RoomStatsObject {
+        active_users: s.active_users as f64,
+        admitted_this_minute: s.admitted_this_minute as f64,
+        admitted_total: s.admitted_total as f64,
+        queue_length: s.queue_length as f64,
+        frontier: s.frontier as f64,
+        free_slots: s.free_slots as f64,
+        admission_rate: s.admission_rate,
+        memory_bytes: s.memory_bytes as f64,
+        ticket_rejections: TicketRejectionsObject {
+            bad_encoding: r.bad_encoding as f64,
+            unknown_key: r.unknown_key as f64,
+            bad_tag: r.bad_tag as f64,
+            wrong_room: r.wrong_room as f64,
+            expired: r.expired as f64,
+            from_future: r.from_future as f64,
+        },
+    })
+}
+
+/// Every room's figures as one JSON text.
+#[napi]
+pub fn engine_stats_json(engine: u32) -> napi::Result<String, &'static str> {
+    ENGINES.with(engine, |e| e.stats_json())
+}
+
+/// A waiting page: status, content type, body, and every header to send.
+#[napi(object)]
+pub struct PageObject {
+    /// HTTP status.
+    pub status: u32,
+    /// `Content-Type` value.
+    pub content_type: String,
+    /// The body (HTML or JSON).
+    pub body: String,
+    /// `[name, value]` pairs, `Set-Cookie` included.
+    pub headers: Vec<Vec<String>>,
+}
+
+/// The page for a queue or reject decision (`null` for admit). `accept` is the request's
+/// `Accept` header.
+#[napi]
+pub fn engine_render_page(
+    engine: u32,
+    room: String,
+    decision: DecisionObject,
+    accept: Option<String>,
+) -> napi::Result<Option<PageObject>, &'static str> {
+    let d = from_object(&decision)?;
+    let page = ENGINES
+        .with(engine, |e| e.render_page(&room, &d, accept.as_deref()))?
+        .map_err(to_js)?;
+    Ok(page.map(|p| PageObject {
+        headers: p
+            .headers(d.set_cookie.as_deref())
+            .into_iter()
+            .map(|(k, v)| vec![k.to_owned(), v])
+            .collect(),
+        status: u32::from(p.status),
+        content_type: p.content_type.to_owned(),
+        body: p.body,
+    }))
+}
+
+/// Names of the configured rooms.
+#[napi]
+pub fn engine_rooms(engine: u32) -> napi::Result<Vec<String>, &'static str> {
+    ENGINES.with(engine, |e| e.rooms())
+}
+
+/// The name of a room's ticket cookie.
+#[napi]
+pub fn engine_cookie_name(engine: u32, room: String) -> napi::Result<String, &'static str> {
+    ENGINES
+        .with(engine, |e| e.config())?
+        .rooms
+        .iter()
+        .find(|r| r.name == room)
+        .map(|r| r.cookie_name())
+        .ok_or_else(|| to_js(velvet_rope::Error::UnknownRoom(room)))
+}
+
+/// Bytes of a state file for this configuration.
+#[napi]
+pub fn shared_memory_size(config: String, is_path: bool) -> napi::Result<f64, &'static str> {
+    Ok(Engine::shared_region_size(&load(&config, is_path)?) as f64)
+}

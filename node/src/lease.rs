@@ -1,0 +1,207 @@
+//! Leases: `coordinator*`, `rateLimiter*` and `gauge*` functions over numeric handles.
+
+use std::sync::LazyLock;
+
+use napi_derive::napi;
+use velvet_rope::lease::{self, Denied, LeaseConfig};
+use velvet_rope::{Clock, Config};
+
+use crate::errors::{invalid, lease_to_js, to_js};
+use crate::handles::Handles;
+
+static COORDINATORS: LazyLock<Handles<lease::Coordinator>> =
+    LazyLock::new(|| Handles::new("coordinator"));
+pub(crate) static LIMITERS: LazyLock<Handles<lease::RateLimiter>> =
+    LazyLock::new(|| Handles::new("rate limiter"));
+static GAUGES: LazyLock<Handles<lease::Gauge>> = LazyLock::new(|| Handles::new("gauge"));
+
+/// Frees a coordinator's handle.
+#[napi]
+pub fn coordinator_free(coordinator: u32) {
+    COORDINATORS.remove(coordinator);
+}
+
+/// Frees a rate limiter's handle.
+#[napi]
+pub fn rate_limiter_free(limiter: u32) {
+    LIMITERS.remove(limiter);
+}
+
+/// Frees a gauge's handle.
+#[napi]
+pub fn gauge_free(gauge: u32) {
+    GAUGES.remove(gauge);
+}
+use crate::or_now;
+
+/// A coordinator from configuration text (or, with `isPath`, a file) with `[[resources]]`.
+#[napi]
+pub fn coordinator_new(
+    config: String,
+    is_path: bool,
+    now_ms: Option<f64>,
+) -> napi::Result<u32, &'static str> {
+    let config = if is_path {
+        Config::from_path(&config)
+    } else {
+        Config::from_text(&config)
+    }
+    .map_err(to_js)?;
+    lease::Coordinator::from_config(
+        &LeaseConfig {
+            resources: config.resources,
+        },
+        or_now(now_ms)?,
+    )
+    .map_err(lease_to_js)
+    .and_then(|c| COORDINATORS.insert(c))
+}
+
+/// A lease: what a client may use, until when.
+#[napi(object)]
+pub struct LeaseObject {
+    /// Granted capacity (per second for rates, units for gauges).
+    pub capacity: f64,
+    /// Expiry, milliseconds since the Unix epoch.
+    pub expires_at_ms: f64,
+    /// Seconds between refreshes.
+    pub refresh_interval_secs: f64,
+    /// What to use when the lease cannot be refreshed.
+    pub safe_capacity: f64,
+}
+
+/// Asks for `wants` of `resource` for `clientId`; returns the lease granted.
+#[napi]
+pub fn coordinator_request(
+    coordinator: u32,
+    client_id: String,
+    resource: String,
+    wants: f64,
+    priority: u32,
+    now_ms: Option<f64>,
+) -> napi::Result<LeaseObject, &'static str> {
+    let now = or_now(now_ms)?;
+    let l = COORDINATORS
+        .with(coordinator, |c| {
+            c.request(&client_id, &resource, wants, priority, now)
+        })?
+        .map_err(lease_to_js)?;
+    Ok(LeaseObject {
+        capacity: l.capacity,
+        expires_at_ms: l.expires_at as f64,
+        refresh_interval_secs: l.refresh_interval_secs,
+        safe_capacity: l.safe_capacity,
+    })
+}
+
+/// Gives a client's lease back; whether it held one.
+#[napi]
+pub fn coordinator_release(
+    coordinator: u32,
+    client_id: String,
+    resource: String,
+) -> napi::Result<bool, &'static str> {
+    COORDINATORS
+        .with(coordinator, |c| c.release(&client_id, &resource))?
+        .map_err(lease_to_js)
+}
+
+fn rate(rate: f64) -> napi::Result<f64, &'static str> {
+    if rate.is_finite() && rate >= 0.0 {
+        Ok(rate)
+    } else {
+        Err(invalid(format!(
+            "rate must be a finite number >= 0, got {rate}"
+        )))
+    }
+}
+
+/// A limiter of `rate` permits per second, spread evenly.
+#[napi]
+pub fn rate_limiter_new(per_second: f64) -> napi::Result<u32, &'static str> {
+    LIMITERS.insert(lease::RateLimiter::new(rate(per_second)?))
+}
+
+/// Takes `n` permits now (`null`), or says in how many milliseconds they may be free; throws
+/// if they never can be.
+#[napi]
+pub fn rate_limiter_try_or_wait(limiter: u32, n: u32) -> napi::Result<Option<f64>, &'static str> {
+    let limiter = LIMITERS.get(limiter)?;
+    match limiter.check(n) {
+        Ok(()) => Ok(None),
+        Err(Denied::NotUntil(at)) => {
+            let now = limiter.clock().now_ms();
+            Ok(Some(at.saturating_sub(now).max(1) as f64))
+        }
+        Err(Denied::ZeroRate) => Ok(Some(10.0)),
+        Err(Denied::ExceedsBurst { burst }) => Err(lease_to_js(lease::LeaseError::ExceedsLimit {
+            requested: u64::from(n),
+            limit: burst,
+        })),
+    }
+}
+
+/// Changes the rate; every caller sees it at once.
+#[napi]
+pub fn rate_limiter_set_rate(limiter: u32, per_second: f64) -> napi::Result<(), &'static str> {
+    let per_second = rate(per_second)?;
+    LIMITERS.with(limiter, |l| l.set_rate(per_second))
+}
+
+/// The rate in permits per second.
+#[napi]
+pub fn rate_limiter_rate(limiter: u32) -> napi::Result<f64, &'static str> {
+    LIMITERS.with(limiter, |l| l.params().rate())
+}
+
+/// A gauge of `capacity` units.
+#[napi]
+pub fn gauge_new(capacity: u32) -> napi::Result<u32, &'static str> {
+    GAUGES.insert(lease::Gauge::new(capacity))
+}
+
+/// Whole units of a lease's capacity.
+#[napi]
+pub fn gauge_units(capacity: f64) -> u32 {
+    lease::gauge::units(capacity)
+}
+
+/// Takes `n` units if free now. Never blocks.
+#[napi]
+pub fn gauge_try_acquire(gauge: u32, n: u32) -> napi::Result<bool, &'static str> {
+    let gauge = GAUGES.get(gauge)?;
+    let capacity = gauge.capacity();
+    if n > capacity && capacity > 0 {
+        return Err(lease_to_js(lease::LeaseError::ExceedsLimit {
+            requested: u64::from(n),
+            limit: u64::from(capacity),
+        }));
+    }
+    Ok(gauge.try_acquire_permits(n))
+}
+
+/// Gives back `n` units; throws if fewer are held.
+#[napi]
+pub fn gauge_release(gauge: u32, n: u32) -> napi::Result<(), &'static str> {
+    GAUGES
+        .with(gauge, |g| g.release_permits(n))?
+        .map_err(lease_to_js)
+}
+
+/// Changes the capacity.
+#[napi]
+pub fn gauge_set_capacity(gauge: u32, capacity: u32) -> napi::Result<(), &'static str> {
+    GAUGES.with(gauge, |g| g.set_capacity(capacity))
+}
+
+/// Units the gauge holds at most.
+#[napi]
+pub fn gauge_capacity(gauge: u32) -> napi::Result<u32, &'static str> {
+    GAUGES.with(gauge, |g| g.capacity())
+}
+
+/// Units held now.
+#[napi]
+pub fn gauge_in_use(gauge: u32) -> napi::Result<u32, &'static str> {
+    GAUGES.with(gauge, |g| g.in_use())
+}

@@ -1,0 +1,102 @@
+'use strict'
+/** What the server tests share: a cookie jar, `get`, and a test server's lifecycle. */
+
+const { spawn } = require('node:child_process')
+const path = require('node:path')
+const readline = require('node:readline')
+
+/** Cookies by name, as a browser keeps them (only the name=value part matters here). */
+class Jar {
+  constructor (cookies = {}) {
+    this.cookies = { ...cookies }
+  }
+
+  header () {
+    const pairs = Object.entries(this.cookies).map(([k, v]) => `${k}=${v}`)
+    return pairs.length ? pairs.join('; ') : undefined
+  }
+
+  take (setCookies) {
+    for (const line of setCookies) {
+      const [pair] = line.split(';', 1)
+      const eq = pair.indexOf('=')
+      this.cookies[pair.slice(0, eq).trim()] = pair.slice(eq + 1).trim()
+    }
+  }
+}
+
+/** A response, read whole, with what the tests ask of it. */
+class Reply {
+  constructor (res, body) {
+    this.status = res.status
+    this.headers = res.headers
+    this.setCookies = res.headers.getSetCookie()
+    this.body = body
+  }
+
+  header (name) {
+    return this.headers.get(name)
+  }
+
+  /** The route ran (it answers JSON with `ok`). */
+  get admitted () {
+    return this.status === 200 && this.body.startsWith('{"ok":true')
+  }
+
+  /** The waiting page (a queue or reject decision). */
+  get waiting () {
+    return this.status === 202 || this.status === 429
+  }
+
+  json () {
+    return JSON.parse(this.body)
+  }
+}
+
+/** GETs a path on 127.0.0.1, sending the jar's cookies and keeping the ones set. */
+async function get (port, url, jar = new Jar(), headers = {}) {
+  const cookie = jar.header()
+  const res = await fetch(`http://127.0.0.1:${port}${url}`, {
+    headers: { ...headers, ...(cookie ? { cookie } : {}) },
+    signal: AbortSignal.timeout(10_000)
+  })
+  const reply = new Reply(res, await res.text())
+  jar.take(reply.setCookies)
+  return reply
+}
+
+/** Starts `test/apps/server.js` (a two-worker cluster); resolves once both workers listen. */
+function startServer (kind, statePath) {
+  const child = spawn(process.execPath, [path.join(__dirname, 'apps', 'server.js'), kind, statePath], {
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  let log = ''
+  child.stderr.on('data', (chunk) => { log += chunk })
+  const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve(code ?? signal)))
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL')
+      reject(new Error(`the ${kind} server did not start in 30 s:\n${log}`))
+    }, 30_000)
+    exited.then((code) => {
+      clearTimeout(timer)
+      reject(new Error(`the ${kind} server exited (${code}) before listening:\n${log}`))
+    })
+    readline.createInterface({ input: child.stdout }).once('line', (line) => {
+      clearTimeout(timer)
+      const { port } = JSON.parse(line)
+      resolve({
+        port,
+        log: () => log,
+        /** Stops the server; resolves with its exit code. */
+        stop () {
+          const timer = setTimeout(() => child.kill('SIGKILL'), 10_000)
+          child.kill('SIGTERM')
+          return exited.finally(() => clearTimeout(timer))
+        }
+      })
+    })
+  })
+}
+
+module.exports = { Jar, get, startServer }

@@ -1,0 +1,71 @@
+'use strict'
+/** The middleware's set-up: what is guarded, and mistakes that fail at start-up. */
+
+const assert = require('node:assert/strict')
+const { test } = require('node:test')
+const Fastify = require('fastify')
+
+const { Engine, UnknownRoomError, fastify: plugin } = require('..')
+const { cookieOf } = require('../middleware.js')
+
+const ROOMS = '[[rooms]]\nname = "shop"\ntotal_active_users = 1\nnew_users_per_minute = 1000\n' +
+  'queueing_status_code = 202\n[rooms.cookie]\nsecure = false\n'
+
+test('fastify: a route declared on the root after the plugin is guarded', async () => {
+  const engine = new Engine(ROOMS)
+  const app = Fastify()
+  app.register(plugin, { engine, room: 'shop', bypass: ['/health'] })
+  app.get('/', async () => 'in')
+  app.get('/health', async () => 'ok')
+  const first = await app.inject('/')
+  assert.equal(first.statusCode, 200)
+  assert.match(first.headers['set-cookie'], /^__vr_shop=/)
+  const second = await app.inject('/')
+  assert.equal(second.statusCode, 202, 'the room holds one')
+  assert.match(second.body, /id="position"/)
+  const again = await app.inject({ url: '/', headers: { cookie: first.headers['set-cookie'].split(';')[0] } })
+  assert.equal(again.statusCode, 200)
+  assert.equal(again.headers['set-cookie'], undefined)
+  assert.equal((await app.inject('/health')).statusCode, 200)
+  await app.close()
+})
+
+test('fastify: a route naming an unknown room fails at start-up', async () => {
+  const app = Fastify()
+  app.register(plugin, { engine: new Engine(ROOMS) })
+  app.register(async (scoped) => {
+    scoped.get('/x', { config: { velvetRope: { room: 'nope' } } }, async () => 'x')
+  })
+  await assert.rejects(app.ready(), (e) => {
+    assert.ok(e instanceof UnknownRoomError, String(e))
+    assert.match(e.message, /GET \/x: no room named `nope`/)
+    return true
+  })
+})
+
+test('fastify: without a default room only routes that name one are guarded', async () => {
+  const app = Fastify()
+  app.register(plugin, { engine: new Engine(ROOMS) })
+  app.get('/free', async () => 'free')
+  app.get('/shop', { config: { velvetRope: { room: 'shop' } } }, async () => 'shop')
+  for (let i = 0; i < 3; i++) assert.equal((await app.inject('/free')).statusCode, 200)
+  assert.equal((await app.inject('/shop')).statusCode, 200)
+  assert.equal((await app.inject('/shop')).statusCode, 202)
+  await app.close()
+})
+
+test('fastify: a route declared before the plugin loaded, naming an unknown room, fails on its requests', async () => {
+  const app = Fastify()
+  app.register(plugin, { engine: new Engine(ROOMS) })
+  app.get('/x', { config: { velvetRope: { room: 'nope' } } }, async () => 'x')
+  const res = await app.inject('/x')
+  assert.equal(res.statusCode, 500)
+  assert.equal(res.json().code, 'ERR_VELVET_ROPE_UNKNOWN_ROOM')
+  await app.close()
+})
+
+test('the Cookie header is read from the raw headers, whatever its case, lines joined', () => {
+  assert.equal(cookieOf({ rawHeaders: ['Host', 'a', 'Cookie', 'x=1'] }), 'x=1')
+  assert.equal(cookieOf({ rawHeaders: ['cookie', 'x=1', 'Accept', '*/*', 'COOKIE', 'y=2'] }), 'x=1; y=2')
+  assert.equal(cookieOf({ rawHeaders: ['Host', 'a', 'Cookies', 'x=1'] }), undefined)
+})

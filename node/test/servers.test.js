@@ -1,0 +1,110 @@
+'use strict'
+/**
+ * Real servers on 127.0.0.1, driven with `fetch`: Express and Fastify, each a `node:cluster`
+ * of two workers sharing the rooms' counts through one state file.
+ */
+
+const assert = require('node:assert/strict')
+const fs = require('node:fs')
+const os = require('node:os')
+const path = require('node:path')
+const { describe, it, before, after } = require('node:test')
+
+const { Jar, get, startServer } = require('./helpers.js')
+
+const K = 10 // total_active_users of room `shop` (test/apps/rooms.toml)
+const N = 40 // concurrent new visitors
+const COOKIE = '__vr_shop'
+
+for (const kind of ['express', 'fastify']) {
+  describe(`${kind}, two cluster workers`, () => {
+    let server
+    let admitted = []
+
+    before(async () => {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), `velvet-rope-${kind}-`))
+      server = await startServer(kind, path.join(dir, 'rooms.state'))
+    })
+    after(async () => {
+      if (server) await server.stop()
+    })
+
+    it('admits exactly K of N concurrent new visitors across both workers', async () => {
+      const jars = Array.from({ length: N }, () => new Jar())
+      const replies = await Promise.all(jars.map((jar) => get(server.port, '/shop/a', jar)))
+      admitted = jars.filter((_, i) => replies[i].admitted)
+      const waiting = replies.filter((r) => r.waiting)
+      assert.equal(admitted.length, K, `${admitted.length} of ${N} admitted, the limit is ${K}`)
+      assert.equal(waiting.length, N - K)
+      const pids = new Set(replies.map((r) => r.header('x-worker-pid')))
+      assert.equal(pids.size, 2, `one worker served every request: ${[...pids]}`)
+      for (const jar of admitted) assert.ok(jar.cookies[COOKIE], 'an admitted visitor gets a ticket')
+    })
+
+    it('re-admits visitors by their cookies, with nothing more to set', async () => {
+      assert.equal(admitted.length, K, "needs the crowd's admitted visitors")
+      for (const jar of admitted) {
+        for (let i = 0; i < 2; i++) {
+          const r = await get(server.port, '/shop/b', jar)
+          assert.ok(r.admitted, `status ${r.status}`)
+        }
+      }
+    })
+
+    it('serves the waiting page to visitors over the limit', async () => {
+      const jar = new Jar()
+      let r = await get(server.port, '/shop/c', jar)
+      assert.ok(!r.admitted && r.waiting)
+      assert.equal(r.status, 202, "the room's queueing_status_code")
+      assert.match(r.header('content-type'), /^text\/html/)
+      assert.equal(r.header('refresh'), '5')
+      assert.equal(r.header('cache-control'), 'no-store')
+      assert.match(r.body, /id="position"/)
+      assert.ok(jar.cookies[COOKIE], 'a waiter gets a queued ticket')
+      r = await get(server.port, '/shop/c', new Jar(), { accept: 'application/json' })
+      assert.equal(r.status, 202)
+      assert.match(r.header('content-type'), /^application\/json/)
+      const doc = r.json()
+      assert.equal(doc.outcome, 'queue')
+      assert.ok(doc.position >= 1)
+    })
+
+    it('treats a tampered cookie as a new visitor', async () => {
+      assert.equal(admitted.length, K, "needs the crowd's admitted visitors")
+      const value = admitted[0].cookies[COOKIE]
+      const i = value.length >> 1
+      const forged = new Jar({ [COOKIE]: value.slice(0, i) + (value[i] === 'A' ? 'B' : 'A') + value.slice(i + 1) })
+      const r = await get(server.port, '/shop/d', forged)
+      assert.ok(!r.admitted && r.waiting, 'a forged ticket got in')
+      assert.notEqual(forged.cookies[COOKIE], value, 'treated as new: a queued ticket of its own')
+    })
+
+    it('lets bypassed and unroomed paths pass untouched', async () => {
+      for (const url of ['/health', '/open']) {
+        const r = await get(server.port, url)
+        assert.equal(r.status, 200, url)
+        assert.equal(r.json().ok, true)
+        assert.deepEqual(r.setCookies, [], `${url} set a cookie`)
+      }
+    })
+
+    if (kind === 'fastify') {
+      it('follows per-route options: a room of its own, or none', async () => {
+        const outcomes = []
+        for (let i = 0; i < 4; i++) outcomes.push(await get(server.port, '/checkout'))
+        assert.deepEqual(outcomes.map((r) => r.status), [200, 200, 429, 429], 'room `checkout` rejects past 2')
+        assert.ok(outcomes[2].header('retry-after'))
+        assert.ok(outcomes[0].setCookies.some((c) => c.startsWith('__vr_checkout=')))
+        const free = await get(server.port, '/shop/free')
+        assert.ok(free.admitted, 'the route turned the waiting room off')
+        assert.deepEqual(free.setCookies, [])
+      })
+    }
+
+    it('stops cleanly', async () => {
+      const code = await server.stop()
+      server = null
+      assert.equal(code, 0)
+    })
+  })
+}

@@ -1,0 +1,37 @@
+// Compiled with `tsc --noEmit` in `make test`: the hand-written `index.d.ts` describes the
+// package as a TypeScript user calls it.
+import * as velvetRope from '..'
+import { CapacityError, Engine, Gauge, RateLimiter, type Decision, type Page } from '..'
+
+const engine = new Engine('[[rooms]]', { sharedMemory: '/tmp/rooms.state' })
+const d: Decision = engine.admit('shop', undefined)
+if (!d.admitted) {
+  const page: Page | null = engine.renderPage('shop', d, 'text/html')
+  const status: number | undefined = page?.status
+  void status
+}
+const outcome: 'admit' | 'queue' | 'reject' = d.outcome
+const position: number | undefined = d.position
+void outcome
+void position
+engine.startTicking(500).stopTicking()
+const active: number = engine.stats('shop').activeUsers
+
+async function leases (): Promise<number> {
+  const limiter = new RateLimiter(100)
+  const now: boolean = limiter.tryAcquire()
+  await limiter.acquire(2)
+  const gauge = new Gauge(4)
+  {
+    using permit = await gauge.acquire()
+    void permit
+  }
+  const n: number = await gauge.withPermit(async () => 3)
+  return n + (now ? 1 : 0) + active
+}
+void leases
+
+const middleware = velvetRope.express(engine, { rooms: { '/shop': 'shop' }, bypass: ['/health'] })
+void middleware
+const e: Error = new CapacityError()
+void e

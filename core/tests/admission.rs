@@ -643,3 +643,38 @@ fn rooms_are_found_among_few_and_many() {
         assert!(e.admit("room-x", None, T0).is_err());
     }
 }
+
+/// A waiter whose browser reloads a little after each `refresh_interval` (as every browser
+/// does: the interval, then the request) stays live at every tick, whatever the phase of the
+/// ticks against the refresh epochs; with the default grace of two missed refreshes.
+#[test]
+fn a_waiter_refreshing_a_little_late_keeps_its_place() {
+    let mut room = RoomConfig::new("q", 1, 100);
+    room.session_duration = 30;
+    room.disable_session_renewal = true;
+    room.refresh_interval = 20;
+    let e = engine_with(room);
+    fill(&e, "q", 1, T0);
+    let mut waiter = Browser::default();
+    let arrival = T0 + 1_000;
+    e.tick(arrival);
+    assert_eq!(waiter.visit(&e, "q", arrival).outcome, Outcome::Queue);
+    // Refreshes every 20.7 s (20 s + 700 ms of page load), so its refreshes fall at every
+    // phase of the epochs; ticks every 100 ms for ten minutes.
+    let mut next_refresh = arrival + 20_700;
+    let mut now = arrival;
+    while now < arrival + 10 * MIN {
+        now += 100;
+        if now >= next_refresh {
+            assert_eq!(waiter.visit(&e, "q", now).outcome, Outcome::Queue);
+            next_refresh = now + 20_700;
+        }
+        e.tick(now);
+        assert_eq!(
+            e.stats("q").unwrap().queue_length,
+            1,
+            "the waiter dropped out at {} ms",
+            now - arrival
+        );
+    }
+}

@@ -41,7 +41,8 @@ pub(crate) struct RoomLayout {
     pub(crate) buckets: usize,
     /// Arrival buckets the FIFO queue tracks (at least `queue_buckets`).
     pub(crate) queue_slots: usize,
-    /// Refresh epochs of the queue table: `waiter_grace_refreshes + 1`.
+    /// Refresh epochs of the queue table: the live window (the epoch of a waiter's last
+    /// refresh and the `waiter_grace_refreshes` it may miss) and the next one.
     pub(crate) lanes: usize,
     /// Words of each epoch's set of counted waiters (from `max_live_waiters`).
     pub(crate) lane_guard_words: usize,
@@ -77,7 +78,7 @@ impl RoomLayout {
             // The window of session_duration + 1 buckets, the next bucket, one spare.
             buckets: room.session_duration as usize + 3,
             queue_slots: room.queue_buckets as usize,
-            lanes: room.waiter_grace_refreshes as usize + 1,
+            lanes: room.waiter_grace_refreshes as usize + 2,
             // Two fingerprints per word: at most half full with `max_live_waiters` waiters.
             lane_guard_words: (room.max_live_waiters as usize).next_power_of_two(),
             bucket_secs: settings.bucket_width_secs,
@@ -182,7 +183,7 @@ impl RoomLayout {
             (
                 "waiter_grace_refreshes",
                 self.lanes == needed.lanes,
-                format!("{} -> {}", self.lanes - 1, needed.lanes - 1),
+                format!("{} -> {}", self.lanes - 2, needed.lanes - 2),
             ),
             (
                 "settings.shards",
@@ -264,17 +265,17 @@ mod tests {
     fn default_room_size_is_fixed_and_stated() {
         let room = RoomConfig::new("r", 200, 200);
         let layout = RoomLayout::of(&room, &settings(4));
-        // The queue's replay guard (3 refresh epochs x 32,768 words) dominates, then the queue
-        // table (1,024 arrival buckets x 3 epochs) and 8 buckets' guards of 512 words. The
+        // The queue's replay guard (4 refresh epochs x 32,768 words) dominates, then the queue
+        // table (1,024 arrival buckets x 4 epochs) and 8 buckets' guards of 512 words. The
         // size depends on the configuration only, never on how many visitors come.
         assert_eq!(layout.guard_words, 512);
         assert_eq!(layout.lane_guard_words, 32_768);
-        let fixed = layout.size() - 3 * 32_768 * 8 - 8 * 512 * 8;
-        assert_eq!(fixed, 26_624, "everything but the guards");
+        let fixed = layout.size() - 4 * 32_768 * 8 - 8 * 512 * 8;
+        assert_eq!(fixed, 34_816, "everything but the guards");
         // A room for 1,048,576 users: 8 guards of 16 MiB.
         let big = RoomLayout::of(&RoomConfig::new("r", 1 << 20, 1000), &settings(4));
         assert_eq!(big.guard_words, 1 << 21);
-        assert_eq!(big.size(), fixed + 3 * 32_768 * 8 + 8 * (1 << 21) * 8);
+        assert_eq!(big.size(), fixed + 4 * 32_768 * 8 + 8 * (1 << 21) * 8);
     }
 
     #[test]

@@ -3,13 +3,13 @@
 //! `cargo bench -p velvet-rope-benches --bench admission`. Figures go to BENCHMARKS.md.
 
 use std::hint::black_box;
-use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use velvet_rope::slot_pool::OwnedSlotPool;
 use velvet_rope::ticket::{Keyring, RoomId, Ticket, TicketState};
 use velvet_rope::{Engine, Outcome};
+use velvet_rope_benches::on_threads;
 
 const T0: u64 = 1_800_000_000_000;
 const CONFIG: &str = r#"
@@ -23,29 +23,6 @@ total_active_users = 100000
 new_users_per_minute = 4000000000
 session_duration = 5
 "#;
-
-/// Runs `f` `iters` times on each of `threads` threads at once; returns the mean wall time
-/// per thread, so the figure reads as "time per call with N threads calling".
-fn on_threads<F: Fn() + Sync>(threads: usize, iters: u64, f: F) -> Duration {
-    let barrier = Barrier::new(threads);
-    let times: Vec<Duration> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                let (f, barrier) = (&f, &barrier);
-                s.spawn(move || {
-                    barrier.wait();
-                    let start = Instant::now();
-                    for _ in 0..iters {
-                        f();
-                    }
-                    start.elapsed()
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    times.iter().sum::<Duration>() / threads as u32
-}
 
 fn admitted_cookie(engine: &Engine) -> String {
     let d = engine.admit("shop", None, T0).unwrap();
@@ -188,6 +165,19 @@ fn slot_claim(c: &mut Criterion) {
     g.finish();
 }
 
+/// A base64 engine decoding into a stack buffer (object-safe, so engines share a loop).
+trait DecodeSlice {
+    fn decode(&self, text: &[u8]) -> usize;
+}
+
+impl<E: base64::Engine> DecodeSlice for E {
+    #[inline]
+    fn decode(&self, text: &[u8]) -> usize {
+        let mut out = [0u8; 96];
+        self.decode_slice_unchecked(text, &mut out).unwrap_or(0)
+    }
+}
+
 fn tickets(c: &mut Criterion) {
     let mut g = c.benchmark_group("ticket");
     g.throughput(Throughput::Elements(1));
@@ -221,6 +211,101 @@ fn tickets(c: &mut Criterion) {
             )
         })
     });
+    // The base64url decode alone, scalar and SIMD engines, over the same distinct tickets.
+    let scalar = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let simd = base64::engine::simd::Simd::url_safe(base64::engine::general_purpose::NO_PAD);
+    for (name, engine) in [
+        ("base64_decode_scalar", &scalar as &dyn DecodeSlice),
+        ("base64_decode_simd", &simd as &dyn DecodeSlice),
+    ] {
+        let mut i = 0;
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                i = (i + 1) % sealed_many.len();
+                black_box(engine.decode(black_box(sealed_many[i].as_bytes())))
+            })
+        });
+    }
+    // The AEAD alone: opening a ticket's 33-byte body and tag with its header and room name
+    // as associated data, ring against RustCrypto's aes-gcm, same key, nonce and bytes.
+    {
+        use aes_gcm::aead::AeadInPlace;
+        use aes_gcm::KeyInit;
+        let key = [7u8; 32];
+        let nonce = [3u8; 12];
+        let aad = *b"\x02\x01\x10\x20\x30\x40shop";
+        let ring_key = ring::aead::LessSafeKey::new(
+            ring::aead::UnboundKey::new(&ring::aead::AES_256_GCM, &key).unwrap(),
+        );
+        let mut sealed = [9u8; 33 + 16];
+        let tag = ring_key
+            .seal_in_place_separate_tag(
+                ring::aead::Nonce::assume_unique_for_key(nonce),
+                ring::aead::Aad::from(&aad),
+                &mut sealed[..33],
+            )
+            .unwrap();
+        sealed[33..].copy_from_slice(tag.as_ref());
+        g.bench_function("aead_open_ring", |b| {
+            b.iter(|| {
+                let mut buf = black_box(sealed);
+                let n = ring_key
+                    .open_in_place(
+                        ring::aead::Nonce::assume_unique_for_key(nonce),
+                        ring::aead::Aad::from(&aad),
+                        &mut buf,
+                    )
+                    .map(|p| p.len());
+                black_box((n, buf))
+            })
+        });
+        for (name, alg, key_len) in [
+            (
+                "aead_open_ring_chacha20_poly1305",
+                &ring::aead::CHACHA20_POLY1305,
+                32,
+            ),
+            ("aead_open_ring_aes128_gcm", &ring::aead::AES_128_GCM, 16),
+        ] {
+            let k = ring::aead::LessSafeKey::new(
+                ring::aead::UnboundKey::new(alg, &key[..key_len]).unwrap(),
+            );
+            let mut sealed = [9u8; 33 + 16];
+            let tag = k
+                .seal_in_place_separate_tag(
+                    ring::aead::Nonce::assume_unique_for_key(nonce),
+                    ring::aead::Aad::from(&aad),
+                    &mut sealed[..33],
+                )
+                .unwrap();
+            sealed[33..].copy_from_slice(tag.as_ref());
+            g.bench_function(name, |b| {
+                b.iter(|| {
+                    let mut buf = black_box(sealed);
+                    let n = k
+                        .open_in_place(
+                            ring::aead::Nonce::assume_unique_for_key(nonce),
+                            ring::aead::Aad::from(&aad),
+                            &mut buf,
+                        )
+                        .map(|p| p.len());
+                    black_box((n, buf))
+                })
+            });
+        }
+        let rc = aes_gcm::Aes256Gcm::new((&key).into());
+        g.bench_function("aead_open_aes_gcm", |b| {
+            b.iter(|| {
+                let mut buf = black_box(sealed);
+                let (body, tag) = buf.split_at_mut(33);
+                let ok = rc
+                    .decrypt_in_place_detached((&nonce).into(), &aad, body, (&*tag).into())
+                    .is_ok();
+                assert!(ok);
+                black_box(buf)
+            })
+        });
+    }
     g.bench_function("decode_cached", |b| {
         b.iter(|| {
             black_box(

@@ -2,14 +2,17 @@
 # Throughput of Debian's nginx serving a static 128-byte page through a server with the
 # velvet-rope module (`velvet_rope bench`) and an identical server without it (`velvet_rope
 # off`) on another port, in one nginx instance, runs interleaved so that machine noise hits
-# both alike. Every request of both carries the same valid admission cookie (the steady state
-# of an admitted visitor). The two servers have the same locations, root and file, and the
+# both alike. Requests carry the valid tickets of VISITORS distinct admitted visitors in turn
+# (wrk's Lua script picks the next one per request), as during a sale: far more visitors than a
+# worker's cache of opened tickets, so each request pays for opening its ticket; VISITORS=1 is
+# the single-cookie case (the ticket stays in the cache: the warm path). The two servers have the same locations, root and file, and the
 # requests the same bytes but the port: only the module's work differs. Rounds alternate which
 # side runs first, and on a machine with more cores than workers nginx's workers and wrk are
 # pinned to different cores, so the scheduler's placement does not favour one side. Prints each
 # run, the medians and their ratio (with / without). Not a test.
 #
-# Environment: ROUNDS (30; keep it even, so each side goes first as often), DURATION (2s),
+# Environment: VISITORS (10000), ROUNDS (30; keep it even, so each side goes first as often),
+# DURATION (2s),
 # CONNECTIONS (32), THREADS (1), WORKERS (1: leave a core to wrk on small machines),
 # SKIP_BUILD=1 to use the module already built, MODULE=<path> to measure another build of
 # the module (implies nothing is built), CONTROL=1 for an A/A run (both servers
@@ -19,6 +22,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 module="${MODULE:-$repo/target/nginx-module/ngx_http_velvet_rope_module.so}"
+visitors="${VISITORS:-10000}"
 rounds="${ROUNDS:-30}"
 duration="${DURATION:-2s}"
 connections="${CONNECTIONS:-32}"
@@ -138,18 +142,25 @@ for p in "$port" "$port_off"; do
     done
 done
 
-# One admission: the cookie every benchmark request then carries.
-cookie="$(python3 - "$port" <<'EOF'
+# The visitors' admissions: their cookies, which the benchmark's requests then carry in turn.
+python3 - "$port" "$visitors" "$prefix/visitors.lua" <<'EOF'
 import http.client, sys
-c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=5)
-c.request("GET", "/admit/page.html")
-r = c.getresponse()
-body = r.read()
-sc = [v for k, v in r.getheaders() if k.lower() == "set-cookie"]
-assert r.status == 200 and len(body) == 128 and sc, (r.status, body[:80], sc)
-print(sc[0].split(";")[0])
+port, n, script = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+cookies = []
+for _ in range(n):
+    c.request("GET", "/admit/page.html")
+    r = c.getresponse()
+    body = r.read()
+    sc = [v for k, v in r.getheaders() if k.lower() == "set-cookie"]
+    assert r.status == 200 and len(body) == 128 and sc, (r.status, body[:80], sc)
+    cookies.append(sc[0].split(";")[0])
+with open(script, "w") as f:
+    f.write("cookies = {%s}\n" % ",".join('"%s"' % x for x in cookies))
+    f.write("i = 0\nrequest = function()\n  i = i % #cookies + 1\n"
+            "  return wrk.format(nil, nil, {Cookie = cookies[i]})\nend\n")
 EOF
-)"
+visit=(-s "$prefix/visitors.lua")
 
 worker_ticks() {   # CPU time (user + system, in clock ticks) of nginx's workers so far
     local total=0 pid
@@ -176,32 +187,32 @@ run() {   # run <port> [extra wrk args...] -> prints "<requests/s> <worker CPU u
 }
 
 # Warm-up of both paths (page cache, connections, engine snapshot).
-run "$port_off" -d2s -H "Cookie: $cookie" >/dev/null
-run "$port" -d2s -H "Cookie: $cookie" >/dev/null
+run "$port_off" -d2s "${visit[@]}" >/dev/null
+run "$port" -d2s "${visit[@]}" >/dev/null
 
 with=(); without=(); cpu_with=(); cpu_without=()
 for i in $(seq "$rounds"); do
     if (( i % 2 )); then
-        read -r w cw < <(run "$port_off" -H "Cookie: $cookie")
-        read -r m cm < <(run "$port" -H "Cookie: $cookie")
+        read -r w cw < <(run "$port_off" "${visit[@]}")
+        read -r m cm < <(run "$port" "${visit[@]}")
     else
-        read -r m cm < <(run "$port" -H "Cookie: $cookie")
-        read -r w cw < <(run "$port_off" -H "Cookie: $cookie")
+        read -r m cm < <(run "$port" "${visit[@]}")
+        read -r w cw < <(run "$port_off" "${visit[@]}")
     fi
     without+=("$w"); with+=("$m"); cpu_without+=("$cw"); cpu_with+=("$cm")
     printf 'round %d: without %s req/s (%s us CPU/req), with module %s req/s (%s us CPU/req)\n' \
         "$i" "$w" "$cw" "$m" "$cm"
 done
 
-# The run measured what it claims: one admission in all, every other request recognised.
-python3 - "$port" <<'EOF'
+# The run measured what it claims: one admission per visitor, every other request recognised.
+python3 - "$port" "$visitors" <<'EOF'
 import http.client, json, sys
 c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=5)
 c.request("GET", "/status")
 room = json.loads(c.getresponse().read())["rooms"]["bench"]
 print("engine: admitted_total %d, ticket rejections %s"
       % (room["admitted_total"], room["ticket_rejections"]))
-assert room["admitted_total"] == 1, room
+assert room["admitted_total"] == int(sys.argv[2]), room
 assert not any(room["ticket_rejections"].values()), room
 EOF
 

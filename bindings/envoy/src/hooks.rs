@@ -1,0 +1,192 @@
+//! The functions Envoy calls (`envoy_dynamic_module_on_*`). Envoy 1.40 looks up all of an
+//! HTTP filter's hooks when a configuration names the module and refuses the configuration if
+//! one is missing, so every hook is exported, the ones this filter has no use for as no-ops
+//! that let the stream go on. No panic crosses into Envoy: each hook that does work runs under
+//! `catch_unwind`, and a panic lets the request through (logged), as a failure to decide must
+//! not take a site down.
+
+use std::ffi::{c_char, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::abi::{self, ConfigEnvoyPtr, EnvoyBuffer, FilterEnvoyPtr, CONTINUE};
+use crate::filter_config::FilterConfig;
+use crate::stream::Stream;
+
+/// Runs `f`, turning a panic into `fallback` (and a log line).
+fn guarded<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => {
+            abi::log(
+                abi::LOG_ERROR,
+                &format!("velvet-rope: panic in {what}; request let through"),
+            );
+            fallback
+        }
+    }
+}
+
+/// Called once when Envoy loads the module: resolves Envoy's callbacks, and refuses to load
+/// (null) with a log line naming the first one missing if this Envoy's ABI is not the one the
+/// module is written for.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
+    guarded("program init", std::ptr::null(), || match abi::resolve() {
+        Ok(_) => abi::ABI_VERSION.as_ptr().cast(),
+        Err(e) => {
+            eprintln!("velvet-rope: refusing to load: {e}");
+            std::ptr::null()
+        }
+    })
+}
+
+/// A filter configuration: its engine, room and ticker (null, refusing the configuration,
+/// with the reason logged).
+///
+/// # Safety
+/// Envoy's contract: `name` and `config` point to their bytes for the call.
+#[no_mangle]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
+    _config_envoy: ConfigEnvoyPtr,
+    name: EnvoyBuffer,
+    config: EnvoyBuffer,
+) -> *const c_void {
+    guarded("config new", std::ptr::null(), || {
+        // SAFETY: Envoy's buffers, valid for this call; copied before it returns.
+        let (name, bytes) = unsafe { (name.bytes(), config.bytes()) };
+        let name = String::from_utf8_lossy(name);
+        match FilterConfig::from_bytes(&name, bytes) {
+            Ok(c) => {
+                abi::log(
+                    abi::LOG_INFO,
+                    &format!("velvet-rope: filter `{}` decides room `{}`", c.name, c.room),
+                );
+                Box::into_raw(Box::new(c)) as *const c_void
+            }
+            Err(e) => {
+                abi::log(abi::LOG_ERROR, &format!("velvet-rope: {e}"));
+                std::ptr::null()
+            }
+        }
+    })
+}
+
+/// The configuration is gone (its streams first): stops its ticker, frees its engine.
+///
+/// # Safety
+/// Envoy's contract: `config` is what `config_new` returned, destroyed once.
+#[no_mangle]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *const c_void) {
+    guarded("config destroy", (), || {
+        if !config.is_null() {
+            // SAFETY: made by `config_new` with `Box::into_raw`, destroyed once by Envoy.
+            drop(unsafe { Box::from_raw(config as *mut FilterConfig) });
+        }
+    })
+}
+
+/// A stream through the filter.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
+    config: *const c_void,
+    _filter: FilterEnvoyPtr,
+) -> *const c_void {
+    guarded("filter new", std::ptr::null(), || {
+        Box::into_raw(Stream::take(config.cast::<FilterConfig>())) as *const c_void
+    })
+}
+
+/// The request's headers: the decision.
+///
+/// # Safety
+/// Envoy's contract: `filter` is the live filter of the stream `filter_new` made `stream` for.
+#[no_mangle]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
+    filter: FilterEnvoyPtr,
+    stream: *const c_void,
+    _end_of_stream: bool,
+) -> u32 {
+    guarded("request headers", CONTINUE, || {
+        let Some(host) = abi::host() else {
+            return CONTINUE;
+        };
+        // SAFETY: made by `filter_new`; Envoy calls one hook of a stream at a time, on its
+        // worker, so this is the only reference.
+        let stream = unsafe { &mut *(stream as *mut Stream) };
+        // SAFETY: `filter` is this stream's live filter; its configuration outlives it.
+        unsafe { stream.on_request_headers(host, filter) }
+    })
+}
+
+/// The upstream's response headers: the renewed ticket.
+///
+/// # Safety
+/// As for `request_headers`.
+#[no_mangle]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
+    filter: FilterEnvoyPtr,
+    stream: *const c_void,
+    _end_of_stream: bool,
+) -> u32 {
+    guarded("response headers", CONTINUE, || {
+        let Some(host) = abi::host() else {
+            return CONTINUE;
+        };
+        // SAFETY: as in `request_headers`.
+        let stream = unsafe { &mut *(stream as *mut Stream) };
+        // SAFETY: `filter` is this stream's live filter (this function's contract).
+        unsafe { stream.on_response_headers(host, filter) }
+    })
+}
+
+/// The stream is gone: its state goes back to the worker's pool.
+///
+/// # Safety
+/// Envoy's contract: `stream` is what `filter_new` returned, destroyed once.
+#[no_mangle]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_destroy(stream: *const c_void) {
+    guarded("filter destroy", (), || {
+        if !stream.is_null() {
+            // SAFETY: made by `filter_new` with `Box::into_raw`, destroyed once by Envoy.
+            Stream::give_back(unsafe { Box::from_raw(stream as *mut Stream) });
+        }
+    })
+}
+
+/// Hooks this filter has no use for: each lets the stream go on.
+macro_rules! pass {
+    ($( $name:ident ( $( $arg:ident : $ty:ty ),* ) -> $ret:ty = $value:expr; )*) => {$(
+        #[doc = concat!("`", stringify!($name), "`: nothing to do here.")]
+        #[no_mangle]
+        #[allow(clippy::unused_unit)]
+        pub extern "C" fn $name($( $arg: $ty ),*) -> $ret {
+            $( let _ = $arg; )*
+            $value
+        }
+    )*};
+}
+
+pass! {
+    envoy_dynamic_module_on_http_filter_request_body(f: FilterEnvoyPtr, s: *const c_void, e: bool) -> u32 = CONTINUE;
+    envoy_dynamic_module_on_http_filter_request_trailers(f: FilterEnvoyPtr, s: *const c_void) -> u32 = CONTINUE;
+    envoy_dynamic_module_on_http_filter_response_body(f: FilterEnvoyPtr, s: *const c_void, e: bool) -> u32 = CONTINUE;
+    envoy_dynamic_module_on_http_filter_response_trailers(f: FilterEnvoyPtr, s: *const c_void) -> u32 = CONTINUE;
+    envoy_dynamic_module_on_http_filter_stream_complete(f: FilterEnvoyPtr, s: *const c_void) -> () = ();
+    envoy_dynamic_module_on_http_filter_http_callout_done(f: FilterEnvoyPtr, s: *const c_void, id: u64, r: u32, h: *mut c_void, hn: usize, b: *mut c_void, bn: usize) -> () = ();
+    envoy_dynamic_module_on_http_filter_http_stream_headers(f: FilterEnvoyPtr, s: *const c_void, id: u64, h: *mut c_void, hn: usize, e: bool) -> () = ();
+    envoy_dynamic_module_on_http_filter_http_stream_data(f: FilterEnvoyPtr, s: *const c_void, id: u64, d: *const c_void, dn: usize, e: bool) -> () = ();
+    envoy_dynamic_module_on_http_filter_http_stream_trailers(f: FilterEnvoyPtr, s: *const c_void, id: u64, t: *mut c_void, tn: usize) -> () = ();
+    envoy_dynamic_module_on_http_filter_http_stream_complete(f: FilterEnvoyPtr, s: *const c_void, id: u64) -> () = ();
+    envoy_dynamic_module_on_http_filter_http_stream_reset(f: FilterEnvoyPtr, s: *const c_void, id: u64, r: u32) -> () = ();
+    envoy_dynamic_module_on_http_filter_scheduled(f: FilterEnvoyPtr, s: *const c_void, id: u64) -> () = ();
+    envoy_dynamic_module_on_http_filter_config_scheduled(c: ConfigEnvoyPtr, m: *const c_void, id: u64) -> () = ();
+    envoy_dynamic_module_on_http_filter_config_http_callout_done(c: ConfigEnvoyPtr, m: *const c_void, id: u64, r: u32, h: *mut c_void, hn: usize, b: *mut c_void, bn: usize) -> () = ();
+    envoy_dynamic_module_on_http_filter_config_http_stream_headers(c: ConfigEnvoyPtr, m: *const c_void, id: u64, h: *mut c_void, hn: usize, e: bool) -> () = ();
+    envoy_dynamic_module_on_http_filter_config_http_stream_data(c: ConfigEnvoyPtr, m: *const c_void, id: u64, d: *const c_void, dn: usize, e: bool) -> () = ();
+    envoy_dynamic_module_on_http_filter_config_http_stream_trailers(c: ConfigEnvoyPtr, m: *const c_void, id: u64, t: *mut c_void, tn: usize) -> () = ();
+    envoy_dynamic_module_on_http_filter_config_http_stream_complete(c: ConfigEnvoyPtr, m: *const c_void, id: u64) -> () = ();
+    envoy_dynamic_module_on_http_filter_config_http_stream_reset(c: ConfigEnvoyPtr, m: *const c_void, id: u64, r: u32) -> () = ();
+    envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(f: FilterEnvoyPtr, s: *const c_void) -> () = ();
+    envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(f: FilterEnvoyPtr, s: *const c_void) -> () = ();
+    envoy_dynamic_module_on_http_filter_local_reply(f: FilterEnvoyPtr, s: *const c_void, code: u32, d: EnvoyBuffer, reset: bool) -> u32 = CONTINUE;
+}

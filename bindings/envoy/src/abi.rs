@@ -190,6 +190,9 @@ pub fn log(level: u32, message: &str) {
     match host() {
         // SAFETY: `log` is Envoy's logging callback; the buffer lives for the call.
         Some(h) => unsafe { (h.log)(level, ModuleBuffer::of(message.as_bytes())) },
-        None => eprintln!("velvet-rope: {message}"),
+        None => {
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "{message}");
+        }
     }
 }

@@ -12,6 +12,18 @@ use crate::abi::{self, ConfigEnvoyPtr, EnvoyBuffer, FilterEnvoyPtr, CONTINUE};
 use crate::filter_config::FilterConfig;
 use crate::stream::Stream;
 
+/// Hooks run only after `on_program_init` resolved Envoy's callbacks; if that ever were not
+/// so, requests pass, and it is said once.
+fn unresolved() {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        abi::log(
+            abi::LOG_ERROR,
+            "velvet-rope: Envoy's callbacks are not resolved; requests pass undecided",
+        )
+    });
+}
+
 /// Runs `f`, turning a panic into `fallback` (and a log line).
 fn guarded<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
@@ -34,7 +46,9 @@ pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
     guarded("program init", std::ptr::null(), || match abi::resolve() {
         Ok(_) => abi::ABI_VERSION.as_ptr().cast(),
         Err(e) => {
-            eprintln!("velvet-rope: refusing to load: {e}");
+            // Envoy's logging callbacks are what is missing: standard error (Envoy's log).
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "velvet-rope: refusing to load: {e}");
             std::ptr::null()
         }
     })
@@ -108,13 +122,12 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
 ) -> u32 {
     guarded("request headers", CONTINUE, || {
         let Some(host) = abi::host() else {
+            unresolved();
             return CONTINUE;
         };
-        // SAFETY: made by `filter_new`; Envoy calls one hook of a stream at a time, on its
-        // worker, so this is the only reference.
-        let stream = unsafe { &mut *(stream as *mut Stream) };
-        // SAFETY: `filter` is this stream's live filter; its configuration outlives it.
-        unsafe { stream.on_request_headers(host, filter) }
+        // SAFETY: `stream` was made by `filter_new` and Envoy calls one hook of a stream at a
+        // time, on its worker; `filter` is its live filter; its configuration outlives it.
+        unsafe { Stream::on_request_headers(stream as *mut Stream, host, filter) }
     })
 }
 
@@ -151,6 +164,32 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_destroy(stream: *co
             Stream::give_back(unsafe { Box::from_raw(stream as *mut Stream) });
         }
     })
+}
+
+/// Per-route module configurations are not supported (one filter per room; a route turns a
+/// filter off with Envoy's `FilterConfig { disabled: true }`): refused, with a line saying so.
+///
+/// # Safety
+/// Envoy's contract: `name` and `config` point to their bytes for the call.
+#[no_mangle]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_new(
+    _name: EnvoyBuffer,
+    _config: EnvoyBuffer,
+) -> *const c_void {
+    abi::log(
+        abi::LOG_ERROR,
+        "velvet-rope: per-route module configurations are not supported: use one filter per \
+         room, and turn a filter off on a route with envoy.config.route.v3.FilterConfig \
+         { disabled: true }",
+    );
+    std::ptr::null()
+}
+
+/// Never called: `per_route_config_new` makes no configuration.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_destroy(
+    _config: *const c_void,
+) {
 }
 
 /// Hooks this filter has no use for: each lets the stream go on.

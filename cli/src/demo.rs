@@ -403,22 +403,22 @@ fn print_table(rows: &[MinuteRow], room: &RoomConfig, args: &DemoArgs) {
     println!("  waiting         visitors on the waiting page at the minute's end (ground truth)");
     println!(
         "  engine-waiting  live waiters as the engine counts them (stats: queue_length): a waiter \
-         counts while it"
+         counts from its"
     );
     println!(
-        "                  refreshed within the last {} refresh intervals ({} s each). The demo's waiters refresh",
+        "                  last refresh through the {} refresh intervals after it ({} s each). The demo's waiters",
         room.waiter_grace_refreshes, room.refresh_interval
     );
     println!(
-        "                  every {}-{} s, so at any moment about one in twenty is between an interval it skipped",
+        "                  refresh every {}-{} s, so each is counted; one that gave up stays counted until its",
         room.refresh_interval,
         room.refresh_interval + 2
     );
     println!(
-        "                  and its next refresh and is not counted: 4-6 % below the truth. The figure sizes the"
+        "                  grace runs out: the figure reads a little above the truth. It sizes the slots kept"
     );
     println!(
-        "                  slots kept for the queue; a waiter keeps its place (its arrival minute) all the same."
+        "                  for the queue; a waiter keeps its place (its arrival minute) all the same."
     );
 }
 

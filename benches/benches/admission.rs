@@ -9,13 +9,9 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use velvet_rope::slot_pool::OwnedSlotPool;
 use velvet_rope::ticket::{Keyring, RoomId, Ticket, TicketState};
 use velvet_rope::{Engine, Outcome};
-use velvet_rope_benches::on_threads;
+use velvet_rope_benches::{on_threads, KEYS, T0};
 
-const T0: u64 = 1_800_000_000_000;
-const CONFIG: &str = r#"
-[[tickets.keys]]
-id = 1
-secret = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"
+const ROOMS: &str = r#"
 
 [[rooms]]
 name = "shop"
@@ -33,7 +29,8 @@ fn admitted_cookie(engine: &Engine) -> String {
 fn admission(c: &mut Criterion) {
     let mut g = c.benchmark_group("admission");
     g.throughput(Throughput::Elements(1));
-    let engine = Engine::from_text(CONFIG, T0).unwrap();
+    let config = format!("{KEYS}{ROOMS}");
+    let engine = Engine::from_text(&config, T0).unwrap();
     let cookie = admitted_cookie(&engine);
     for threads in [1usize, 2] {
         g.bench_with_input(
@@ -93,7 +90,7 @@ fn admission(c: &mut Criterion) {
     }
     // New visitors: a room of a million, replaced (untimed) whenever a sample could run it
     // out of slots, so every call claims a slot and is issued a ticket.
-    let big = CONFIG.replace("= 100000", "= 1000000");
+    let big = config.replace("= 100000", "= 1000000");
     let mut room = Engine::from_text(&big, T0).unwrap();
     let mut used = 0u64;
     for threads in [1usize, 2] {
@@ -234,39 +231,8 @@ fn tickets(c: &mut Criterion) {
         let key = [7u8; 32];
         let nonce = [3u8; 12];
         let aad = *b"\x02\x01\x10\x20\x30\x40shop";
-        let ring_key = ring::aead::LessSafeKey::new(
-            ring::aead::UnboundKey::new(&ring::aead::AES_256_GCM, &key).unwrap(),
-        );
-        let mut sealed = [9u8; 33 + 16];
-        let tag = ring_key
-            .seal_in_place_separate_tag(
-                ring::aead::Nonce::assume_unique_for_key(nonce),
-                ring::aead::Aad::from(&aad),
-                &mut sealed[..33],
-            )
-            .unwrap();
-        sealed[33..].copy_from_slice(tag.as_ref());
-        g.bench_function("aead_open_ring", |b| {
-            b.iter(|| {
-                let mut buf = black_box(sealed);
-                let n = ring_key
-                    .open_in_place(
-                        ring::aead::Nonce::assume_unique_for_key(nonce),
-                        ring::aead::Aad::from(&aad),
-                        &mut buf,
-                    )
-                    .map(|p| p.len());
-                black_box((n, buf))
-            })
-        });
-        for (name, alg, key_len) in [
-            (
-                "aead_open_ring_chacha20_poly1305",
-                &ring::aead::CHACHA20_POLY1305,
-                32,
-            ),
-            ("aead_open_ring_aes128_gcm", &ring::aead::AES_128_GCM, 16),
-        ] {
+        // Sealed with ring's `alg` and the key's first `key_len` bytes: the key and the bytes.
+        let seal = |alg: &'static ring::aead::Algorithm, key_len: usize| {
             let k = ring::aead::LessSafeKey::new(
                 ring::aead::UnboundKey::new(alg, &key[..key_len]).unwrap(),
             );
@@ -279,6 +245,18 @@ fn tickets(c: &mut Criterion) {
                 )
                 .unwrap();
             sealed[33..].copy_from_slice(tag.as_ref());
+            (k, sealed)
+        };
+        for (name, alg, key_len) in [
+            ("aead_open_ring", &ring::aead::AES_256_GCM, 32),
+            (
+                "aead_open_ring_chacha20_poly1305",
+                &ring::aead::CHACHA20_POLY1305,
+                32,
+            ),
+            ("aead_open_ring_aes128_gcm", &ring::aead::AES_128_GCM, 16),
+        ] {
+            let (k, sealed) = seal(alg, key_len);
             g.bench_function(name, |b| {
                 b.iter(|| {
                     let mut buf = black_box(sealed);
@@ -293,6 +271,7 @@ fn tickets(c: &mut Criterion) {
                 })
             });
         }
+        let (_, sealed) = seal(&ring::aead::AES_256_GCM, 32);
         let rc = aes_gcm::Aes256Gcm::new((&key).into());
         g.bench_function("aead_open_aes_gcm", |b| {
             b.iter(|| {

@@ -17,14 +17,10 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use velvet_rope::{Engine, Outcome};
-use velvet_rope_benches::on_threads_indexed;
+use velvet_rope_benches::{on_threads_indexed, KEYS, T0};
 
-const T0: u64 = 1_800_000_000_000;
 /// The room under sale (`shop`), and a full room whose visitors wait (`sold_out`).
-const CONFIG: &str = r#"
-[[tickets.keys]]
-id = 1
-secret = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"
+const ROOMS: &str = r#"
 
 [[rooms]]
 name = "shop"
@@ -38,7 +34,7 @@ total_active_users = 1
 new_users_per_minute = 4000000000
 session_duration = 5
 "#;
-/// Seats of `shop` (see `CONFIG`).
+/// Seats of `shop` (see `ROOMS`).
 const SEATS: u64 = 1_000_000;
 /// Of every `MIX` requests, one is a new visitor and one a waiting visitor.
 const MIX: u64 = 20;
@@ -71,7 +67,8 @@ struct Sale {
 
 impl Sale {
     fn new(visitors: usize) -> Self {
-        let engine = Engine::from_text(CONFIG, T0).expect("the bench's configuration is valid");
+        let engine = Engine::from_text(&format!("{KEYS}{ROOMS}"), T0)
+            .expect("the bench's configuration is valid");
         let returning = (0..visitors)
             .map(|_| {
                 let d = engine.admit("shop", None, T0).expect("shop");

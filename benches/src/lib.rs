@@ -1,6 +1,17 @@
 //! Helpers shared by the benches in `benches/`.
 
 use std::sync::Barrier;
+
+/// The benches' clock: milliseconds since the epoch, on a minute boundary.
+pub const T0: u64 = 1_800_000_000_000;
+
+/// A configured ticket key (tickets stay valid across the engines a bench makes), to put
+/// before a bench's rooms.
+pub const KEYS: &str = r#"
+[[tickets.keys]]
+id = 1
+secret = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"
+"#;
 use std::time::{Duration, Instant};
 
 /// Runs `f(thread, call)` `iters` times on each of `threads` threads at once (`thread` counts

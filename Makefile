@@ -9,7 +9,7 @@ VENV ?= .venv
 NPM ?= npm
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-rust test-loom test-c test-nginx test-envoy test-python python-env test-node node-env lint header bench bench-nginx bench-envoy bench-python bench-node fuzz clean
+.PHONY: demo test redis-env test-rust test-loom test-c test-nginx test-envoy test-python python-env test-node node-env lint header bench bench-nginx bench-envoy bench-python bench-node fuzz clean
 
 demo:
 	@echo "make demo: building the velvet-rope command (release build: a minute or two the first time)"
@@ -25,8 +25,14 @@ lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
 
-test-rust:
-	@echo "== make test: Rust tests (unit, integration, stress, processes, doc examples)"
+# Debian's redis-server, for the cluster tier's tests (each starts its own on a free
+# 127.0.0.1 port, persistence off).
+redis-env:
+	@command -v redis-server >/dev/null || (echo "installing redis-server (apt-get)" && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server)
+
+test-rust: redis-env
+	@echo "== make test: Rust tests (unit, integration, stress, processes, doc examples, the cluster tier against redis-server)"
 	$(CARGO) test --workspace --release
 
 # loom models of every lock-free structure (a separate target dir: the cfg changes every crate).

@@ -13,6 +13,7 @@ fn engine_with(room: RoomConfig) -> Engine {
         tickets: Default::default(),
         rooms: vec![room],
         resources: Vec::new(),
+        cluster: None,
     };
     Engine::new(config, T0).unwrap()
 }
@@ -454,6 +455,7 @@ fn reject_passthrough_and_queue_all() {
         tickets: Default::default(),
         rooms: vec![room],
         resources: Vec::new(),
+        cluster: None,
     })
     .unwrap();
     e.tick(T0 + 2000);

@@ -30,8 +30,11 @@ pub(crate) const PASSTHROUGH_FREE: u64 = 1 << 30;
 pub(crate) struct Figures {
     /// `total_active_users`.
     pub(crate) total_active_users: u64,
-    /// `new_users_per_minute`.
+    /// `new_users_per_minute` (for the current bucket).
     pub(crate) new_users_per_minute: u64,
+    /// `new_users_per_minute` for the next bucket (the same, unless a cluster allowance says
+    /// otherwise).
+    pub(crate) new_users_next: u64,
     /// Admissions booked to any bucket since the counters were made.
     pub(crate) admitted_ever: u64,
     /// Admissions booked to buckets before the session window.
@@ -54,10 +57,10 @@ impl Figures {
 
 /// The most claims, counted since the counters were made, the room's limits allow.
 pub(crate) fn claim_limit(f: &Figures) -> u64 {
-    let busiest = f.admitted_current.max(f.admitted_next);
-    let per_minute = f
-        .new_users_per_minute
-        .saturating_add(f.admitted_ever.saturating_sub(busiest));
+    let in_bucket =
+        |allowed: u64, booked: u64| allowed.saturating_add(f.admitted_ever.saturating_sub(booked));
+    let per_minute = in_bucket(f.new_users_per_minute, f.admitted_current)
+        .min(in_bucket(f.new_users_next, f.admitted_next));
     let total = (i128::from(f.total_active_users) + i128::from(f.admitted_departed)
         - i128::from(f.moved_in_window))
     .clamp(0, i128::from(u64::MAX)) as u64;
@@ -94,6 +97,29 @@ pub(crate) fn fifo(free: u64, live: &[u64], base: u64, bucket: u64, frontier: u6
     let waiters = free.min(reserved);
     let open = if behind == 0 { free - waiters } else { 0 };
     (Split { waiters, open }, frontier)
+}
+
+/// FIFO across hosts: the frontier is the cluster's (`frontier`, not moved here); waiters at
+/// or before it hold the free slots they need, and new arrivals get slots only when nobody
+/// waits behind it, here or (`behind_elsewhere`) at another host.
+pub(crate) fn fifo_global(
+    free: u64,
+    live: &[u64],
+    base: u64,
+    frontier: u64,
+    behind_elsewhere: u64,
+) -> Split {
+    let queue_length: u64 = live.iter().sum();
+    let reserved: u64 = if frontier >= base {
+        let last = ((frontier - base) as usize).min(live.len().saturating_sub(1));
+        live.get(..=last).map_or(0, |l| l.iter().sum())
+    } else {
+        0
+    };
+    let waiters = free.min(reserved);
+    let behind = queue_length - reserved.min(queue_length) + behind_elsewhere;
+    let open = if behind == 0 { free - waiters } else { 0 };
+    Split { waiters, open }
 }
 
 /// Random: every live waiter has the same chance; waiters get as many slots as there are
@@ -173,6 +199,7 @@ mod tests {
         let fresh = Figures {
             total_active_users: 37,
             new_users_per_minute: 100,
+            new_users_next: 100,
             ..Figures::default()
         };
         assert_eq!(claim_limit(&fresh), 37);
@@ -196,6 +223,7 @@ mod tests {
         let minute = Figures {
             total_active_users: 1000,
             new_users_per_minute: 10,
+            new_users_next: 10,
             admitted_ever: 20,
             admitted_current: 6,
             admitted_next: 3,

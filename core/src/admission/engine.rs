@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use arc_swap::ArcSwap;
 
+use crate::admission::cluster::{self, ClusterGrant, HostReport};
 use crate::admission::decision::{Decision, RoomStats};
 use crate::admission::keys::keyring_for;
 use crate::admission::page::{self, Page};
@@ -251,6 +252,37 @@ impl Engine {
         Ok(snap.decide(view, ticket.map(str::as_bytes), now.min(MAX_NOW_MS)))
     }
 
+    /// What this host reports to the cluster tier about `room` (see [`crate::admission::cluster`]),
+    /// as of the room's last tick and `now`. For `velvet-rope-cluster`'s sync; any process
+    /// sharing the room's counters may call it.
+    pub fn cluster_report(&self, room: &str, now: Millis) -> Result<HostReport> {
+        let snap = self.current.load();
+        Ok(cluster::report(&snap.room(room)?.room, now.min(MAX_NOW_MS)))
+    }
+
+    /// Hands `room` the allowance the cluster tier granted; the next tick enforces it. Returns
+    /// `false` when the room was busy for too long (the grant is dropped: the next sync brings
+    /// another). An engine without a `[cluster]` table ignores grants (`Ok(false)`).
+    pub fn cluster_grant(&self, room: &str, grant: &ClusterGrant) -> Result<bool> {
+        let snap = self.current.load();
+        let room = &snap.room(room)?.room;
+        if room.cluster_fallback_ppm.is_none() {
+            return Ok(false);
+        }
+        Ok(cluster::grant(room, grant))
+    }
+
+    /// Whether this process takes this interval's turn to sync `room` with the cluster's store
+    /// (one process of those sharing the room's counters does, per interval; another takes
+    /// over when it stops). Always `true` for counters no other process shares.
+    pub fn cluster_sync_turn(&self, room: &str, interval_ms: u64) -> Result<bool> {
+        let snap = self.current.load();
+        Ok(cluster::sync_turn(
+            &snap.room(room)?.room,
+            interval_ms.max(1),
+        ))
+    }
+
     /// The keyring sealing this engine's tickets (for tests and tools).
     #[doc(hidden)]
     pub fn keyring(&self) -> Arc<Keyring> {
@@ -274,7 +306,9 @@ fn build(
         let running = previous
             .and_then(|p| p.room(&cfg.name).ok())
             .map(|v| &v.room);
-        let same_settings = previous.is_some_and(|p| p.config.settings == config.settings);
+        let same_settings = previous.is_some_and(|p| {
+            p.config.settings == config.settings && p.config.cluster == config.cluster
+        });
         let room = match running {
             Some(r) if r.cfg == *cfg && same_settings => r.clone(),
             Some(r) => {

@@ -1,6 +1,7 @@
 //! The waiting room: decisions, ticks, reloads, and what they answer.
 
 pub(crate) mod budget;
+pub mod cluster;
 pub(crate) mod cookie_finder;
 mod decide;
 pub(crate) mod decision;

@@ -29,6 +29,9 @@ pub(crate) struct Room {
     pub(crate) refresh_secs: u32,
     /// The counters' incarnation, which tickets they counted carry.
     pub(crate) incarnation: u32,
+    /// With a `[cluster]` table: the share of the limits (millionths) enforced before the
+    /// first grant and after one lapses, unless a sync set another (see `cluster`).
+    pub(crate) cluster_fallback_ppm: Option<u64>,
 }
 
 impl Room {
@@ -57,6 +60,10 @@ impl Room {
             bucket_ms: u64::from(layout.bucket_secs) * 1000,
             refresh_secs: layout.refresh_secs,
             incarnation: counters.incarnation(),
+            cluster_fallback_ppm: config.cluster.as_ref().map(|c| {
+                c.fallback_share
+                    .map_or(0, crate::admission::cluster::share_ppm)
+            }),
             counters,
         }
     }

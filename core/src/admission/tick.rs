@@ -20,6 +20,7 @@
 use std::sync::Arc;
 
 use crate::admission::budget::{self, Figures, Split, PASSTHROUGH_FREE};
+use crate::admission::cluster;
 use crate::admission::room::Room;
 use crate::admission::snapshot::RoomView;
 use crate::clock::Millis;
@@ -99,9 +100,11 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis) {
     let first = bucket.saturating_sub(u64::from(cfg.session_duration));
     let (before_window, all) = buckets.admitted_before_and_all(first);
     let window = buckets.sums(first, bucket + 1);
+    let allow = cluster::allowance(room, tb, bucket, now);
     let figures = Figures {
-        total_active_users: cfg.total_active_users,
-        new_users_per_minute: cfg.new_users_per_minute,
+        total_active_users: allow.total,
+        new_users_per_minute: allow.minute,
+        new_users_next: allow.minute_next,
         admitted_ever: closed + all,
         admitted_departed: closed + before_window,
         admitted_current: buckets.admitted_in(bucket),
@@ -134,11 +137,17 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis) {
         Split::default()
     } else {
         match cfg.queueing_method {
-            QueueingMethod::Fifo => {
-                let (split, f) = budget::fifo(free, &live, base, bucket, frontier);
-                frontier = f;
-                split
-            }
+            QueueingMethod::Fifo => match allow.global_fifo {
+                Some((global, behind_elsewhere)) => {
+                    frontier = frontier.max(global);
+                    budget::fifo_global(free, &live, base, frontier, behind_elsewhere)
+                }
+                None => {
+                    let (split, f) = budget::fifo(free, &live, base, bucket, frontier);
+                    frontier = f;
+                    split
+                }
+            },
             QueueingMethod::Random => {
                 let (split, t) = budget::random(free, queue_length);
                 threshold = t;
@@ -151,7 +160,10 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis) {
         }
     };
     let net = budget::apply(waiters, open, granted, limit, want, home_shard());
-    tb.add(Cell::Granted, net);
+    let ledger = tb.add(Cell::Granted, net);
+    if room.cluster_fallback_ppm.is_some() {
+        cluster::publish_applied(tb, &allow, &figures, ledger, bucket);
+    }
     tb.set(Cell::Frontier, frontier);
     tb.set(Cell::DrawThreshold, threshold);
 
@@ -174,6 +186,10 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis) {
 
     tb.set(Cell::Active, figures.active());
     tb.set(Cell::AdmittedThisMinute, figures.admitted_current);
+    tb.set(
+        Cell::AdmittedLastMinute,
+        bucket.checked_sub(1).map_or(0, |b| buckets.admitted_in(b)),
+    );
     tb.set(Cell::AdmittedTotal, figures.admitted_ever);
     tb.set(Cell::QueueLength, queue_length);
     tb.set(Cell::FreeSlots, waiters.free() + open.free());

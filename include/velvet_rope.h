@@ -86,6 +86,23 @@ typedef struct vr_page vr_page;
 // see a rate change at once.
 typedef struct vr_rate_limiter vr_rate_limiter;
 
+// The cluster tier's sync loop, as [`vr_engine_cluster_status`] reports it.
+typedef struct {
+  // 1 when this process runs a sync loop for the engine, else 0.
+  uint32_t running;
+  // 1 while the store does not answer (the engine decides on its last allowances, then on
+  // the fallback share), else 0.
+  uint32_t in_outage;
+  // Syncs of a room that got an answer.
+  uint64_t syncs;
+  // Syncs of a room that failed.
+  uint64_t failures;
+  // Runs of failures (each logged once).
+  uint64_t outages;
+  // Hosts holding a lease at the last answer.
+  uint64_t hosts;
+} vr_cluster_status;
+
 // The engine's answer for one request. Plain data, owned by the caller (no free).
 typedef struct {
   // `VR_OUTCOME_ADMIT`, `VR_OUTCOME_QUEUE` or `VR_OUTCOME_REJECT`.
@@ -225,6 +242,24 @@ vr_result vr_engine_open_state_file(const char *config,
 // # Safety
 // `engine` must be NULL or a pointer from `vr_engine_new*` not freed before.
 void vr_engine_free(vr_engine *engine);
+
+// Starts the cluster tier's sync loop for an engine whose configuration has a `[cluster]`
+// table: a thread of this process that, once per `sync_interval_ms`, reports the rooms to the
+// store and hands the engine its allowances (one process of those sharing the engine's
+// counters syncs per interval; the others only tick). Requests never wait for it. Call it in
+// each process that serves requests, after any fork (nginx: in each worker). A no-op without
+// a `[cluster]` table, or when the loop runs already. It stops when the engine is freed.
+// Outages are logged to standard error, once each.
+//
+// # Safety
+// `engine` must be a live handle.
+vr_result vr_engine_cluster_start(const vr_engine *engine);
+
+// Writes the state of the engine's sync loop in this process to `*status_out`.
+//
+// # Safety
+// `engine` must be a live handle; `status_out` writable.
+vr_result vr_engine_cluster_status(const vr_engine *engine, vr_cluster_status *status_out);
 
 // Decides one request. `cookie_header` is the request's whole `Cookie` header (NULL/0 when
 // absent; need not be UTF-8); `room` names the room. Writes `*decision_out` on success.

@@ -9,6 +9,25 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/** The cluster tier's sync loop of an engine, as `engineClusterStatus` reports it. */
+export interface ClusterStatusObject {
+  /** Syncs of a room that got an answer. */
+  syncs: number
+  /** Syncs of a room that failed. */
+  failures: number
+  /** Runs of failures (each logged once to standard error). */
+  outages: number
+  /**
+   * Whether the store does not answer now (decisions go on, on the last allowances, then
+   * on the fallback share).
+   */
+  inOutage: boolean
+  /** Hosts holding a lease at the last answer. */
+  hosts: number
+  /** The last failure, if any. */
+  lastError?: string
+}
+
 /** Frees a coordinator's handle. */
 export declare function coordinatorFree(coordinator: number): void
 
@@ -46,6 +65,9 @@ export interface DecisionObject {
 
 /** Decides one request given the ticket cookie's value itself. */
 export declare function engineAdmitTicket(engine: number, room: string, ticket?: string | undefined | null, nowMs?: number | undefined | null): DecisionObject | null
+
+/** The engine's sync loop's status (null without a `[cluster]` table). */
+export declare function engineClusterStatus(engine: number): ClusterStatusObject | null
 
 /** The name of a room's ticket cookie. */
 export declare function engineCookieName(engine: number, room: string): string

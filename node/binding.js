@@ -840,6 +840,7 @@ module.exports.coordinatorNew = nativeBinding.coordinatorNew
 module.exports.coordinatorRelease = nativeBinding.coordinatorRelease
 module.exports.coordinatorRequest = nativeBinding.coordinatorRequest
 module.exports.engineAdmitTicket = nativeBinding.engineAdmitTicket
+module.exports.engineClusterStatus = nativeBinding.engineClusterStatus
 module.exports.engineCookieName = nativeBinding.engineCookieName
 module.exports.engineFree = nativeBinding.engineFree
 module.exports.engineNew = nativeBinding.engineNew

@@ -6,7 +6,13 @@
  * Written by hand over the generated `binding.d.ts` (the native functions).
  */
 
-import type { DecisionObject, LeaseObject, PageObject, RoomStatsObject } from './binding'
+import type {
+  ClusterStatusObject,
+  DecisionObject,
+  LeaseObject,
+  PageObject,
+  RoomStatsObject
+} from './binding'
 
 /** What happens to a request. */
 export type Outcome = 'admit' | 'queue' | 'reject'
@@ -21,6 +27,9 @@ export type Page = PageObject
 
 /** A room's figures as last published by a tick. */
 export type RoomStats = RoomStatsObject
+
+/** The cluster tier's sync loop in this process (a `[cluster]` table starts it). */
+export type ClusterStatus = ClusterStatusObject
 
 /** A lease: what a client may use, until when. */
 export type Lease = LeaseObject
@@ -54,6 +63,8 @@ export declare class Engine {
   stopTicking(): void
   /** Replaces the configuration; a bad one throws and the running one keeps serving. */
   reload(config: string, options?: { isPath?: boolean }): void
+  /** The cluster tier's sync loop (`null` without a `[cluster]` table). */
+  clusterStatus(): ClusterStatus | null
   /** A room's figures as last published by a tick. */
   stats(room: string): RoomStats
   /** Every room's figures as one JSON text (what a status endpoint serves). */

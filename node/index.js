@@ -99,6 +99,16 @@ class Engine {
     } catch (e) { throw convert(e) }
   }
 
+  /**
+   * The cluster tier's sync loop in this process (`null` without a `[cluster]` table, which
+   * starts it): `{syncs, failures, outages, inOutage, hosts, lastError}`.
+   */
+  clusterStatus () {
+    try {
+      return native.engineClusterStatus(this.#h)
+    } catch (e) { throw convert(e) }
+  }
+
   /** A room's figures as last published by a tick. */
   stats (room) {
     try {

@@ -24,6 +24,10 @@
  *     workers inherit the mapping. A reload, a restart or a binary upgrade opens the same file
  *     and keeps every count and queue position; rooms are found in it by name.
  *   - Each worker drives `vr_engine_tick` from a 1 s timer.
+ *   - With a `[cluster]` table in the configuration, each worker starts the cluster tier's
+ *     sync loop (`vr_engine_cluster_start`, a thread): one worker of the zone syncs the rooms
+ *     with Redis per interval, and the nginx instances sharing the store share the rooms'
+ *     limits. Requests never touch Redis.
  *   - A precontent phase handler decides once per client request and room, and either lets
  *     it through or serves the waiting page. It runs after the access phase, so requests that
  *     allow/deny, auth_basic or auth_request refuse never take a seat (and `satisfy any`
@@ -1034,6 +1038,7 @@ ngx_http_velvet_rope_cleanup_engines(void *data)
 static ngx_int_t
 ngx_http_velvet_rope_init_process(ngx_cycle_t *cycle)
 {
+    vr_result                          rc;
     ngx_event_t                       *ev;
     ngx_http_velvet_rope_main_conf_t  *vmcf;
 
@@ -1060,6 +1065,14 @@ ngx_http_velvet_rope_init_process(ngx_cycle_t *cycle)
     /* The engine's snapshot was built when the master created it, possibly long before this
      * worker started (a respawn): bring it up to date before the first request. */
     ngx_http_velvet_rope_tick(ev);
+
+    /* With a [cluster] table, this worker runs a sync loop (a thread; one worker of the zone
+     * syncs per interval, the others take over when it stops). Requests never wait for it. */
+    rc = vr_engine_cluster_start(vmcf->engine);
+
+    if (rc != VR_OK) {
+        ngx_http_velvet_rope_log_error(NGX_LOG_ERR, cycle->log, "vr_engine_cluster_start()", rc);
+    }
 
     return NGX_OK;
 }

@@ -1,11 +1,12 @@
 //! The admission engine: `engine*` functions over numeric engine handles (see `handles`).
 
-use std::sync::LazyLock;
+use std::sync::{LazyLock, Mutex};
 
 use napi_derive::napi;
 use velvet_rope::{Config, Engine, Outcome, TicketError};
+use velvet_rope_cluster::Syncer;
 
-use crate::errors::{invalid, to_js};
+use crate::errors::{invalid, to_js, CONFIG};
 use crate::handles::Handles;
 
 /// The engines JavaScript holds.
@@ -103,13 +104,88 @@ pub fn engine_new(
         None => Engine::new(config, now),
     }
     .map_err(to_js)?;
-    ENGINES.insert(engine)
+    let handle = ENGINES.insert(engine)?;
+    if let Err(e) = start_sync(handle) {
+        ENGINES.remove(handle);
+        return Err(e);
+    }
+    Ok(handle)
+}
+
+/// The cluster tier's sync loops (threads), by engine handle: one per engine whose
+/// configuration has a `[cluster]` table.
+static SYNCERS: Mutex<Vec<(u32, Syncer)>> = Mutex::new(Vec::new());
+
+/// Starts `handle`'s sync loop if its configuration has a `[cluster]` table.
+fn start_sync(handle: u32) -> napi::Result<(), &'static str> {
+    let engine = ENGINES.get(handle)?;
+    let sync = Syncer::from_engine(engine)
+        .map_err(|e| napi::Error::new(CONFIG, format!("cluster: {e}")))?;
+    if let Some(sync) = sync {
+        SYNCERS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((handle, sync));
+    }
+    Ok(())
+}
+
+/// Stops `handle`'s sync loop, if any, without waiting for it on this (JavaScript's) thread.
+fn stop_sync(handle: u32) {
+    let mut syncers = SYNCERS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(i) = syncers.iter().position(|(h, _)| *h == handle) {
+        let (_, sync) = syncers.swap_remove(i);
+        drop(syncers);
+        // Dropping joins the loop's thread (at most one store timeout): elsewhere.
+        let _ = std::thread::Builder::new()
+            .name("velvet-rope-sync-stop".into())
+            .spawn(move || drop(sync));
+    }
 }
 
 /// Frees an engine's handle (the package calls it when the `Engine` object is collected).
 #[napi]
 pub fn engine_free(engine: u32) {
+    stop_sync(engine);
     ENGINES.remove(engine);
+}
+
+/// The cluster tier's sync loop of an engine, as `engineClusterStatus` reports it.
+#[napi(object)]
+pub struct ClusterStatusObject {
+    /// Syncs of a room that got an answer.
+    pub syncs: f64,
+    /// Syncs of a room that failed.
+    pub failures: f64,
+    /// Runs of failures (each logged once to standard error).
+    pub outages: f64,
+    /// Whether the store does not answer now (decisions go on, on the last allowances, then
+    /// on the fallback share).
+    pub in_outage: bool,
+    /// Hosts holding a lease at the last answer.
+    pub hosts: f64,
+    /// The last failure, if any.
+    pub last_error: Option<String>,
+}
+
+/// The engine's sync loop's status (null without a `[cluster]` table).
+#[napi]
+pub fn engine_cluster_status(
+    engine: u32,
+) -> napi::Result<Option<ClusterStatusObject>, &'static str> {
+    ENGINES.get(engine)?;
+    let syncers = SYNCERS.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(syncers.iter().find(|(h, _)| *h == engine).map(|(_, s)| {
+        let st = s.status();
+        ClusterStatusObject {
+            syncs: st.syncs as f64,
+            failures: st.failures as f64,
+            outages: st.outages as f64,
+            in_outage: st.in_outage,
+            hosts: st.hosts as f64,
+            last_error: st.last_error,
+        }
+    }))
 }
 
 /// Decides one request given the ticket cookie's value itself.
@@ -139,7 +215,15 @@ pub fn engine_tick(engine: u32, now_ms: Option<f64>) -> napi::Result<bool, &'sta
 #[napi]
 pub fn engine_reload(engine: u32, config: String, is_path: bool) -> napi::Result<(), &'static str> {
     let config = load(&config, is_path)?;
-    ENGINES.get(engine)?.reload(config).map_err(to_js)
+    let e = ENGINES.get(engine)?;
+    let cluster_changed = e.config().cluster != config.cluster;
+    e.reload(config).map_err(to_js)?;
+    if cluster_changed {
+        // A new store or new sync settings: a new loop.
+        stop_sync(engine);
+        start_sync(engine)?;
+    }
+    Ok(())
 }
 
 /// A room's figures as last published by a tick.

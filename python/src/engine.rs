@@ -1,10 +1,12 @@
 //! `Engine`, `Decision`, `RoomStats`, `Page`: the admission side.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 use velvet_rope::{Config, Outcome};
+use velvet_rope_cluster::Syncer;
 
 use crate::errors::to_py;
 use crate::time::or_now;
@@ -32,7 +34,9 @@ impl ConfigArg {
 /// The admission engine: one per process (or one per state file shared by processes).
 #[pyclass(frozen, module = "velvet_rope._velvet_rope")]
 pub struct Engine {
-    inner: velvet_rope::Engine,
+    inner: Arc<velvet_rope::Engine>,
+    /// The cluster tier's sync loop (a thread), with a `[cluster]` table.
+    sync: Mutex<Option<Syncer>>,
     /// The steady answer (admit, nothing to set), shared: the common case allocates nothing.
     admit_steady: Py<Decision>,
 }
@@ -48,6 +52,12 @@ fn header_bytes<'a>(v: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
     Err(pyo3::exceptions::PyTypeError::new_err(
         "a header value must be str or bytes",
     ))
+}
+
+/// The cluster tier's sync loop for `engine`, if its configuration has a `[cluster]` table.
+fn sync_loop(engine: &Arc<velvet_rope::Engine>) -> PyResult<Option<Syncer>> {
+    Syncer::from_engine(engine.clone())
+        .map_err(|e| crate::errors::ConfigError::new_err(format!("cluster: {e}")))
 }
 
 impl Engine {
@@ -82,7 +92,9 @@ impl Engine {
                 None => velvet_rope::Engine::new(config, now),
             })
             .map_err(to_py)?;
+        let inner = Arc::new(inner);
         Ok(Self {
+            sync: Mutex::new(sync_loop(&inner)?),
             inner,
             admit_steady: Py::new(py, Decision::from(velvet_rope::Decision::admit_steady()))?,
         })
@@ -133,7 +145,33 @@ impl Engine {
     /// Replaces the configuration; a bad one raises and the running one keeps serving.
     fn reload(&self, py: Python<'_>, config: ConfigArg) -> PyResult<()> {
         let config = config.load()?;
-        py.detach(|| self.inner.reload(config)).map_err(to_py)
+        let cluster_changed = self.inner.config().cluster != config.cluster;
+        py.detach(|| self.inner.reload(config)).map_err(to_py)?;
+        if cluster_changed {
+            // A new store or new sync settings: the old loop stops (joined) first.
+            let old = self.sync.lock().unwrap_or_else(|p| p.into_inner()).take();
+            py.detach(move || drop(old));
+            *self.sync.lock().unwrap_or_else(|p| p.into_inner()) = sync_loop(&self.inner)?;
+        }
+        Ok(())
+    }
+
+    /// The cluster tier's sync loop in this process (with a `[cluster]` table; `None`
+    /// without): syncs that got an answer, failures, outages (each logged once to standard
+    /// error), whether the store is unreachable now, and the hosts it last saw.
+    fn cluster_status(&self) -> Option<ClusterStatus> {
+        let sync = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        sync.as_ref().map(|s| {
+            let st = s.status();
+            ClusterStatus {
+                syncs: st.syncs,
+                failures: st.failures,
+                outages: st.outages,
+                in_outage: st.in_outage,
+                hosts: st.hosts,
+                last_error: st.last_error,
+            }
+        })
     }
 
     /// A room's figures as last published by a tick.
@@ -366,6 +404,38 @@ impl Page {
         format!(
             "Page(status={}, content_type={:?})",
             self.status, self.content_type
+        )
+    }
+}
+
+/// The cluster tier's sync loop, as `Engine.cluster_status()` reports it.
+#[pyclass(frozen, get_all, module = "velvet_rope._velvet_rope")]
+pub struct ClusterStatus {
+    /// Syncs of a room that got an answer.
+    syncs: u64,
+    /// Syncs of a room that failed.
+    failures: u64,
+    /// Runs of failures (each logged once).
+    outages: u64,
+    /// Whether the store does not answer now (decisions go on, on the last allowances, then
+    /// on the fallback share).
+    in_outage: bool,
+    /// Hosts holding a lease at the last answer.
+    hosts: u64,
+    /// The last failure, if any.
+    last_error: Option<String>,
+}
+
+#[pymethods]
+impl ClusterStatus {
+    fn __repr__(&self) -> String {
+        format!(
+            "ClusterStatus(syncs={}, failures={}, outages={}, in_outage={}, hosts={})",
+            self.syncs,
+            self.failures,
+            self.outages,
+            if self.in_outage { "True" } else { "False" },
+            self.hosts
         )
     }
 }

@@ -17,6 +17,7 @@ fn _velvet_rope(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::Decision>()?;
     m.add_class::<engine::RoomStats>()?;
     m.add_class::<engine::Page>()?;
+    m.add_class::<engine::ClusterStatus>()?;
     m.add_class::<lease::Coordinator>()?;
     m.add_class::<lease::Lease>()?;
     m.add_class::<lease::RateLimiter>()?;

@@ -1,18 +1,24 @@
 //! The admission engine over the C ABI.
 
 use std::ffi::c_char;
+use std::sync::{Arc, Mutex};
+
+use velvet_rope_cluster::Syncer;
 
 use engine::{Config, Decision, Engine, Outcome, TicketError};
 
 use crate::error::{
     free_handle, guard, null, vr_result, Failure, VR_BUFFER_TOO_SMALL, VR_INVALID_ARGUMENT,
+    VR_INVALID_CONFIG,
 };
 use crate::strings::{bytes, c_text, text, write};
 
 /// An admission engine (opaque). Create with `vr_engine_new*`, free with [`vr_engine_free`].
 /// Thread-safe: every function taking a `const vr_engine *` may be called from any thread.
 pub struct vr_engine {
-    engine: Engine,
+    engine: Arc<Engine>,
+    /// The cluster tier's sync loop, once [`vr_engine_cluster_start`] started it.
+    sync: Mutex<Option<Syncer>>,
 }
 
 /// A rendered waiting page (opaque). Read it with [`vr_page_get_view`], free it with
@@ -179,7 +185,10 @@ fn from_c(d: &vr_decision) -> Result<Decision, Failure> {
 /// Frees what `out` owns on success: nothing to do on failure (out-pointers are only written
 /// on success).
 fn boxed(engine: Engine) -> *mut vr_engine {
-    Box::into_raw(Box::new(vr_engine { engine }))
+    Box::into_raw(Box::new(vr_engine {
+        engine: Arc::new(engine),
+        sync: Mutex::new(None),
+    }))
 }
 
 /// Creates an engine from configuration text (TOML, or JSON starting with `{`).
@@ -331,8 +340,84 @@ pub unsafe extern "C" fn vr_engine_free(engine: *mut vr_engine) {
 unsafe fn engine_ref<'a>(engine: *const vr_engine) -> Result<&'a Engine, Failure> {
     // SAFETY: per the caller.
     unsafe { engine.as_ref() }
-        .map(|e| &e.engine)
+        .map(|e| &*e.engine)
         .ok_or_else(|| null("engine"))
+}
+
+/// The cluster tier's sync loop, as [`vr_engine_cluster_status`] reports it.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct vr_cluster_status {
+    /// 1 when this process runs a sync loop for the engine, else 0.
+    pub running: u32,
+    /// 1 while the store does not answer (the engine decides on its last allowances, then on
+    /// the fallback share), else 0.
+    pub in_outage: u32,
+    /// Syncs of a room that got an answer.
+    pub syncs: u64,
+    /// Syncs of a room that failed.
+    pub failures: u64,
+    /// Runs of failures (each logged once).
+    pub outages: u64,
+    /// Hosts holding a lease at the last answer.
+    pub hosts: u64,
+}
+
+/// Starts the cluster tier's sync loop for an engine whose configuration has a `[cluster]`
+/// table: a thread of this process that, once per `sync_interval_ms`, reports the rooms to the
+/// store and hands the engine its allowances (one process of those sharing the engine's
+/// counters syncs per interval; the others only tick). Requests never wait for it. Call it in
+/// each process that serves requests, after any fork (nginx: in each worker). A no-op without
+/// a `[cluster]` table, or when the loop runs already. It stops when the engine is freed.
+/// Outages are logged to standard error, once each.
+///
+/// # Safety
+/// `engine` must be a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_cluster_start(engine: *const vr_engine) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let handle = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
+        let mut sync = handle.sync.lock().unwrap_or_else(|p| p.into_inner());
+        if sync.is_none() {
+            *sync = Syncer::from_engine(handle.engine.clone())
+                .map_err(|e| Failure(VR_INVALID_CONFIG, format!("cluster: {e}")))?;
+        }
+        Ok(())
+    })
+}
+
+/// Writes the state of the engine's sync loop in this process to `*status_out`.
+///
+/// # Safety
+/// `engine` must be a live handle; `status_out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_cluster_status(
+    engine: *const vr_engine,
+    status_out: *mut vr_cluster_status,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let handle = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
+        if status_out.is_null() {
+            return Err(null("status_out"));
+        }
+        let sync = handle.sync.lock().unwrap_or_else(|p| p.into_inner());
+        let status = sync.as_ref().map_or_else(vr_cluster_status::default, |s| {
+            let st = s.status();
+            vr_cluster_status {
+                running: 1,
+                in_outage: u32::from(st.in_outage),
+                syncs: st.syncs,
+                failures: st.failures,
+                outages: st.outages,
+                hosts: st.hosts,
+            }
+        });
+        // SAFETY: checked non-null; writable per the contract.
+        unsafe { status_out.write(status) };
+        Ok(())
+    })
 }
 
 /// Decides one request. `cookie_header` is the request's whole `Cookie` header (NULL/0 when

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use serde::Deserialize;
 use velvet_rope::{Clock, CoarseSystemClock, Config, Engine};
+use velvet_rope_cluster::Syncer;
 
 use crate::ticker::Ticker;
 
@@ -39,11 +40,18 @@ struct Settings {
     tick_interval_ms: Option<u64>,
 }
 
-/// An engine and its ticker, shared by the filter configurations that name its source.
+/// An engine, its ticker and (with a `[cluster]` table) its sync loop, shared by the filter
+/// configurations that name its source.
 pub struct SharedEngine {
     /// The engine.
     pub engine: Arc<Engine>,
     _ticker: Ticker,
+    sync: Mutex<Option<Syncer>>,
+}
+
+/// The cluster tier's sync loop for `engine`, if its configuration has a `[cluster]` table.
+fn sync_loop(engine: &Arc<Engine>) -> Result<Option<Syncer>, String> {
+    Syncer::from_engine(engine.clone()).map_err(|e| format!("cluster: {e}"))
 }
 
 /// The process's engines, by configuration source and state file (dead ones pruned as new
@@ -138,9 +146,16 @@ fn shared_engine(
         .find(|(k, _)| k == key)
         .and_then(|(_, w)| w.upgrade())
     {
+        let cluster_changed = live.engine.config().cluster != config.cluster;
         live.engine
             .reload(config)
             .map_err(|e| format!("the running engine cannot take this configuration: {e}"))?;
+        if cluster_changed {
+            // A new store, or new sync settings: the old loop stops (joined) first.
+            let mut sync = live.sync.lock().unwrap_or_else(|p| p.into_inner());
+            *sync = None;
+            *sync = sync_loop(&live.engine)?;
+        }
         return Ok(live);
     }
     let now = CoarseSystemClock.now_ms();
@@ -152,6 +167,7 @@ fn shared_engine(
     let engine = Arc::new(engine);
     let shared = Arc::new(SharedEngine {
         _ticker: Ticker::start(engine.clone(), interval_ms)?,
+        sync: Mutex::new(sync_loop(&engine)?),
         engine,
     });
     engines.push((key.to_owned(), Arc::downgrade(&shared)));

@@ -18,6 +18,7 @@ decision = engine.admit("shop", cookie_header)     # "admit" | "queue" | "reject
 """
 
 from ._velvet_rope import (
+    ClusterStatus,
     Coordinator,
     Decision,
     Engine,
@@ -44,6 +45,7 @@ __all__ = [
     "Engine",
     "Decision",
     "RoomStats",
+    "ClusterStatus",
     "Page",
     "Coordinator",
     "Lease",

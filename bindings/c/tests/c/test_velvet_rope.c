@@ -546,6 +546,56 @@ static void test_state_file(void) {
     rmdir(dir);
 }
 
+/* The cluster tier's sync loop: a no-op without a [cluster] table; with one whose store does
+ * not answer (nothing listens on port 1), it runs, fails, decides on regardless, and stops when
+ * the engine is freed. (Real Redis: cluster/tests and the nginx cluster test.) */
+static void test_cluster(void) {
+    vr_cluster_status st;
+    vr_engine *plain = new_engine(CONFIG);
+    CHECK(vr_engine_cluster_start(plain) == VR_OK);
+    CHECK(vr_engine_cluster_status(plain, &st) == VR_OK && st.running == 0);
+    CHECK(vr_engine_cluster_start(NULL) == VR_NULL_PARAMETER);
+    CHECK(vr_engine_cluster_status(plain, NULL) == VR_NULL_PARAMETER);
+    vr_engine_free(plain);
+
+    const char *clustered =
+        "[cluster]\n"
+        "redis_url = \"redis://127.0.0.1:1\"\n"
+        "host_id = \"c-test\"\n"
+        "sync_interval_ms = 50\n"
+        "lease_ms = 150\n"
+        "timeout_ms = 50\n"
+        "fallback_share = 0.5\n"
+        "[[rooms]]\n"
+        "name = \"shop\"\n"
+        "total_active_users = 4\n"
+        "new_users_per_minute = 1000\n";
+    vr_engine *e = NULL;
+    CHECK(vr_engine_new(clustered, strlen(clustered), vr_now_ms(), &e) == VR_OK);
+    CHECK(vr_engine_cluster_start(e) == VR_OK);
+    CHECK(vr_engine_cluster_start(e) == VR_OK); /* already running: nothing more */
+    for (int i = 0; i < 100; i++) {
+        CHECK(vr_engine_cluster_status(e, &st) == VR_OK);
+        if (st.failures > 0) break;
+        usleep(10000);
+    }
+    CHECK(st.running == 1 && st.in_outage == 1 && st.outages == 1 && st.syncs == 0);
+    /* No grant ever came: the fallback share (half of 4) is admitted, and no more. */
+    vr_decision d;
+    int admitted = 0;
+    for (int i = 0; i < 5; i++) {
+        vr_engine_tick(e, vr_now_ms());
+        CHECK(vr_engine_admit(e, "shop", 4, NULL, 0, vr_now_ms(), &d) == VR_OK);
+        admitted += d.outcome == VR_OUTCOME_ADMIT;
+    }
+    CHECK(admitted == 2);
+    vr_engine_free(e);
+
+    const char *bad_url = "[cluster]\nredis_url = \"http://x\"\n[[rooms]]\nname = \"r\"\n"
+                          "total_active_users = 1\nnew_users_per_minute = 1\n";
+    CHECK(vr_engine_new(bad_url, strlen(bad_url), T0, &e) == VR_INVALID_CONFIG);
+}
+
 int main(void) {
     test_misc();
     test_errors();
@@ -554,6 +604,7 @@ int main(void) {
     test_shared_region();
     test_state_file();
     test_leases();
+    test_cluster();
     test_stress();
     test_crowds_during_ticks();
     test_crowds_in_processes();

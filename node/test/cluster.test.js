@@ -1,0 +1,125 @@
+'use strict'
+/**
+ * Two engines as two hosts sharing one room through a real redis-server (Debian's, started
+ * here on a free 127.0.0.1 port, persistence off): a `[cluster]` table starts the sync loop.
+ */
+
+const assert = require('node:assert/strict')
+const { spawn } = require('node:child_process')
+const net = require('node:net')
+const { test } = require('node:test')
+const { setTimeout: sleep } = require('node:timers/promises')
+
+const { ConfigError, Engine } = require('..')
+
+const LIMIT = 5
+
+function freePort () {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer()
+    srv.on('error', reject)
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address()
+      srv.close(() => resolve(port))
+    })
+  })
+}
+
+function connects (port) {
+  return new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1')
+    s.on('connect', () => { s.destroy(); resolve(true) })
+    s.on('error', () => resolve(false))
+  })
+}
+
+async function redisServer () {
+  const port = await freePort()
+  const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1',
+    '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
+  const failed = new Promise((resolve, reject) => proc.on('error', (e) =>
+    reject(new Error(`redis-server could not start (make test installs Debian's): ${e.message}`))))
+  for (let i = 0; i < 500; i++) {
+    if (await Promise.race([connects(port), failed])) return { port, proc }
+    await sleep(20)
+  }
+  proc.kill('SIGKILL')
+  throw new Error('redis-server did not start')
+}
+
+function host (port, name) {
+  return new Engine(`
+[settings]
+bucket_width_secs = 1
+[[tickets.keys]]
+id = 1
+secret = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"
+[cluster]
+redis_url = "redis://127.0.0.1:${port}"
+host_id = "${name}"
+sync_interval_ms = 100
+lease_ms = 600
+timeout_ms = 200
+[[rooms]]
+name = "shop"
+total_active_users = ${LIMIT}
+new_users_per_minute = 1000
+session_duration = 600
+refresh_interval = 1
+[rooms.cookie]
+secure = false
+`)
+}
+
+const cookieOf = (d) => d.setCookie.split(';', 1)[0]
+
+test('two hosts admit exactly the room through Redis', async () => {
+  const redis = await redisServer()
+  try {
+    const hosts = [host(redis.port, 'node-a'), host(redis.port, 'node-b')]
+    await sleep(800) // a store that knows nobody learns for a lease first
+    let admitted = 0
+    let waiters = []
+    for (let i = 0; i < 20; i++) {
+      const e = hosts[i % 2]
+      const d = e.admit('shop')
+      if (d.admitted) admitted++
+      else waiters.push([e, cookieOf(d)])
+    }
+    const deadline = Date.now() + 10_000
+    while (admitted < LIMIT && Date.now() < deadline) {
+      await sleep(100)
+      const still = []
+      for (const [e, cookie] of waiters) {
+        const d = e.admit('shop', cookie)
+        if (d.admitted) admitted++
+        else still.push([e, d.setCookie ? cookieOf(d) : cookie])
+      }
+      waiters = still
+      assert.ok(admitted <= LIMIT, `${admitted} admitted`)
+    }
+    await sleep(500)
+    for (const [e, cookie] of waiters) assert.equal(e.admit('shop', cookie).admitted, false)
+    assert.equal(admitted, LIMIT)
+    for (const e of hosts) {
+      const st = e.clusterStatus()
+      assert.ok(st.syncs > 5, JSON.stringify(st))
+      assert.equal(st.failures, 0)
+      assert.equal(st.hosts, 2)
+      assert.equal(st.inOutage, false)
+    }
+  } finally {
+    redis.proc.kill('SIGKILL')
+  }
+})
+
+test('no cluster table, no sync loop; a bad store URL is a ConfigError', () => {
+  const e = new Engine('[[rooms]]\nname = "r"\ntotal_active_users = 1\nnew_users_per_minute = 1\n')
+  assert.equal(e.clusterStatus(), null)
+  assert.throws(() => new Engine('[cluster]\nredis_url = "http://x"\n[[rooms]]\nname = "r"\n' +
+    'total_active_users = 1\nnew_users_per_minute = 1\n'), (err) => {
+    assert.ok(err instanceof ConfigError)
+    assert.match(err.message, /cluster\.redis_url/)
+    return true
+  })
+})

@@ -9,7 +9,7 @@ VENV ?= .venv
 NPM ?= npm
 PY := $(VENV)/bin/python
 
-.PHONY: demo test redis-env test-rust test-loom test-c test-nginx test-envoy test-python python-env test-node node-env lint header bench bench-nginx bench-envoy bench-python bench-node fuzz clean
+.PHONY: demo test redis-env test-rust test-loom test-c test-nginx test-envoy test-python python-env test-node node-env lint header bench bench-cluster bench-nginx bench-envoy bench-python bench-node fuzz clean
 
 demo:
 	@echo "make demo: building the velvet-rope command (release build: a minute or two the first time)"
@@ -150,6 +150,11 @@ bench-envoy: python-env
 	$(PY) -m pip install -q -r bindings/envoy/tests/requirements.txt
 	$(PY) bindings/envoy/bench.py
 	CONTROL=1 $(PY) bindings/envoy/bench.py
+
+# The cluster tier: overshoot and early queueing of three ways to share a room across three
+# hosts (virtual time), then Redis commands per host per second against a redis-server.
+bench-cluster:
+	cluster/bench.sh
 
 # Coverage-guided fuzzing (libFuzzer with AddressSanitizer, on stable via RUSTC_BOOTSTRAP).
 fuzz:

@@ -28,49 +28,66 @@
 //! with an allowance standing where the limit stood, the host holds at most its allowance of
 //! active visitors and makes at most its allowance of admissions per bucket.
 //!
-//! Once a sync interval (default 1 s), one process per host sends the store, per room, one
-//! report: its active visitors and admissions, its traffic, the allowances it holds, and its
-//! live waiters per arrival bucket. The store answers it atomically (one Lua script call,
-//! `sync.lua`; `allocator` is the same steps in Rust for the in-process store):
+//! Once a sync interval (default 1 s), one process per host (a turn in the counters' shared
+//! memory, busy for the whole sync) ticks, then sends the store, per room, one report: its
+//! active visitors and admissions, its traffic, the allowances it holds, and its live waiters
+//! per arrival bucket. A host goes by its id and its counters' incarnation, so counters made
+//! anew (a restart without a state file, or another process with counters of its own) are a
+//! new host, and the old one's holdings stay reserved until they lapse. The store answers each
+//! report atomically (one Lua script call, `sync.lua`; `allocator` is the same steps in Rust,
+//! for the in-process store, and a test holds the two to the same answers):
 //!
 //! 1. it keeps, for every host, the larger of what the host reported it holds and what it
-//!    last granted it (*reserved*);
-//! 2. it grants this host its active visitors plus what it wants (its share of the free slots,
-//!    following its traffic as in the seed, plus a chunk of twice its last interval's
-//!    admissions, plus its waiters the frontier has reached), clamped to the limit less what
-//!    every other host has reserved (and the same per bucket for admissions);
-//! 3. it moves the room's FIFO frontier over all hosts' waiters, oldest arrival bucket first,
-//!    while they fit in the room's free slots, and says how many wait behind it elsewhere (new
-//!    arrivals at this host queue while anyone does).
+//!    last granted it (*reserved*), per bucket for admissions, and for the bucket a host has
+//!    just left;
+//! 2. it moves the room's FIFO frontier over all hosts' waiters, oldest arrival bucket first,
+//!    while they fit in the room's free slots (never past the oldest bucket a present host is
+//!    in);
+//! 3. it grants this host its holdings plus one headroom per bucket, within both limits: its
+//!    waiters the frontier reached (oldest first, each after older waiters at other hosts
+//!    that their own allowance does not cover), then, unless anyone waits behind the frontier
+//!    or waits elsewhere uncovered, its share of the free slots following its traffic (as in
+//!    the seed) and a chunk of twice its last interval's admissions; all clamped to the limit
+//!    less every other host's reservation.
 //!
 //! # The bound, and why it holds
 //!
 //! *While the store answers, the room never holds more than its limits: zero overshoot.* Every
 //! grant is at most the limit less the others' reservations, so reservations add up to at most
 //! the limit. A host enforces at most its reservation: a grant it has not applied yet is
-//! reported as held (`reserved_total` takes the larger of the applied and the pending grant),
-//! and an allowance that shrinks below what a host already holds is enforced as what it holds
-//! (the tick publishes the larger), and reported so. Its active visitors never exceed what it
-//! enforces. Summing over hosts: active visitors <= reservations <= limit. The same argument
-//! runs per bucket for admissions.
+//! reported as held (`reserved_total` takes the larger of the applied and the pending grant);
+//! an allowance that shrinks below what a host already holds is enforced as what it holds (the
+//! tick publishes the larger) and reported so; a grant that arrives after a later one (another
+//! process's sync) is dropped by its sequence number; and a report is read under the tick lock,
+//! never half an advance. Its active visitors never exceed what it enforces. Summing over hosts:
+//! active visitors <= reservations <= limit. The same argument runs per bucket for admissions.
+//! `tests/three_hosts.rs` checks it against a real Redis, and `examples/simulate.rs` over ten
+//! virtual minutes of a sale.
 //!
-//! What the store cannot see costs only what is stated here:
+//! What the store cannot see costs what is stated here:
 //! - *A host that stops syncing* (crashed, partitioned) keeps its reservation for its lease,
 //!   then its allowance of active visitors for a session more (`hold`: its visitors may still
 //!   be active that long). A partitioned host enforces its grant until its lease ends on its
-//!   own clock (which started before the store's), then `fallback_share` of the limits: that
-//!   share, uncoordinated, is the overshoot a partition longer than a lease can cause, per
-//!   partitioned host. `fallback_share = 0` gives no overshoot, and no new admissions there.
-//! - *A store that restarts* without persistence forgets every reservation. It then grants
-//!   nobody more than what it reports holding, for one lease (learning, as Doorman's server
-//!   does after a restart): every grant made before the restart lapses within a lease.
+//!   own clock (which started before the store's), then `fallback_share` of the limits
+//!   (default: one over the most hosts it has known), uncoordinated. A partition longer than
+//!   lease + session, with that host's visitors staying, can exceed the limits by that host's
+//!   holdings plus its fallback share; `fallback_share = 0` removes the second term.
+//! - *A store that loses its state* (restarted without persistence, or reloaded from an older
+//!   snapshot, found out because a host holds a grant with a sequence number the store has not
+//!   reached) learns for a lease: it grants nobody more than what it reports holding. A host
+//!   that does not report within that lease (partitioned across the restart) is not reserved
+//!   afterwards: up to its holdings over, as for a long partition.
 //! - *A visitor who moves between hosts* is counted afresh where it lands (its ticket names
 //!   the counters that counted it), and stays counted where it was until its session ends
 //!   there: this under-admits, never over-admits. Put sticky load balancing in front.
+//! - *Passthrough rooms* admit everyone: they take no part.
 //!
-//! What a host pays for not asking the store per request is early queueing: a host whose
-//! traffic jumps waits up to a sync interval for a larger grant; `BENCHMARKS.md` measures it
-//! against per-host division and the seed's curve on the same arrivals.
+//! What a host pays for not asking the store per request is early queueing and idle
+//! allowances: a host whose traffic jumps waits up to a sync interval for a larger grant, and a
+//! host that has just opened a bucket waits for the sync after its tick for that bucket's
+//! allowance beyond what the previous grant gave it (the interval must be at most a quarter of
+//! a bucket). `BENCHMARKS.md` measures it against per-host division and the seed's curve on the
+//! same arrivals.
 
 mod allocator;
 mod memory_store;
@@ -81,7 +98,7 @@ mod syncer;
 
 pub use allocator::{allocate, Entry, RoomState};
 pub use memory_store::MemoryStore;
-pub use protocol::{Params, Reply, Report};
+pub use protocol::{store_host, Params, Reply, Report};
 pub use redis_store::{RedisStore, SYNC_SCRIPT};
 pub use store::{Store, StoreError};
-pub use syncer::{host_name, Log, SyncOptions, SyncStatus, Syncer};
+pub use syncer::{host_name, Log, SyncOptions, SyncRound, SyncStatus, Syncer};

@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use velvet_rope::{Clock, SystemClock};
 
 use crate::allocator::{allocate, RoomState};
 use crate::protocol::{Params, Reply, Report};
@@ -12,7 +14,7 @@ use crate::store::{Store, StoreError};
 
 struct Shared {
     rooms: Mutex<HashMap<String, RoomState>>,
-    started: Instant,
+    clock: Arc<dyn Clock>,
     down: AtomicBool,
     delay_ms: AtomicU64,
 }
@@ -35,12 +37,17 @@ impl std::fmt::Debug for MemoryStore {
 }
 
 impl MemoryStore {
-    /// An empty store whose calls give up after `timeout`.
+    /// An empty store on the wall clock whose calls give up after `timeout`.
     pub fn new(timeout: Duration) -> Self {
+        Self::with_clock(timeout, Arc::new(SystemClock))
+    }
+
+    /// An empty store on `clock` (a simulation's virtual time).
+    pub fn with_clock(timeout: Duration, clock: Arc<dyn Clock>) -> Self {
         Self {
             shared: Arc::new(Shared {
                 rooms: Mutex::new(HashMap::new()),
-                started: Instant::now(),
+                clock,
                 down: AtomicBool::new(false),
                 delay_ms: AtomicU64::new(0),
             }),
@@ -60,6 +67,11 @@ impl MemoryStore {
         self.shared
             .delay_ms
             .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// A copy of `room`'s state (for simulations and tests).
+    pub fn state(&self, room: &str) -> Option<RoomState> {
+        self.lock().get(room).cloned()
     }
 
     /// Forgets everything, as a store restarted without persistence does.
@@ -92,7 +104,7 @@ impl Store for MemoryStore {
             return Err(StoreError::Timeout(self.timeout.as_millis() as u64));
         }
         std::thread::sleep(delay);
-        let now = self.shared.started.elapsed().as_millis() as u64 + 1;
+        let now = self.shared.clock.now_ms();
         let mut rooms = self.lock();
         let state = rooms.entry(room.to_owned()).or_default();
         Ok(allocate(state, host, report, params, now))

@@ -4,9 +4,12 @@
 use serde::{Deserialize, Serialize};
 use velvet_rope::admission::cluster::{ClusterGrant, HostReport};
 
-/// One host's report on one room (field names short: it is stored as is).
+/// One host's report on one room (field names short: it is stored as is). The host is named
+/// in the store by its id and its counters' incarnation (see [`store_host`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
+    /// The store's sequence number of the last grant the host wrote (0: none yet).
+    pub seq: u64,
     /// The bucket of the host's last tick.
     pub b: u64,
     /// Visitors active at the host.
@@ -34,6 +37,7 @@ impl Report {
     pub fn of(r: &HostReport, demand: u64) -> Self {
         let waiting: u64 = r.waiters.iter().map(|w| w.1).sum();
         Self {
+            seq: r.seq,
             b: r.bucket,
             active: r.active,
             admitted: r.admitted,
@@ -64,6 +68,8 @@ pub struct Params {
 /// The store's answer to one report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reply {
+    /// This grant's sequence number (per host entry, increasing).
+    pub seq: u64,
     /// The allowance of active visitors.
     pub gt: u64,
     /// The bucket `gm0` is for (the report's).
@@ -78,6 +84,8 @@ pub struct Reply {
     pub behind: u64,
     /// Hosts holding a current lease, this one included.
     pub hosts: u64,
+    /// Hosts the store holds anything for (silent ones included), this one included.
+    pub known: u64,
     /// 1 while the store is learning (it lost its state less than a lease ago: grants do not
     /// grow).
     pub learning: u64,
@@ -90,6 +98,7 @@ impl Reply {
     /// plus the lease), with `fallback_ppm` to fall back on.
     pub fn grant(&self, until: u64, fallback_ppm: u64) -> ClusterGrant {
         ClusterGrant {
+            seq: self.seq,
             until,
             total: self.gt,
             bucket: self.b,
@@ -100,4 +109,11 @@ impl Reply {
             fallback_ppm,
         }
     }
+}
+
+/// The name a host goes by in the store: its id and its counters' incarnation. Counters made
+/// anew (a restart without a state file, another process on the machine with counters of its
+/// own) are another host: the old name stays reserved until its holdings lapse.
+pub fn store_host(host_id: &str, incarnation: u32) -> String {
+    format!("{host_id}#{incarnation:08x}")
 }

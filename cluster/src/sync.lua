@@ -3,10 +3,11 @@
 -- answers).
 --
 -- KEYS[1]  the room's hash: fields `born`, `frontier`, and `h:<host>` (JSON entries)
--- ARGV[1]  the host's id
--- ARGV[2]  its report (JSON: b, active, admitted, traffic, demand, at, am0, am1, live)
+-- ARGV[1]  the host's store name (id and counters' incarnation)
+-- ARGV[2]  its report (JSON: seq, b, active, admitted, traffic, demand, at, am0, am1, live)
 -- ARGV[3]  the room's limits and lease terms (JSON: total, minute, lease, hold)
--- Returns the reply (JSON: gt, b, gm0, gm1, frontier, behind, hosts, learning, free).
+-- Returns the reply (JSON: seq, gt, b, gm0, gm1, frontier, behind, hosts, known, learning,
+-- free).
 
 local key = KEYS[1]
 local me = 'h:' .. ARGV[1]
@@ -15,49 +16,84 @@ local p = cjson.decode(ARGV[3])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-redis.call('HSETNX', key, 'born', now)
-local born = tonumber(redis.call('HGET', key, 'born'))
-local learning = now - born < p.lease
-local frontier = tonumber(redis.call('HGET', key, 'frontier') or '0')
-
 local function reserved_minute(e, b)
   local er = e.report
   if er.b == b then
     return math.max(er.am0, e.gm0)
   elseif er.b + 1 == b then
     return math.max(er.am1, e.gm1)
+  elseif b + 1 == er.b then
+    return e.prev
   end
   return 0
 end
 
+-- Entries whose holdings lapsed go; this host's own is read before it is replaced.
+local fields = redis.call('HGETALL', key)
+local entries = {}
+local mine = nil
+for i = 1, #fields, 2 do
+  local f = fields[i]
+  if string.sub(f, 1, 2) == 'h:' then
+    local e = cjson.decode(fields[i + 1])
+    if f == me then
+      mine = e
+    elseif e.gone < now then
+      redis.call('HDEL', key, f)
+    else
+      table.insert(entries, e)
+    end
+  end
+end
+
+-- A host holding a grant newer than what the store has for it: the store lost its state
+-- (restarted, or reloaded an old snapshot). Learn anew.
+local stale
+if mine == nil then
+  stale = r.seq > 0
+else
+  stale = mine.seq < r.seq
+end
+local born = tonumber(redis.call('HGET', key, 'born') or now)
+if stale then
+  born = now
+end
+local learning = now - born < p.lease
+local seq = r.seq
+local prev = 0
+if mine ~= nil then
+  seq = math.max(mine.seq, r.seq)
+  prev = reserved_minute(mine, r.b - 1)
+end
+seq = seq + 1
+local frontier = tonumber(redis.call('HGET', key, 'frontier') or '0')
+
 local others, om0, om1 = 0, 0, 0
 local occupied, admitted, traffic = r.active, r.admitted, r.traffic
 local live = {}
-local hosts = 1
-local fields = redis.call('HGETALL', key)
-for i = 1, #fields, 2 do
-  local f = fields[i]
-  if string.sub(f, 1, 2) == 'h:' and f ~= me then
-    local e = cjson.decode(fields[i + 1])
-    if e.gone < now then
-      redis.call('HDEL', key, f)
-    else
-      local er = e.report
-      others = others + math.max(er.at, e.gt)
-      om0 = om0 + reserved_minute(e, r.b)
-      om1 = om1 + reserved_minute(e, r.b + 1)
-      occupied = occupied + er.active
-      if e.exp >= now then
-        hosts = hosts + 1
-        if er.b == r.b then
-          admitted = admitted + er.admitted
-        end
-        traffic = traffic + er.traffic
-        for _, w in ipairs(er.live) do
-          live[w[1]] = (live[w[1]] or 0) + w[2]
-        end
-      end
+-- Present hosts' unused allowance and waiters (for FIFO across hosts, below).
+local present = {}
+local hosts, known, oldest_bucket = 1, 1, r.b
+for _, e in ipairs(entries) do
+  local er = e.report
+  known = known + 1
+  others = others + math.max(er.at, e.gt)
+  om0 = om0 + reserved_minute(e, r.b)
+  om1 = om1 + reserved_minute(e, r.b + 1)
+  occupied = occupied + er.active
+  if e.exp >= now then
+    hosts = hosts + 1
+    oldest_bucket = math.min(oldest_bucket, er.b)
+    if er.b == r.b then
+      admitted = admitted + er.admitted
     end
+    traffic = traffic + er.traffic
+    for _, w in ipairs(er.live) do
+      live[w[1]] = (live[w[1]] or 0) + w[2]
+    end
+    table.insert(present, {
+      headroom = math.max(0, math.max(er.at, e.gt) - er.active), live = er.live,
+    })
   end
 end
 for _, w in ipairs(r.live) do
@@ -65,7 +101,8 @@ for _, w in ipairs(r.live) do
 end
 
 -- The frontier moves over arrival buckets, oldest first, while the waiters it lets in fit in
--- the room's free slots; past everyone when they all fit.
+-- the room's free slots; past everyone when they all fit, but never past the oldest bucket a
+-- present host is in (a host whose clock runs ahead cannot drag it).
 local free = math.max(0, math.min(p.total - occupied, p.minute - admitted))
 local buckets = {}
 local queued, ready = 0, 0
@@ -87,7 +124,7 @@ for _, b in ipairs(buckets) do
   end
 end
 if ready < free then
-  frontier = math.max(frontier, r.b)
+  frontier = math.max(frontier, oldest_bucket)
 end
 local behind = queued - math.min(ready, queued)
 local own_ready, own_queued = 0, 0
@@ -98,22 +135,51 @@ for _, w in ipairs(r.live) do
   end
 end
 local own_behind = own_queued - own_ready
+-- Waiters of other hosts, older than bucket `j`, that their own host's unused allowance does
+-- not cover: slots for them come first.
+local function uncovered_before(j)
+  local sum = 0
+  for _, o in ipairs(present) do
+    local older = 0
+    for _, w in ipairs(o.live) do
+      if w[1] < j then
+        older = older + w[2]
+      end
+    end
+    sum = sum + math.max(0, older - o.headroom)
+  end
+  return sum
+end
+local uncovered = uncovered_before(math.huge)
+local room_total = math.max(0, p.total - others - r.active)
 
--- This host's share of the free slots follows its traffic (evenly when nobody had any), plus
--- the chunk it asks for; new arrivals get none while anyone waits behind the frontier.
+-- This host's waiters the frontier reached, oldest first, each after the older waiters
+-- elsewhere; then its share of the free slots, following its traffic (evenly when nobody had
+-- any), plus the chunk it asks for. New arrivals get nothing while anyone waits behind the
+-- frontier, or waits elsewhere without an allowance for it. One headroom per bucket, within
+-- both limits.
+local ready_head = 0
+for _, w in ipairs(r.live) do
+  if w[1] <= frontier then
+    local room = math.max(0, room_total - uncovered_before(w[1]) - ready_head)
+    ready_head = ready_head + math.min(w[2], room)
+  end
+end
 local share
 if traffic == 0 then
   share = math.floor(free / hosts)
 else
   share = math.floor(free * r.traffic / traffic)
 end
-local want = own_ready
-if behind == 0 then
+local want = ready_head
+if behind == 0 and uncovered == 0 then
   want = want + share + r.demand
 end
-local gt = math.max(0, math.min(r.active + want, p.total - others))
-local gm0 = math.max(0, math.min(r.admitted + want, p.minute - om0))
-local gm1 = math.max(0, math.min(want, p.minute - om1))
+local head0 = math.min(want, room_total, math.max(0, p.minute - om0 - r.admitted))
+local head1 = math.min(want, room_total, math.max(0, p.minute - om1))
+local gt = r.active + math.max(head0, head1)
+local gm0 = r.admitted + head0
+local gm1 = head1
 if learning then
   gt = math.min(gt, r.at)
   gm0 = math.min(gm0, r.am0)
@@ -121,15 +187,14 @@ if learning then
 end
 
 local entry = {
-  report = r, gt = gt, gm0 = gm0, gm1 = gm1,
+  report = r, seq = seq, gt = gt, gm0 = gm0, gm1 = gm1, prev = prev,
   exp = now + p.lease, gone = now + p.lease + p.hold,
 }
-redis.call('HSET', key, me, cjson.encode(entry), 'frontier', frontier)
+redis.call('HSET', key, me, cjson.encode(entry), 'frontier', frontier, 'born', born)
 redis.call('PEXPIRE', key, 2 * (p.lease + p.hold))
 
-local own_behind_c = math.min(own_behind, behind)
 return cjson.encode({
-  gt = gt, b = r.b, gm0 = gm0, gm1 = gm1, frontier = frontier,
-  behind = behind - own_behind_c, hosts = hosts,
+  seq = seq, gt = gt, b = r.b, gm0 = gm0, gm1 = gm1, frontier = frontier,
+  behind = behind - math.min(own_behind, behind) + uncovered, hosts = hosts, known = known,
   learning = learning and 1 or 0, free = free,
 })

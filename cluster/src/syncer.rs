@@ -10,7 +10,7 @@ use std::time::Duration;
 use velvet_rope::config::ClusterConfig;
 use velvet_rope::{Clock, Engine, Millis, SystemClock};
 
-use crate::protocol::{Params, Report};
+use crate::protocol::{store_host, Params, Report};
 use crate::redis_store::RedisStore;
 use crate::store::{Store, StoreError};
 
@@ -45,6 +45,8 @@ pub struct SyncOptions {
     pub interval: Duration,
     /// How long a grant is good without a sync.
     pub lease: Duration,
+    /// How long one store call may take.
+    pub timeout: Duration,
     /// Share of the limits to fall back on (unset: one over the hosts last seen).
     pub fallback_share: Option<f64>,
     /// The clock the engine is ticked with.
@@ -71,6 +73,7 @@ impl SyncOptions {
             host_id: c.host_id.clone().unwrap_or_else(host_name),
             interval: Duration::from_millis(c.sync_interval_ms),
             lease: Duration::from_millis(c.lease_ms),
+            timeout: Duration::from_millis(c.timeout_ms),
             fallback_share: c.fallback_share,
             clock: Arc::new(SystemClock),
             log: Arc::new(|line| eprintln!("velvet-rope cluster: {line}")),
@@ -136,15 +139,10 @@ impl Syncer {
             stopped: Mutex::new(false),
             wake: Condvar::new(),
         });
-        let status = Arc::new(Mutex::new(SyncStatus::default()));
-        let mut worker = Worker {
-            engine,
-            store,
-            options,
-            status: status.clone(),
-            last_admitted: Default::default(),
-        };
+        let mut worker = SyncRound::new(engine, store, options);
+        let status = worker.status.clone();
         let stop2 = stop.clone();
+        let log = worker.options.log.clone();
         let thread = std::thread::Builder::new()
             .name("velvet-rope-sync".into())
             .spawn(move || loop {
@@ -157,6 +155,11 @@ impl Syncer {
                 if *guard {
                     return;
                 }
+            })
+            .map_err(|e| {
+                log(&format!(
+                    "could not start the sync thread: {e}; nothing syncs"
+                ))
             })
             .ok();
         Self {
@@ -185,33 +188,75 @@ impl Drop for Syncer {
     }
 }
 
-struct Worker {
+/// The sync loop's body: what one interval does. [`Syncer`] runs it on a thread; a simulation
+/// in virtual time calls [`SyncRound::round`] itself, with a clock of its own in the options.
+pub struct SyncRound {
     engine: Arc<Engine>,
     store: Box<dyn Store>,
     options: SyncOptions,
     status: Arc<Mutex<SyncStatus>>,
     last_admitted: std::collections::HashMap<String, u64>,
+    most_hosts: std::collections::HashMap<String, u64>,
 }
 
-impl Worker {
-    /// One sync of every room whose turn this process takes, then a tick to apply the grants.
-    fn round(&mut self) {
+impl std::fmt::Debug for SyncRound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncRound")
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl SyncRound {
+    /// Rounds of `engine`'s rooms through `store`.
+    pub fn new(engine: Arc<Engine>, store: Box<dyn Store>, options: SyncOptions) -> Self {
+        Self {
+            engine,
+            store,
+            options,
+            status: Arc::new(Mutex::new(SyncStatus::default())),
+            last_admitted: Default::default(),
+            most_hosts: Default::default(),
+        }
+    }
+
+    /// What the rounds have done so far.
+    pub fn status(&self) -> SyncStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// One sync of every room whose turn this process takes (see
+    /// [`Engine::cluster_sync_turn`]), then a tick to apply the grants.
+    pub fn round(&mut self) {
         let config = self.engine.config();
+        if config.cluster.is_none() {
+            // Reloaded without a `[cluster]` table: nothing to sync.
+            return;
+        }
         let interval_ms = self.options.interval.as_millis() as u64;
         let lease_ms = self.options.lease.as_millis() as u64;
+        // The longest a sync of one room may take: a connection and a script call (one more
+        // call to load the script into a restarted store), and the wait for the tick lock.
+        let busy_ms = 4 * self.options.timeout.as_millis() as u64 + 500;
         let bucket_ms = u64::from(config.settings.bucket_width_secs) * 1000;
+        // Tick first, so that a report is of the bucket open now (a grant is for it and the
+        // next one).
+        self.engine.tick(self.options.clock.now_ms());
         for room in &config.rooms {
+            let sent_at: Millis = self.options.clock.now_ms();
+            let Ok(Some(report)) = self.engine.cluster_report(&room.name, sent_at) else {
+                continue;
+            };
             if !self
                 .engine
-                .cluster_sync_turn(&room.name, interval_ms)
+                .cluster_sync_turn(&room.name, sent_at, interval_ms, busy_ms)
                 .unwrap_or(false)
             {
                 continue;
             }
-            let sent_at: Millis = self.options.clock.now_ms();
-            let Ok(report) = self.engine.cluster_report(&room.name, sent_at) else {
-                continue;
-            };
             let admitted = self
                 .engine
                 .stats(&room.name)
@@ -228,21 +273,33 @@ impl Worker {
                 lease: lease_ms,
                 hold: u64::from(room.session_duration) * bucket_ms,
             };
-            let result = self.store.sync(
-                &room.name,
-                &self.options.host_id,
-                &Report::of(&report, demand),
-                &params,
-            );
+            let host = store_host(&self.options.host_id, report.incarnation);
+            let result = self
+                .store
+                .sync(&room.name, &host, &Report::of(&report, demand), &params);
             self.record(&room.name, result.as_ref().map(|r| r.hosts));
-            if let Ok(reply) = result {
-                let share = self
-                    .options
-                    .fallback_share
-                    .unwrap_or(1.0 / reply.hosts.max(1) as f64);
-                let ppm = (share.clamp(0.0, 1.0) * 1e6).round() as u64;
-                let grant = reply.grant(sent_at + lease_ms, ppm);
-                let _ = self.engine.cluster_grant(&room.name, &grant);
+            let unreachable = match result {
+                Ok(reply) => {
+                    // The fallback, unless configured: one over the most hosts ever known
+                    // (silent ones included), so that a host never falls back to more than
+                    // the seed's per-host division.
+                    let known = self.most_hosts.entry(room.name.clone()).or_insert(1);
+                    *known = (*known).max(reply.known);
+                    let share = self.options.fallback_share.unwrap_or(1.0 / *known as f64);
+                    let ppm = (share.clamp(0.0, 1.0) * 1e6).round() as u64;
+                    let grant = reply.grant(sent_at + lease_ms, ppm);
+                    let _ = self.engine.cluster_grant(&room.name, &grant);
+                    false
+                }
+                Err(StoreError::Protocol(_)) => false,
+                Err(_) => true,
+            };
+            let _ = self
+                .engine
+                .cluster_sync_done(&room.name, self.options.clock.now_ms());
+            if unreachable {
+                // The other rooms would wait out the same timeout: they try next round.
+                break;
             }
         }
         self.engine.tick(self.options.clock.now_ms());

@@ -179,7 +179,9 @@ class Suite:
         keys = self.redis.command("KEYS", "*")
         assert keys == ["{vr:shop}"], keys
         fields = self.redis.command("HKEYS", "{vr:shop}")
-        assert "h:nginx-a" in fields and "h:nginx-b" in fields, fields
+        # A host is its id and its counters' incarnation.
+        hosts = sorted(f.split("#")[0] for f in fields if f.startswith("h:"))
+        assert hosts == ["h:nginx-a", "h:nginx-b"], fields
         ttl = self.redis.command("PTTL", "{vr:shop}")
         assert ttl.startswith(":") and int(ttl[1:]) > 0, ttl
 

@@ -22,12 +22,19 @@
 
 use crate::admission::room::Room;
 use crate::clock::Millis;
+use crate::config::QueueingMethod;
+use crate::counters::process_lock::Held;
 use crate::counters::tick_block::{Cell, TickBlock};
 
 /// What a host tells the store about one room at a sync (built by [`crate::Engine::cluster_report`]
 /// from what the room's last tick published).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HostReport {
+    /// The incarnation of the room's counters (random, drawn when they were laid out): a
+    /// host whose counters were made anew is another host to the store.
+    pub incarnation: u32,
+    /// The store's sequence number of the last grant written.
+    pub seq: u64,
     /// The bucket the last tick opened.
     pub bucket: u64,
     /// Visitors active in the session window.
@@ -52,6 +59,9 @@ pub struct HostReport {
 /// What the store grants a host for one room (written by [`crate::Engine::cluster_grant`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClusterGrant {
+    /// The store's sequence number of this grant (a grant older than the one written is
+    /// dropped).
+    pub seq: u64,
     /// Good until this time (ms, the clock the engine is ticked with).
     pub until: Millis,
     /// The allowance of active visitors.
@@ -90,7 +100,10 @@ const PPM: u64 = 1_000_000;
 /// not clustered, else the current grant, else the fallback share.
 pub(crate) fn allowance(room: &Room, tb: &TickBlock<'_>, bucket: u64, now: Millis) -> Allowance {
     let cfg = &room.cfg;
-    let Some(default_ppm) = room.cluster_fallback_ppm else {
+    let clustered = room
+        .cluster_fallback_ppm
+        .filter(|_| cfg.queueing_method != QueueingMethod::Passthrough);
+    let Some(default_ppm) = clustered else {
         return Allowance {
             total: cfg.total_active_users,
             minute: cfg.new_users_per_minute,
@@ -103,7 +116,7 @@ pub(crate) fn allowance(room: &Room, tb: &TickBlock<'_>, bucket: u64, now: Milli
         let granted_for = tb.get(Cell::GrantBucket);
         let (minute, minute_next) = if granted_for == bucket {
             (tb.get(Cell::GrantMinute), tb.get(Cell::GrantMinuteNext))
-        } else if granted_for + 1 == bucket {
+        } else if granted_for.wrapping_add(1) == bucket {
             (tb.get(Cell::GrantMinuteNext), 0)
         } else {
             (0, 0)
@@ -156,9 +169,33 @@ pub(crate) fn publish_applied(
     );
 }
 
-/// What the room reports at a sync (see [`HostReport`]), as of its last tick and `now`.
-pub(crate) fn report(room: &Room, now: Millis) -> HostReport {
+/// Whether `room` takes part in the cluster tier (clustered, and not a `passthrough` room,
+/// which admits everyone and has nothing to share).
+pub(crate) fn clustered(room: &Room) -> bool {
+    room.cluster_fallback_ppm.is_some() && room.cfg.queueing_method != QueueingMethod::Passthrough
+}
+
+/// The room's tick lock, waited for a bounded 200 ms (it is held for microseconds, unless its
+/// holder stopped). Sync only: requests and ticks never wait for it.
+fn tick_lock<'a>(tb: &TickBlock<'a>) -> Option<Held<'a>> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(200);
+    loop {
+        if let Some(held) = tb.try_lock() {
+            return Some(held);
+        }
+        if std::time::Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+}
+
+/// What the room reports at a sync (see [`HostReport`]), as of its last tick and `now`: read
+/// under the tick lock, so that no advance is half published. `None` when the lock could not
+/// be had in time (this sync skips the room).
+pub(crate) fn report(room: &Room, now: Millis) -> Option<HostReport> {
     let tb = room.counters.tick_block();
+    let _held = tick_lock(&tb)?;
     let bucket = tb.get(Cell::AppliedBucket);
     let grant_current = {
         let until = tb.get(Cell::GrantUntil);
@@ -170,7 +207,7 @@ pub(crate) fn report(room: &Room, now: Millis) -> HostReport {
             0
         } else if granted_for == b {
             tb.get(Cell::GrantMinute)
-        } else if granted_for + 1 == b {
+        } else if granted_for.wrapping_add(1) == b {
             tb.get(Cell::GrantMinuteNext)
         } else {
             0
@@ -191,7 +228,9 @@ pub(crate) fn report(room: &Room, now: Millis) -> HostReport {
         .map(|b| (b, lanes.live((b % q) as usize, epoch)))
         .filter(|&(_, n)| n > 0)
         .collect();
-    HostReport {
+    Some(HostReport {
+        incarnation: room.incarnation,
+        seq: tb.get(Cell::GrantSeq),
         bucket,
         active: tb.get(Cell::Active),
         admitted: tb.get(Cell::AdmittedThisMinute),
@@ -203,7 +242,7 @@ pub(crate) fn report(room: &Room, now: Millis) -> HostReport {
             .get(Cell::AppliedMinuteNext)
             .max(granted_minute(bucket + 1)),
         waiters,
-    }
+    })
 }
 
 /// Writes `grant` for the room's next advance. The cells are written under the room's tick
@@ -212,16 +251,14 @@ pub(crate) fn report(room: &Room, now: Millis) -> HostReport {
 /// sync brings another).
 pub(crate) fn grant(room: &Room, g: &ClusterGrant) -> bool {
     let tb = room.counters.tick_block();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(200);
-    let held = loop {
-        if let Some(held) = tb.try_lock() {
-            break held;
-        }
-        if std::time::Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(std::time::Duration::from_micros(100));
+    let Some(held) = tick_lock(&tb) else {
+        return false;
     };
+    if g.seq < tb.get(Cell::GrantSeq) {
+        // Overtaken by a later grant (another process's sync answered after this one).
+        return false;
+    }
+    tb.set(Cell::GrantSeq, g.seq);
     tb.set(Cell::GrantTotal, g.total);
     tb.set(Cell::GrantBucket, g.bucket);
     tb.set(Cell::GrantMinute, g.minute);
@@ -234,16 +271,24 @@ pub(crate) fn grant(room: &Room, g: &ClusterGrant) -> bool {
     true
 }
 
-/// Whether this process takes this interval's turn to sync `room` with the store: the first
-/// caller at least `interval_ms` (less a tenth, for timer jitter) after the last turn, among all
-/// processes sharing the room's counters (one compare-and-swap on the host's monotonic clock).
-/// A syncing process that dies or stops is replaced at the next interval.
-pub(crate) fn sync_turn(room: &Room, interval_ms: u64) -> bool {
+/// Whether this process takes the turn, at `now`, to sync `room` with the store: the first
+/// caller at least `interval_ms` (less a tenth, for timer jitter) after the last turn ended,
+/// among all processes sharing the room's counters (one compare-and-swap). The turn is marked
+/// busy for `busy_ms` (the longest a sync may take) until [`sync_done`] ends it, so two
+/// processes never sync one room at once. `now` is the engine's clock, which every process of
+/// a host reads alike; a mark in the future beyond `busy_ms` (the clock stepped back) is taken
+/// over, as is the turn of a process that died or stopped mid-sync once `busy_ms` is past.
+pub(crate) fn sync_turn(room: &Room, now: Millis, interval_ms: u64, busy_ms: u64) -> bool {
     let tb = room.counters.tick_block();
-    let now = crate::counters::process_lock::monotonic_ms() + 1;
     let last = tb.get(Cell::SyncTurn);
-    let due = last == 0 || last > now || now - last >= interval_ms - interval_ms / 10;
-    due && tb.compare_exchange(Cell::SyncTurn, last, now)
+    let gap = interval_ms - interval_ms / 10;
+    let due = last == 0 || last > now + busy_ms + 1 || now + 1 >= last + gap;
+    due && tb.compare_exchange(Cell::SyncTurn, last, now + 1 + busy_ms)
+}
+
+/// Ends this process's turn at `now`: the next is due an interval later.
+pub(crate) fn sync_done(room: &Room, now: Millis) {
+    room.counters.tick_block().set(Cell::SyncTurn, now + 1);
 }
 
 /// Millionths of `share` (a number in `[0, 1]`).

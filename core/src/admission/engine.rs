@@ -255,9 +255,16 @@ impl Engine {
     /// What this host reports to the cluster tier about `room` (see [`crate::admission::cluster`]),
     /// as of the room's last tick and `now`. For `velvet-rope-cluster`'s sync; any process
     /// sharing the room's counters may call it.
-    pub fn cluster_report(&self, room: &str, now: Millis) -> Result<HostReport> {
+    /// `Ok(None)` for a room that does not take part (no `[cluster]` table, or a
+    /// `passthrough` room), or whose tick lock could not be had in time (a stopped process
+    /// holds it).
+    pub fn cluster_report(&self, room: &str, now: Millis) -> Result<Option<HostReport>> {
         let snap = self.current.load();
-        Ok(cluster::report(&snap.room(room)?.room, now.min(MAX_NOW_MS)))
+        let room = &snap.room(room)?.room;
+        if !cluster::clustered(room) {
+            return Ok(None);
+        }
+        Ok(cluster::report(room, now.min(MAX_NOW_MS)))
     }
 
     /// Hands `room` the allowance the cluster tier granted; the next tick enforces it. Returns
@@ -266,21 +273,37 @@ impl Engine {
     pub fn cluster_grant(&self, room: &str, grant: &ClusterGrant) -> Result<bool> {
         let snap = self.current.load();
         let room = &snap.room(room)?.room;
-        if room.cluster_fallback_ppm.is_none() {
+        if !cluster::clustered(room) {
             return Ok(false);
         }
         Ok(cluster::grant(room, grant))
     }
 
-    /// Whether this process takes this interval's turn to sync `room` with the cluster's store
-    /// (one process of those sharing the room's counters does, per interval; another takes
-    /// over when it stops). Always `true` for counters no other process shares.
-    pub fn cluster_sync_turn(&self, room: &str, interval_ms: u64) -> Result<bool> {
+    /// Whether this process takes the turn, at `now`, to sync `room` with the cluster's store:
+    /// one process at a time among those sharing the room's counters, once per `interval_ms`;
+    /// the turn stays this process's for at most `busy_ms`, or until
+    /// [`Engine::cluster_sync_done`] (another process takes over when it stops).
+    pub fn cluster_sync_turn(
+        &self,
+        room: &str,
+        now: Millis,
+        interval_ms: u64,
+        busy_ms: u64,
+    ) -> Result<bool> {
         let snap = self.current.load();
         Ok(cluster::sync_turn(
             &snap.room(room)?.room,
+            now.min(MAX_NOW_MS),
             interval_ms.max(1),
+            busy_ms,
         ))
+    }
+
+    /// Ends this process's turn to sync `room` (see [`Engine::cluster_sync_turn`]).
+    pub fn cluster_sync_done(&self, room: &str, now: Millis) -> Result<()> {
+        let snap = self.current.load();
+        cluster::sync_done(&snap.room(room)?.room, now.min(MAX_NOW_MS));
+        Ok(())
     }
 
     /// The keyring sealing this engine's tickets (for tests and tools).

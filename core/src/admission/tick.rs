@@ -161,7 +161,7 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis) {
     };
     let net = budget::apply(waiters, open, granted, limit, want, home_shard());
     let ledger = tb.add(Cell::Granted, net);
-    if room.cluster_fallback_ppm.is_some() {
+    if cluster::clustered(room) {
         cluster::publish_applied(tb, &allow, &figures, ledger, bucket);
     }
     tb.set(Cell::Frontier, frontier);

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
-    /// The store: `redis://host:port[/db]` (or `rediss://`, `redis+unix:///path`).
+    /// The store: `redis://[user:password@]host:port[/db]`, or `redis+unix:///path`.
     pub redis_url: String,
     /// This host's name in the store, the same for every process of the host (they share
     /// counters). Default: the machine's host name.
@@ -50,11 +50,11 @@ impl Default for ClusterConfig {
 impl ClusterConfig {
     /// Checks every field; the error names the first bad one.
     pub fn validate(&self) -> Result<()> {
-        let schemes = ["redis://", "rediss://", "redis+unix://", "unix://"];
+        let schemes = ["redis://", "redis+unix://", "unix://"];
         if !schemes.iter().any(|s| self.redis_url.starts_with(s)) {
             return Err(Error::invalid(
                 "cluster.redis_url",
-                "must be a redis:// (or rediss://, redis+unix://) URL",
+                "must be a redis:// or redis+unix:// URL (TLS is not built in)",
             ));
         }
         if let Some(h) = &self.host_id {

@@ -208,6 +208,13 @@ impl Config {
             .map_err(|e| Error::Lease(Box::new(e)))?;
         if let Some(c) = &self.cluster {
             c.validate()?;
+            if c.sync_interval_ms * 4 > u64::from(s.bucket_width_secs) * 1000 {
+                return Err(Error::invalid(
+                    "cluster.sync_interval_ms",
+                    "must be at most a quarter of settings.bucket_width_secs (allowances are \
+                     granted per bucket, a sync ahead)",
+                ));
+            }
         }
         if self.rooms.is_empty() && self.resources.is_empty() {
             return Err(Error::invalid(

@@ -72,10 +72,14 @@ pub(crate) enum Cell {
     AppliedMinuteNext,
     /// Published: admissions booked to the bucket before the current one (traffic history).
     AdmittedLastMinute,
-    /// Cluster: when (the host's monotonic clock, ms, plus one) a process last took its turn
+    /// Cluster: when (the engine's clock, ms, plus one) a process last took its turn
     /// to sync the room with the store: one process of the host syncs per interval, and
     /// another takes over when it stops (see `admission::cluster::sync_turn`).
     SyncTurn,
+    /// Cluster: the store's sequence number of the grant in the `Grant*` cells (a grant with
+    /// a lower one arrived late and is dropped; reported, so a store that lost or rolled back
+    /// its state is found out).
+    GrantSeq,
 }
 
 impl TickBlock<'_> {

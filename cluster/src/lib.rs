@@ -90,6 +90,8 @@
 //! same arrivals.
 
 mod allocator;
+mod lease_leaf;
+mod lease_root;
 mod memory_store;
 mod protocol;
 mod redis_store;
@@ -97,6 +99,8 @@ mod store;
 mod syncer;
 
 pub use allocator::{allocate, Entry, RoomState};
+pub use lease_leaf::{LeafRound, LeafSync};
+pub use lease_root::RedisLeaseRoot;
 pub use memory_store::MemoryStore;
 pub use protocol::{store_host, Params, Reply, Report};
 pub use redis_store::{RedisStore, SYNC_SCRIPT};

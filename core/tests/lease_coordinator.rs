@@ -318,3 +318,34 @@ proptest! {
         }
     }
 }
+
+/// A leaf hands out only what its upstream granted it (nothing before), never for longer
+/// than its own lease, and reports what its clients ask for together.
+#[test]
+fn a_leaf_hands_out_its_upstream_grant_only() {
+    let c = coordinator(template(90.0, AlgorithmKind::FairShare, 60.0, 0.0), 0);
+    c.make_leaf();
+    assert_eq!(
+        step(&c, "a1", "db", 100.0, 10).capacity,
+        0.0,
+        "no grant yet"
+    );
+    let agg = c.aggregates(20);
+    assert_eq!(agg.len(), 1);
+    assert_eq!((agg[0].1.wants, agg[0].1.subclients), (100.0, 1));
+    c.set_upstream_capacity("db", Some(60.0));
+    c.set_upstream_expiry(Some(5_000));
+    let l1 = step(&c, "a1", "db", 100.0, 30);
+    assert_eq!((l1.capacity, l1.expires_at), (60.0, 5_000));
+    step(&c, "a2", "db", 100.0, 40);
+    let l1 = step(&c, "a1", "db", 100.0, 50);
+    let l2 = step(&c, "a2", "db", 100.0, 60);
+    assert_eq!((l1.capacity, l2.capacity), (30.0, 30.0));
+    assert_eq!(c.aggregates(70)[0].1.wants, 200.0);
+    c.set_upstream_capacity("db", None);
+    assert_eq!(
+        step(&c, "a3", "db", 100.0, 80).capacity,
+        0.0,
+        "grant withdrawn"
+    );
+}

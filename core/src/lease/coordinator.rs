@@ -121,6 +121,25 @@ impl ResourceState {
 struct State {
     resources: FxHashMap<String, ResourceState>,
     upstream_expiry: Option<Millis>,
+    /// A leaf's capacities, by resource, as its upstream granted them.
+    upstream_capacity: FxHashMap<String, f64>,
+    /// A leaf hands out only what its upstream granted it (nothing for a resource it holds no
+    /// grant of yet); a root hands out its templates' capacities.
+    leaf: bool,
+}
+
+/// What a leaf coordinator's clients of one resource ask for together: what it asks its
+/// upstream for (Doorman's tree).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Aggregate {
+    /// Sum of the clients' wants.
+    pub wants: f64,
+    /// Sum of what they hold.
+    pub has: f64,
+    /// Sum of their subclients.
+    pub subclients: u32,
+    /// The highest priority band among them.
+    pub priority: u32,
 }
 
 /// The in-process lease coordinator.
@@ -140,6 +159,8 @@ impl Coordinator {
             state: Mutex::new(State {
                 resources: FxHashMap::default(),
                 upstream_expiry: None,
+                upstream_capacity: FxHashMap::default(),
+                leaf: false,
             }),
         }
     }
@@ -158,6 +179,55 @@ impl Coordinator {
     /// no lease it hands out lasts longer. `None` removes the ceiling.
     pub fn set_upstream_expiry(&self, expiry: Option<Millis>) {
         self.lock().upstream_expiry = expiry;
+    }
+
+    /// Makes this coordinator a leaf under an upstream one (Doorman's tree): from now on it
+    /// hands out, per resource, only the capacity its upstream granted it
+    /// ([`Coordinator::set_upstream_capacity`]), and nothing for a resource it holds no grant
+    /// of. Its leases never outlive [`Coordinator::set_upstream_expiry`].
+    pub fn make_leaf(&self) {
+        self.lock().leaf = true;
+    }
+
+    /// A leaf's capacity of `resource`, as its upstream granted it (`None`: none granted).
+    pub fn set_upstream_capacity(&self, resource: &str, capacity: Option<f64>) {
+        let mut state = self.lock();
+        match capacity {
+            Some(c) if c.is_finite() && c >= 0.0 => {
+                state.upstream_capacity.insert(resource.to_owned(), c);
+            }
+            _ => {
+                state.upstream_capacity.remove(resource);
+            }
+        }
+    }
+
+    /// Resources with unexpired leases at `now`, and what their clients ask for together.
+    pub fn aggregates(&self, now: Millis) -> Vec<(String, Aggregate)> {
+        let state = self.lock();
+        let mut out: Vec<(String, Aggregate)> = state
+            .resources
+            .iter()
+            .map(|(name, rs)| {
+                let live = rs.clients.values().filter(|c| c.expires_at > now);
+                let mut a = Aggregate {
+                    wants: 0.0,
+                    has: 0.0,
+                    subclients: 0,
+                    priority: 0,
+                };
+                for c in live {
+                    a.wants += c.wants;
+                    a.has += c.has;
+                    a.subclients = a.subclients.saturating_add(c.subclients);
+                    a.priority = a.priority.max(c.priority);
+                }
+                (name.clone(), a)
+            })
+            .filter(|(_, a)| a.subclients > 0)
+            .collect();
+        out.sort_by(|x, y| x.0.cmp(&y.0));
+        out
     }
 
     /// Whether `resource` is in learning mode at `now`.
@@ -223,6 +293,14 @@ impl Coordinator {
         let mut guard = self.lock();
         let state = &mut *guard;
         let upstream = state.upstream_expiry;
+        let capacity = if state.leaf {
+            state
+                .upstream_capacity
+                .get(req.resource)
+                .map_or(0.0, |c| c.min(t.capacity))
+        } else {
+            t.capacity
+        };
         let rs = state
             .resources
             .entry(req.resource.to_owned())
@@ -232,7 +310,6 @@ impl Coordinator {
             });
         rs.template = index;
         rs.expire(now);
-        let capacity = t.capacity;
         let kind = t.algorithm.kind;
 
         let target = if learning {

@@ -9,6 +9,7 @@ __all__ = [
     "Engine",
     "Decision",
     "RoomStats",
+    "ClusterStatus",
     "Page",
     "Coordinator",
     "Lease",

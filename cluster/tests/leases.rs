@@ -1,0 +1,123 @@
+//! Distributed leases against a real `redis-server`: three clients on two hosts (two behind
+//! host A's leaf coordinator, one asking the Redis root itself) converge to the fair share and
+//! never hold more than the capacity together, across a root restart (learning mode).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use velvet_rope::lease::{
+    ClientOptions, Coordinator, Gauge, LeaseClient, LeaseConfig, LeaseSource, RefreshFailureMode,
+    Wants,
+};
+use velvet_rope::SystemClock;
+use velvet_rope_cluster::{LeafRound, LeafSync, RedisLeaseRoot};
+
+use common::{now, RedisServer};
+
+const CAPACITY: f64 = 90.0;
+
+fn config() -> LeaseConfig {
+    LeaseConfig::from_toml(
+        r#"
+[[resources]]
+identifier_glob = "db"
+capacity = 90
+algorithm = { kind = "fair_share", lease_length = 2, refresh_interval = 0.2, learning_mode_duration = 0.5 }
+"#,
+    )
+    .unwrap()
+}
+
+type Client = LeaseClient<Arc<dyn LeaseSource>, Gauge>;
+
+fn client(source: Arc<dyn LeaseSource>, id: &str) -> Client {
+    let options = ClientOptions {
+        wants: Wants::Fixed(100.0),
+        on_failure: RefreshFailureMode::Pessimistic,
+        retry_ms: 100,
+        ..ClientOptions::default()
+    };
+    LeaseClient::new(source, Gauge::new(0), id, "db", options)
+}
+
+/// Ticks every client for `dur`; the most they held together at any tick.
+fn run(clients: &mut [Client], dur: Duration) -> f64 {
+    let mut most: f64 = 0.0;
+    let until = Instant::now() + dur;
+    while Instant::now() < until {
+        let t = now();
+        for c in clients.iter_mut() {
+            c.tick(t);
+        }
+        let total: f64 = clients.iter().map(|c| c.effective_capacity()).sum();
+        most = most.max(total);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    most
+}
+
+fn shares(clients: &[Client]) -> Vec<f64> {
+    clients.iter().map(|c| c.effective_capacity()).collect()
+}
+
+#[test]
+fn three_clients_on_two_hosts_share_fairly_and_never_exceed_capacity() {
+    let redis = RedisServer::start();
+    let config = config();
+    let root: Arc<dyn LeaseSource> = Arc::new(
+        RedisLeaseRoot::new(&redis.url(), "t", &config, Duration::from_millis(300)).unwrap(),
+    );
+    // Host A: a leaf coordinator under the root, with two clients.
+    let leaf = Arc::new(Coordinator::from_config(&config, now()).unwrap());
+    let round = LeafRound::new(
+        leaf.clone(),
+        root.clone(),
+        "host-a",
+        Arc::new(SystemClock),
+        Arc::new(|_| {}),
+    );
+    let _leaf_sync = LeafSync::start(round, Duration::from_millis(100));
+    let leaf_source: Arc<dyn LeaseSource> = leaf.clone();
+    // Host B: one client of the root itself.
+    let mut clients = vec![
+        client(leaf_source.clone(), "a1"),
+        client(leaf_source, "a2"),
+        client(root.clone(), "b"),
+    ];
+
+    let most = run(&mut clients, Duration::from_secs(6));
+    assert!(most <= CAPACITY + 1e-9, "held {most} together");
+    let s = shares(&clients);
+    for (i, share) in s.iter().enumerate() {
+        assert!(
+            (share - 30.0).abs() < 1e-6,
+            "client {i} holds {share}: {s:?}"
+        );
+    }
+
+    // The root restarts empty: it learns (gives back only what clients report holding) and
+    // the leases converge again; never over capacity meanwhile.
+    let port = redis.port;
+    let mut redis = redis;
+    redis.kill();
+    let most = run(&mut clients, Duration::from_millis(700));
+    assert!(
+        most <= CAPACITY + 1e-9,
+        "held {most} together while the root was down"
+    );
+    let _redis = RedisServer::start_on(port);
+    let most = run(&mut clients, Duration::from_secs(8));
+    assert!(
+        most <= CAPACITY + 1e-9,
+        "held {most} together after the restart"
+    );
+    let s = shares(&clients);
+    for (i, share) in s.iter().enumerate() {
+        assert!(
+            (share - 30.0).abs() < 1e-6,
+            "client {i} holds {share} after the restart: {s:?}"
+        );
+    }
+}

@@ -66,6 +66,9 @@ pub struct RoomState {
     pub born: Option<u64>,
     /// The global FIFO frontier.
     pub frontier: u64,
+    /// The last sequence number handed out (room-wide, increasing): a host reporting a higher
+    /// one holds a grant this state never made.
+    pub seq: u64,
     /// Hosts by store name (see `store_host`).
     pub entries: BTreeMap<String, Entry>,
 }
@@ -74,14 +77,15 @@ pub struct RoomState {
 pub fn allocate(state: &mut RoomState, host: &str, r: &Report, p: &Params, now: u64) -> Reply {
     state.entries.retain(|h, e| h == host || e.gone >= now);
     let mine = state.entries.get(host);
-    // A host holding a grant newer than what the store has for it: the store lost its state
-    // (restarted, or reloaded an old snapshot). Learn anew.
-    let stale = mine.map_or(r.seq > 0, |e| e.seq < r.seq);
+    // A host holding a grant this state never made: the store lost its state (restarted, or
+    // reloaded an old snapshot). Learn anew.
+    let stale = r.seq > state.seq;
     let born = *state.born.get_or_insert(now);
     let born = if stale { now } else { born };
     state.born = Some(born);
     let learning = now.saturating_sub(born) < p.lease;
-    let seq = mine.map_or(0, |e| e.seq).max(r.seq) + 1;
+    let seq = state.seq.max(r.seq) + 1;
+    state.seq = seq;
     let prev = mine.map_or(0, |e| e.reserved_minute(r.b.wrapping_sub(1)));
     let mut frontier = state.frontier;
 
@@ -110,7 +114,10 @@ pub fn allocate(state: &mut RoomState, host: &str, r: &Report, p: &Params, now: 
             for &(b, n) in &e.report.live {
                 *live.entry(b).or_default() += n;
             }
-            let headroom = e.reserved_total().saturating_sub(e.report.active);
+            let headroom = e.reserved_total().saturating_sub(e.report.active).min(
+                e.reserved_minute(e.report.b)
+                    .saturating_sub(e.report.admitted),
+            );
             present.push((headroom, &e.report.live));
         }
     }
@@ -417,5 +424,17 @@ mod tests {
         let mut ahead = report(0, 0, 10);
         ahead.b = 900;
         assert_eq!(allocate(&mut s, "ahead", &ahead, &P, 2000).frontier, 5);
+    }
+
+    /// A host coming back after its entry lapsed holds no grant newer than the room's
+    /// sequence: it does not send the room into learning.
+    #[test]
+    fn a_returning_host_does_not_make_the_room_learn() {
+        let mut s = RoomState::default();
+        allocate(&mut s, "x", &report(0, 0, 0), &P, 0);
+        let mut r = report(0, 0, 10);
+        r.seq = allocate(&mut s, "a", &r, &P, 2000).seq;
+        let back = allocate(&mut s, "a", &r, &P, 2000 + 1000 + 5000 + 10);
+        assert_eq!(back.learning, 0);
     }
 }

@@ -3,15 +3,18 @@
 //!
 //! Each round (the templates' refresh interval or faster), for every resource its clients
 //! hold leases of, the leaf asks the root for what they want together, speaking for all their
-//! subclients, and hands out only what the root granted it ([`Coordinator::make_leaf`]). None
-//! of its leases outlives its own. When the root cannot be reached the leaf keeps its grant
-//! until that lease ends, then falls back to the lease's safe capacity.
+//! subclients, and hands out only what the root granted it ([`Coordinator::make_leaf`]), in
+//! leases that never outlive its own. When the root cannot be reached the leaf keeps its grant
+//! until that lease ends, then falls back to the resource's `refresh_failure` share (see
+//! [`LeafRound::round`]).
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use velvet_rope::lease::{Coordinator, Lease, LeaseRequest, LeaseSource};
+use velvet_rope::lease::{
+    Aggregate, Coordinator, Lease, LeaseRequest, LeaseSource, RefreshFailureMode, Upstream,
+};
 use velvet_rope::Clock;
 
 use crate::syncer::Log;
@@ -66,12 +69,27 @@ impl LeafRound {
         }
     }
 
-    /// Asks the root for every resource the leaf's clients hold, and applies the answers.
+    /// Asks the root for every resource the leaf's clients hold (or the leaf holds a grant
+    /// of), and applies the answers. A resource the root did not answer for keeps its grant
+    /// until that lease ends; the leaf then hands out the resource's `refresh_failure` share:
+    /// nothing for `pessimistic`, the lease's safe capacity for `safe`, what its clients want
+    /// for `optimistic` (the last two are uncoordinated, outside the root's guarantee).
     pub fn round(&mut self) {
         let now = self.clock.now_ms();
-        let mut earliest: Option<u64> = None;
-        for (resource, a) in self.leaf.aggregates(now) {
-            let has = self
+        let mut resources: Vec<(String, Aggregate)> = self.leaf.aggregates(now);
+        for name in self.leases.keys() {
+            if !resources.iter().any(|(r, _)| r == name) {
+                let idle = Aggregate {
+                    wants: 0.0,
+                    has: 0.0,
+                    subclients: 1,
+                    priority: 0,
+                };
+                resources.push((name.clone(), idle));
+            }
+        }
+        for (resource, a) in resources {
+            let held = self
                 .leases
                 .get(&resource)
                 .filter(|l| !l.is_expired(now))
@@ -80,7 +98,8 @@ impl LeafRound {
                 client_id: &self.leaf_id,
                 resource: &resource,
                 wants: a.wants,
-                has,
+                // What its clients hold counts too: after a root restart, the root learns it.
+                has: held.max(a.has),
                 subclients: a.subclients.max(1),
                 priority: a.priority,
             };
@@ -90,33 +109,37 @@ impl LeafRound {
                         self.failing = false;
                         (self.log)("lease root reachable again");
                     }
-                    self.leaf
-                        .set_upstream_capacity(&resource, Some(lease.capacity));
-                    self.leases.insert(resource.clone(), lease);
+                    let fallback = match self.leaf.template(&resource).map(|t| t.refresh_failure) {
+                        Ok(RefreshFailureMode::Safe) => lease.safe_capacity,
+                        Ok(RefreshFailureMode::Optimistic) => a.wants,
+                        _ => 0.0,
+                    };
+                    self.leaf.set_upstream(
+                        &resource,
+                        Some(Upstream {
+                            capacity: lease.capacity,
+                            expires_at: lease.expires_at,
+                            fallback,
+                        }),
+                    );
+                    if a.wants == 0.0 && a.subclients <= 1 && lease.capacity == 0.0 {
+                        // Nobody here uses it any more: stop asking.
+                        self.leases.remove(&resource);
+                    } else {
+                        self.leases.insert(resource.clone(), lease);
+                    }
                 }
                 Err(e) => {
                     if !self.failing {
                         self.failing = true;
                         (self.log)(&format!(
                             "{e}: the leaf keeps its grants until they end, then hands out \
-                             their safe capacity"
+                             each resource's refresh_failure share"
                         ));
-                    }
-                    if let Some(l) = self.leases.get(&resource).copied() {
-                        if l.is_expired(now) {
-                            self.leaf
-                                .set_upstream_capacity(&resource, Some(l.safe_capacity));
-                        }
                     }
                 }
             }
-            if let Some(l) = self.leases.get(&resource).filter(|l| !l.is_expired(now)) {
-                earliest = Some(earliest.map_or(l.expires_at, |e| e.min(l.expires_at)));
-            }
         }
-        // No lease of the leaf's outlives the root's leases it holds (a resource it holds no
-        // lease of has nothing to hand out, or its safe capacity once the root is gone).
-        self.leaf.set_upstream_expiry(earliest);
     }
 }
 

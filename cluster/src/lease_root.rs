@@ -10,10 +10,13 @@
 //! between), so the clamp `grant <= capacity - (what the others hold)` holds atomically.
 //!
 //! What a client held before a smaller grant stays reserved until its old lease would have
-//! ended: a leaf's own clients may still use the old share until then. A table the store lost
-//! (a restart without persistence) is made anew, and for its learning period (the template's,
-//! one lease by default) the root only gives back what clients report they hold, as Doorman's
-//! server does after a restart.
+//! ended: a leaf's own clients may still use the old share until then. The store's records
+//! outlive the clients' leases by a second, against clocks that drift apart (a clock stepped
+//! by more frees shares early). A table the store lost (a restart without persistence) is
+//! made anew, and for its learning period (the template's, at least a lease) the root only
+//! gives back what clients report they hold, as Doorman's server does after a restart: clients
+//! are trusted to report what they hold. A store rolled back to an older snapshot is not
+//! detected here: run it without snapshots, or with AOF `always`.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -30,7 +33,7 @@ use velvet_rope::Millis;
 use crate::store::StoreError;
 
 /// One client's record in a resource's table.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 struct Record {
     /// Its grant.
     has: f64,
@@ -42,22 +45,51 @@ struct Record {
     prio: u32,
     /// When its lease ends (store clock, ms).
     exp: u64,
-    /// What it held before its last grant, reserved until `prev_exp`.
-    prev: f64,
-    /// When that earlier lease ends.
-    prev_exp: u64,
+    /// Its earlier grants whose leases still run, as (amount, end): each stays reserved until
+    /// it ends (a leaf's clients may use the old share until then). Kept short: ended ones
+    /// and ones another entry covers (no smaller, ending no sooner) are dropped.
+    #[serde(default)]
+    held: Vec<(f64, u64)>,
 }
 
 impl Record {
     /// What this client may be using at `now`.
     fn reserved(&self, now: u64) -> f64 {
-        if self.prev_exp > now {
-            self.has.max(self.prev)
-        } else {
-            self.has
+        self.held
+            .iter()
+            .filter(|h| h.1 > now)
+            .fold(self.has, |m, h| m.max(h.0))
+    }
+
+    /// The earlier grants still running at `now`, this record's own included, without the
+    /// covered ones.
+    fn superseded(&self, now: u64) -> Vec<(f64, u64)> {
+        let mut all: Vec<(f64, u64)> = self
+            .held
+            .iter()
+            .copied()
+            .chain(std::iter::once((self.has, self.exp)))
+            .filter(|h| h.1 > now && h.0 > 0.0)
+            .collect();
+        all.sort_by_key(|h| std::cmp::Reverse(h.1));
+        // Latest end first; keep an entry only if it is larger than every later-ending one.
+        let mut kept: Vec<(f64, u64)> = Vec::new();
+        for h in all {
+            if kept.iter().all(|k| h.0 > k.0) {
+                kept.push(h);
+            }
         }
+        kept
     }
 }
+
+/// A margin on the store's side of every lease (ms): the store's record outlives the client's
+/// lease by this much, against clocks that drift or step apart.
+const CLOCK_MARGIN_MS: u64 = 1000;
+
+/// Most attempts of one request's transaction before it gives up (others kept writing the
+/// resource's table in between).
+const ATTEMPTS: usize = 16;
 
 /// A lease root in Redis.
 pub struct RedisLeaseRoot {
@@ -133,6 +165,28 @@ impl RedisLeaseRoot {
     }
 }
 
+/// WATCH, read and compute (`body` fills the atomic pipeline), MULTI/EXEC; again when another
+/// client wrote `key` in between, at most [`ATTEMPTS`] times.
+fn transaction<T>(
+    con: &mut redis::Connection,
+    key: &str,
+    mut body: impl FnMut(&mut redis::Connection, &mut redis::Pipeline) -> redis::RedisResult<Option<T>>,
+) -> redis::RedisResult<T> {
+    for _ in 0..ATTEMPTS {
+        redis::cmd("WATCH").arg(key).exec(con)?;
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        if let Some(done) = body(con, &mut pipe)? {
+            return Ok(done);
+        }
+    }
+    redis::cmd("UNWATCH").exec(con)?;
+    Err(redis::RedisError::from((
+        redis::ErrorKind::TryAgain,
+        "the resource's table kept changing",
+    )))
+}
+
 /// The store's clock, in ms.
 fn store_now(con: &mut redis::Connection) -> redis::RedisResult<u64> {
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con)?;
@@ -169,10 +223,14 @@ impl LeaseSource for RedisLeaseRoot {
         let key = self.resource_key(req.resource);
         let me = format!("c:{}", req.client_id);
         let lease_ms = t.algorithm.lease_length_ms();
-        let learning_ms = t.algorithm.learning_mode_ms();
+        // At least a lease: every grant made before the table was lost has ended by then.
+        let learning_ms = t
+            .algorithm
+            .learning_mode_ms()
+            .max(lease_ms + CLOCK_MARGIN_MS);
         let (grant, clients) = self
             .with_conn(|con| {
-                redis::transaction(con, &[&key], |con, pipe| {
+                transaction(con, &key, |con, pipe| {
                     let now_store = store_now(con)?;
                     let fields: BTreeMap<String, String> = con.hgetall(&key)?;
                     let born = fields
@@ -187,7 +245,7 @@ impl LeaseSource for RedisLeaseRoot {
                             continue;
                         };
                         match serde_json::from_str::<Record>(v) {
-                            Ok(r) if r.exp > now_store || r.prev_exp > now_store => {
+                            Ok(r) if r.reserved(now_store) > 0.0 || r.exp > now_store => {
                                 records.insert(id, r);
                             }
                             _ => gone.push(f.clone()),
@@ -230,20 +288,14 @@ impl LeaseSource for RedisLeaseRoot {
                         AlgorithmKind::Static => target.min(t.capacity),
                         _ => target.min((t.capacity - others).max(0.0)),
                     };
-                    // What it held stays reserved while its old lease runs.
-                    let (prev, prev_exp) = if mine.exp > now_store {
-                        (mine.reserved(now_store), mine.exp)
-                    } else {
-                        (0.0, 0)
-                    };
+                    // What it held stays reserved while its old leases run.
                     let record = Record {
                         has: grant,
                         wants: req.wants,
                         sub: req.subclients,
                         prio: req.priority,
-                        exp: now_store + lease_ms,
-                        prev,
-                        prev_exp,
+                        exp: now_store + lease_ms + CLOCK_MARGIN_MS,
+                        held: mine.superseded(now_store),
                     };
                     let json = serde_json::to_string(&record).unwrap_or_default();
                     pipe.hset_nx(&key, "born", born).ignore();

@@ -81,6 +81,12 @@
 //!   the counters that counted it), and stays counted where it was until its session ends
 //!   there: this under-admits, never over-admits. Put sticky load balancing in front.
 //! - *Passthrough rooms* admit everyone: they take no part.
+//! - *A host whose clock runs ahead* and holds waiters can move the global frontier early by
+//!   its lead (FIFO order only, for that many buckets; the counts are unaffected).
+//!
+//! Leases across hosts are the other half of this crate: [`RedisLeaseRoot`] (a lease source in
+//! Redis running the core's algorithms, clamped in one transaction) and [`LeafRound`] (a host's
+//! coordinator as a leaf under it); their bounds are in their modules.
 //!
 //! What a host pays for not asking the store per request is early queueing and idle
 //! allowances: a host whose traffic jumps waits up to a sync interval for a larger grant, and a

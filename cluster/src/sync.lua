@@ -2,7 +2,7 @@
 -- same order, as `allocate` in allocator.rs; tests/stores_agree.rs holds the two to the same
 -- answers).
 --
--- KEYS[1]  the room's hash: fields `born`, `frontier`, and `h:<host>` (JSON entries)
+-- KEYS[1]  the room's hash: fields `born`, `frontier`, `seq`, and `h:<host>` (JSON entries)
 -- ARGV[1]  the host's store name (id and counters' incarnation)
 -- ARGV[2]  its report (JSON: seq, b, active, admitted, traffic, demand, at, am0, am1, live)
 -- ARGV[3]  the room's limits and lease terms (JSON: total, minute, lease, hold)
@@ -46,26 +46,20 @@ for i = 1, #fields, 2 do
   end
 end
 
--- A host holding a grant newer than what the store has for it: the store lost its state
--- (restarted, or reloaded an old snapshot). Learn anew.
-local stale
-if mine == nil then
-  stale = r.seq > 0
-else
-  stale = mine.seq < r.seq
-end
+-- A host holding a grant this state never made: the store lost its state (restarted, or
+-- reloaded an old snapshot). Learn anew.
+local room_seq = tonumber(redis.call('HGET', key, 'seq') or '0')
+local stale = r.seq > room_seq
 local born = tonumber(redis.call('HGET', key, 'born') or now)
 if stale then
   born = now
 end
 local learning = now - born < p.lease
-local seq = r.seq
+local seq = math.max(room_seq, r.seq) + 1
 local prev = 0
 if mine ~= nil then
-  seq = math.max(mine.seq, r.seq)
   prev = reserved_minute(mine, r.b - 1)
 end
-seq = seq + 1
 local frontier = tonumber(redis.call('HGET', key, 'frontier') or '0')
 
 local others, om0, om1 = 0, 0, 0
@@ -92,7 +86,10 @@ for _, e in ipairs(entries) do
       live[w[1]] = (live[w[1]] or 0) + w[2]
     end
     table.insert(present, {
-      headroom = math.max(0, math.max(er.at, e.gt) - er.active), live = er.live,
+      headroom = math.min(
+        math.max(0, math.max(er.at, e.gt) - er.active),
+        math.max(0, reserved_minute(e, er.b) - er.admitted)),
+      live = er.live,
     })
   end
 end
@@ -190,7 +187,7 @@ local entry = {
   report = r, seq = seq, gt = gt, gm0 = gm0, gm1 = gm1, prev = prev,
   exp = now + p.lease, gone = now + p.lease + p.hold,
 }
-redis.call('HSET', key, me, cjson.encode(entry), 'frontier', frontier, 'born', born)
+redis.call('HSET', key, me, cjson.encode(entry), 'frontier', frontier, 'born', born, 'seq', seq)
 redis.call('PEXPIRE', key, 2 * (p.lease + p.hold))
 
 return cjson.encode({

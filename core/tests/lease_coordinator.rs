@@ -6,7 +6,7 @@ use velvet_rope::clock::Millis;
 use velvet_rope::lease::algorithm::{fair_share, Demand};
 use velvet_rope::lease::{
     AlgorithmKind, Coordinator, Lease, LeaseConfig, LeaseError, LeaseRequest, ResourceTemplate,
-    TemplateSet,
+    TemplateSet, Upstream,
 };
 
 fn coordinator(template: ResourceTemplate, now: Millis) -> Coordinator {
@@ -333,8 +333,12 @@ fn a_leaf_hands_out_its_upstream_grant_only() {
     let agg = c.aggregates(20);
     assert_eq!(agg.len(), 1);
     assert_eq!((agg[0].1.wants, agg[0].1.subclients), (100.0, 1));
-    c.set_upstream_capacity("db", Some(60.0));
-    c.set_upstream_expiry(Some(5_000));
+    let up = Upstream {
+        capacity: 60.0,
+        expires_at: 5_000,
+        fallback: 0.0,
+    };
+    c.set_upstream("db", Some(up));
     let l1 = step(&c, "a1", "db", 100.0, 30);
     assert_eq!((l1.capacity, l1.expires_at), (60.0, 5_000));
     step(&c, "a2", "db", 100.0, 40);
@@ -342,9 +346,13 @@ fn a_leaf_hands_out_its_upstream_grant_only() {
     let l2 = step(&c, "a2", "db", 100.0, 60);
     assert_eq!((l1.capacity, l2.capacity), (30.0, 30.0));
     assert_eq!(c.aggregates(70)[0].1.wants, 200.0);
-    c.set_upstream_capacity("db", None);
+    // The upstream lease ends: nothing more is handed out, in short leases.
+    let late = step(&c, "a3", "db", 100.0, 5_000);
+    assert_eq!(late.capacity, 0.0, "upstream lease over");
+    assert!(late.expires_at > 5_000 && late.expires_at <= 10_000);
+    c.set_upstream("db", None);
     assert_eq!(
-        step(&c, "a3", "db", 100.0, 80).capacity,
+        step(&c, "a4", "db", 100.0, 80).capacity,
         0.0,
         "grant withdrawn"
     );

@@ -45,18 +45,25 @@ impl<'a> SlotPool<'a> {
     }
 
     /// Takes one slot: from shard `home` (modulo the shard count) if it has one, else from the
-    /// next shard that has one. Returns the shard it came from (to give it back with
-    /// [`SlotPool::unclaim`]). Lock-free; exact.
+    /// first other shard that has one, in [`probe`] order. Returns the shard it came from (to
+    /// give it back with [`SlotPool::unclaim`]). Lock-free; exact.
     #[inline]
     pub(crate) fn try_claim(&self, home: usize) -> Option<usize> {
         let n = self.shards.len();
         let home = home % n;
-        for k in 0..n {
-            let i = if home + k >= n {
-                home + k - n
-            } else {
-                home + k
-            };
+        if claim_from(&self.shards[home]) {
+            return Some(home);
+        }
+        self.steal(home, n)
+    }
+
+    /// The rest of [`SlotPool::try_claim`]: every other shard, in [`probe`] order. Not cold:
+    /// the tick spreads slots over every shard, and shards outnumber the callers (twice the
+    /// CPUs by default), so callers steal about half the time.
+    #[inline]
+    fn steal(&self, home: usize, n: usize) -> Option<usize> {
+        for k in 1..n {
+            let i = probe(home, k, n);
             if claim_from(&self.shards[i]) {
                 return Some(i);
             }
@@ -124,6 +131,30 @@ impl<'a> SlotPool<'a> {
     /// Free slots across all shards (a racy sum: exact when nothing runs concurrently).
     pub(crate) fn free(&self) -> u64 {
         self.shards.iter().map(|s| s.load(Ordering::Acquire)).sum()
+    }
+}
+
+/// The `k`-th shard a caller whose home is `home` tries, of `n`. With `n` a power of two (the
+/// default), the caller XORs its home with `k` bit-reversed: the homes of neighbouring callers
+/// (threads number their homes consecutively) are the last they steal from, and each falls back
+/// first on the shard halfway round, which no neighbour calls home, then a quarter, and so on.
+/// Two threads over four shards then each drain their home and one shard nobody else takes
+/// from, and never meet on a cache line while both have slots. Any other `n`: home, home + 1,
+/// and so on. Either way every shard is tried once.
+#[inline]
+fn probe(home: usize, k: usize, n: usize) -> usize {
+    if n.is_power_of_two() {
+        let bits = n.trailing_zeros();
+        let reversed = if bits == 0 {
+            0
+        } else {
+            k.reverse_bits() >> (usize::BITS - bits)
+        };
+        home ^ reversed
+    } else if home + k >= n {
+        home + k - n
+    } else {
+        home + k
     }
 }
 
@@ -226,6 +257,22 @@ mod tests {
             .collect()
     }
 
+    /// Every shard is tried once, whatever the home; neighbours steal from each other last.
+    #[test]
+    fn probe_orders_are_permutations() {
+        for n in [1usize, 2, 3, 4, 6, 8, 64] {
+            for home in 0..n {
+                let mut seen: Vec<usize> = (0..n).map(|k| probe(home, k, n)).collect();
+                assert_eq!(seen[0], home);
+                seen.sort_unstable();
+                assert_eq!(seen, (0..n).collect::<Vec<_>>(), "n {n} home {home}");
+            }
+        }
+        let order = |home| (0..4).map(|k| probe(home, k, 4)).collect::<Vec<_>>();
+        assert_eq!(order(0), [0, 2, 1, 3]);
+        assert_eq!(order(1), [1, 3, 0, 2]);
+    }
+
     /// A forked child (an nginx worker from its master) does not inherit its parent's home
     /// shard: with it, every worker would claim from the same shard first.
     #[test]
@@ -265,8 +312,8 @@ mod tests {
         let pool = SlotPool::new(&s);
         pool.grant(3, 0);
         // Shard 3 holds nothing (3 slots over 4 shards from shard 0), yet its callers still
-        // get slots.
-        assert_eq!(pool.try_claim(3), Some(0));
+        // get slots: halfway round first (shard 1), then the rest.
+        assert_eq!(pool.try_claim(3), Some(1));
         assert!(pool.try_claim(3).is_some());
         assert!(pool.try_claim(3).is_some());
         assert_eq!(pool.try_claim(3), None);

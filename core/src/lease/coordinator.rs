@@ -121,11 +121,24 @@ impl ResourceState {
 struct State {
     resources: FxHashMap<String, ResourceState>,
     upstream_expiry: Option<Millis>,
-    /// A leaf's capacities, by resource, as its upstream granted them.
-    upstream_capacity: FxHashMap<String, f64>,
+    /// A leaf's grants from its upstream, by resource.
+    upstream: FxHashMap<String, Upstream>,
     /// A leaf hands out only what its upstream granted it (nothing for a resource it holds no
     /// grant of yet); a root hands out its templates' capacities.
     leaf: bool,
+}
+
+/// What a leaf coordinator holds of one resource from its upstream.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Upstream {
+    /// The capacity it may hand out until `expires_at`.
+    pub capacity: f64,
+    /// When its upstream lease ends (ms, the coordinator's clock): no lease it hands out
+    /// lasts longer.
+    pub expires_at: Millis,
+    /// What it hands out after that, until its upstream answers again (0 unless the
+    /// resource's `refresh_failure` says otherwise).
+    pub fallback: f64,
 }
 
 /// What a leaf coordinator's clients of one resource ask for together: what it asks its
@@ -159,7 +172,7 @@ impl Coordinator {
             state: Mutex::new(State {
                 resources: FxHashMap::default(),
                 upstream_expiry: None,
-                upstream_capacity: FxHashMap::default(),
+                upstream: FxHashMap::default(),
                 leaf: false,
             }),
         }
@@ -182,22 +195,21 @@ impl Coordinator {
     }
 
     /// Makes this coordinator a leaf under an upstream one (Doorman's tree): from now on it
-    /// hands out, per resource, only the capacity its upstream granted it
-    /// ([`Coordinator::set_upstream_capacity`]), and nothing for a resource it holds no grant
-    /// of. Its leases never outlive [`Coordinator::set_upstream_expiry`].
+    /// hands out, per resource, only what its upstream granted it ([`Coordinator::set_upstream`])
+    /// and never for longer than that grant lasts; nothing for a resource it holds no grant of.
     pub fn make_leaf(&self) {
         self.lock().leaf = true;
     }
 
-    /// A leaf's capacity of `resource`, as its upstream granted it (`None`: none granted).
-    pub fn set_upstream_capacity(&self, resource: &str, capacity: Option<f64>) {
+    /// A leaf's grant of `resource` from its upstream (`None`: none).
+    pub fn set_upstream(&self, resource: &str, upstream: Option<Upstream>) {
         let mut state = self.lock();
-        match capacity {
-            Some(c) if c.is_finite() && c >= 0.0 => {
-                state.upstream_capacity.insert(resource.to_owned(), c);
+        match upstream {
+            Some(u) if u.capacity.is_finite() && u.capacity >= 0.0 => {
+                state.upstream.insert(resource.to_owned(), u);
             }
             _ => {
-                state.upstream_capacity.remove(resource);
+                state.upstream.remove(resource);
             }
         }
     }
@@ -292,12 +304,25 @@ impl Coordinator {
         let learning = now < self.learning_until(t);
         let mut guard = self.lock();
         let state = &mut *guard;
-        let upstream = state.upstream_expiry;
+        let mut upstream = state.upstream_expiry;
         let capacity = if state.leaf {
-            state
-                .upstream_capacity
-                .get(req.resource)
-                .map_or(0.0, |c| c.min(t.capacity))
+            // A leaf: its grant while it lasts; then its fallback (or nothing), in leases
+            // short enough that its clients come back soon.
+            let short = now.saturating_add(t.algorithm.refresh_interval_ms().max(1));
+            match state.upstream.get(req.resource) {
+                Some(u) if now < u.expires_at => {
+                    upstream = Some(upstream.map_or(u.expires_at, |e| e.min(u.expires_at)));
+                    u.capacity.min(t.capacity)
+                }
+                Some(u) => {
+                    upstream = Some(upstream.map_or(short, |e| e.min(short)));
+                    u.fallback.min(t.capacity)
+                }
+                None => {
+                    upstream = Some(upstream.map_or(short, |e| e.min(short)));
+                    0.0
+                }
+            }
         } else {
             t.capacity
         };

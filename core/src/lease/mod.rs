@@ -28,7 +28,7 @@ pub use coarse_clock::{CoarseClock, SharedClock};
 pub use config::{
     AlgorithmConfig, AlgorithmKind, LeaseConfig, RefreshFailureMode, ResourceTemplate,
 };
-pub use coordinator::{Aggregate, ClientGrant, Coordinator, Lease, LeaseRequest};
+pub use coordinator::{Aggregate, ClientGrant, Coordinator, Lease, LeaseRequest, Upstream};
 pub use demand::DemandEstimator;
 pub use error::LeaseError;
 pub use gauge::{Gauge, GaugeGuard, OwnedGaugeGuard};

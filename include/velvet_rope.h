@@ -355,7 +355,9 @@ size_t vr_last_error(char *buf, size_t buf_len);
 const char *vr_result_name(uint32_t result);
 
 // Creates a coordinator from configuration text (its `resources` templates).
-// `*coordinator_out` owns it: free with [`vr_coordinator_free`].
+// `*coordinator_out` owns it: free with [`vr_coordinator_free`]. With a `[cluster]` table it
+// is a leaf under the Redis lease root the table names (leases shared across hosts), with an
+// upstream loop in a thread of this process: create it after any fork.
 //
 // # Safety
 // `config` readable for `config_len` bytes; `coordinator_out` writable.

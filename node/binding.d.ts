@@ -28,10 +28,13 @@ export interface ClusterStatusObject {
   lastError?: string
 }
 
-/** Frees a coordinator's handle. */
+/** Frees a coordinator's handle (and stops its upstream loop, off JavaScript's thread). */
 export declare function coordinatorFree(coordinator: number): void
 
-/** A coordinator from configuration text (or, with `isPath`, a file) with `[[resources]]`. */
+/**
+ * A coordinator from configuration text (or, with `isPath`, a file) with `[[resources]]`;
+ * with a `[cluster]` table, a leaf under the Redis lease root it names.
+ */
 export declare function coordinatorNew(config: string, isPath: boolean, nowMs?: number | undefined | null): number
 
 /** Gives a client's lease back; whether it held one. */

@@ -180,3 +180,35 @@ impl Drop for LeafSync {
         }
     }
 }
+
+/// With a `[cluster]` table in `config`: makes `coordinator` a leaf under the Redis root the
+/// table names and starts its upstream loop (every `sync_interval_ms`), as client
+/// `<host_id>#<process id>`; `None` without the table. What the bindings call when they make a
+/// coordinator, so that one TOML shares leases across hosts from every front door.
+pub fn leaf_for(
+    config: &velvet_rope::Config,
+    coordinator: Arc<Coordinator>,
+) -> Result<Option<LeafSync>, velvet_rope::lease::LeaseError> {
+    let Some(c) = config.cluster.as_ref() else {
+        return Ok(None);
+    };
+    let resources = velvet_rope::lease::LeaseConfig {
+        resources: config.resources.clone(),
+    };
+    let root = crate::lease_root::RedisLeaseRoot::new(
+        &c.redis_url,
+        &c.key_prefix,
+        &resources,
+        Duration::from_millis(c.timeout_ms),
+    )?;
+    let host = c.host_id.clone().unwrap_or_else(crate::syncer::host_name);
+    let options = crate::syncer::SyncOptions::from_config(c);
+    let round = LeafRound::new(
+        coordinator,
+        Arc::new(root),
+        format!("{host}#{}", std::process::id()),
+        options.clock.clone(),
+        options.log.clone(),
+    );
+    Ok(Some(LeafSync::start(round, options.interval)))
+}

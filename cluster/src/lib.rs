@@ -105,7 +105,7 @@ mod store;
 mod syncer;
 
 pub use allocator::{allocate, Entry, RoomState};
-pub use lease_leaf::{LeafRound, LeafSync};
+pub use lease_leaf::{leaf_for, LeafRound, LeafSync};
 pub use lease_root::RedisLeaseRoot;
 pub use memory_store::MemoryStore;
 pub use protocol::{store_host, Params, Reply, Report};

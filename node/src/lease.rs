@@ -15,9 +15,22 @@ pub(crate) static LIMITERS: LazyLock<Handles<lease::RateLimiter>> =
     LazyLock::new(|| Handles::new("rate limiter"));
 static GAUGES: LazyLock<Handles<lease::Gauge>> = LazyLock::new(|| Handles::new("gauge"));
 
-/// Frees a coordinator's handle.
+/// Leaf coordinators' upstream loops, by handle (a `[cluster]` table makes a coordinator a
+/// leaf under the Redis lease root).
+static LEAVES: std::sync::Mutex<Vec<(u32, velvet_rope_cluster::LeafSync)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Frees a coordinator's handle (and stops its upstream loop, off JavaScript's thread).
 #[napi]
 pub fn coordinator_free(coordinator: u32) {
+    let mut leaves = LEAVES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(i) = leaves.iter().position(|(h, _)| *h == coordinator) {
+        let (_, leaf) = leaves.swap_remove(i);
+        drop(leaves);
+        let _ = std::thread::Builder::new()
+            .name("velvet-rope-leaf-stop".into())
+            .spawn(move || drop(leaf));
+    }
     COORDINATORS.remove(coordinator);
 }
 
@@ -34,7 +47,8 @@ pub fn gauge_free(gauge: u32) {
 }
 use crate::or_now;
 
-/// A coordinator from configuration text (or, with `isPath`, a file) with `[[resources]]`.
+/// A coordinator from configuration text (or, with `isPath`, a file) with `[[resources]]`;
+/// with a `[cluster]` table, a leaf under the Redis lease root it names.
 #[napi]
 pub fn coordinator_new(
     config: String,
@@ -47,14 +61,28 @@ pub fn coordinator_new(
         Config::from_text(&config)
     }
     .map_err(to_js)?;
-    lease::Coordinator::from_config(
+    let handle = lease::Coordinator::from_config(
         &LeaseConfig {
-            resources: config.resources,
+            resources: config.resources.clone(),
         },
         or_now(now_ms)?,
     )
     .map_err(lease_to_js)
-    .and_then(|c| COORDINATORS.insert(c))
+    .and_then(|c| COORDINATORS.insert(c))?;
+    // With a `[cluster]` table: a leaf under the Redis lease root.
+    let leaf = velvet_rope_cluster::leaf_for(&config, COORDINATORS.get(handle)?);
+    match leaf {
+        Ok(Some(leaf)) => LEAVES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((handle, leaf)),
+        Ok(None) => {}
+        Err(e) => {
+            COORDINATORS.remove(handle);
+            return Err(lease_to_js(e));
+        }
+    }
+    Ok(handle)
 }
 
 /// A lease: what a client may use, until when.

@@ -123,3 +123,44 @@ test('no cluster table, no sync loop; a bad store URL is a ConfigError', () => {
     return true
   })
 })
+
+test('leases are shared fairly across hosts through the Redis root', async () => {
+  const { Coordinator } = require('..')
+  const redis = await redisServer()
+  try {
+    const host = (name) => new Coordinator(`
+[cluster]
+redis_url = "redis://127.0.0.1:${redis.port}"
+host_id = "${name}"
+sync_interval_ms = 100
+lease_ms = 600
+timeout_ms = 200
+[[resources]]
+identifier_glob = "db"
+capacity = 90
+refresh_failure = "pessimistic"
+algorithm = { kind = "fair_share", lease_length = 2, refresh_interval = 0.2 }
+`)
+    const a = host('node-a')
+    const b = host('node-b')
+    const clients = [[a, 'a1'], [a, 'a2'], [b, 'b1']]
+    const held = { a1: 0, a2: 0, b1: 0 }
+    let fairSince = null
+    const deadline = Date.now() + 20_000
+    while (Date.now() < deadline) {
+      for (const [coord, c] of clients) {
+        held[c] = coord.request(c, 'db', 100).capacity
+        const total = held.a1 + held.a2 + held.b1
+        assert.ok(total <= 90 + 1e-9, JSON.stringify(held))
+      }
+      const fair = Object.values(held).every((v) => Math.abs(v - 30) < 1e-6)
+      if (fair && fairSince === null) fairSince = Date.now()
+      if (!fair) fairSince = null
+      if (fairSince !== null && Date.now() - fairSince > 1000) break
+      await sleep(100)
+    }
+    assert.notEqual(fairSince, null, JSON.stringify(held))
+  } finally {
+    redis.proc.kill('SIGKILL')
+  }
+})

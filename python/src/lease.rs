@@ -14,24 +14,33 @@ use crate::time::or_now;
 /// Hands out leases of shared resources (the configuration's `resources` section).
 #[pyclass(frozen, module = "velvet_rope._velvet_rope")]
 pub struct Coordinator {
-    inner: lease::Coordinator,
+    inner: std::sync::Arc<lease::Coordinator>,
+    /// With a `[cluster]` table: the upstream loop of this coordinator as a leaf under the
+    /// Redis lease root.
+    _leaf: Option<velvet_rope_cluster::LeafSync>,
 }
 
 #[pymethods]
 impl Coordinator {
-    /// A coordinator from a configuration (text or path) with `[[resources]]` templates.
+    /// A coordinator from a configuration (text or path) with `[[resources]]` templates. With
+    /// a `[cluster]` table it is a leaf under the Redis lease root the table names: its leases
+    /// are shares of what the root grants this process, shared fairly across hosts (make it in
+    /// each worker, after any fork).
     #[new]
     #[pyo3(signature = (config, *, now_ms = None))]
     fn new(config: ConfigArg, now_ms: Option<u64>) -> PyResult<Self> {
         let config = config_of(config)?;
-        lease::Coordinator::from_config(
-            &LeaseConfig {
-                resources: config.resources,
-            },
-            or_now(now_ms),
-        )
-        .map(|inner| Self { inner })
-        .map_err(lease_to_py)
+        let inner = std::sync::Arc::new(
+            lease::Coordinator::from_config(
+                &LeaseConfig {
+                    resources: config.resources.clone(),
+                },
+                or_now(now_ms),
+            )
+            .map_err(lease_to_py)?,
+        );
+        let leaf = velvet_rope_cluster::leaf_for(&config, inner.clone()).map_err(lease_to_py)?;
+        Ok(Self { inner, _leaf: leaf })
     }
 
     /// Asks for `wants` of `resource` for `client_id`; returns the lease granted.

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from velvet_rope import ClusterStatus, ConfigError, Engine
+from velvet_rope import ClusterStatus, ConfigError, Coordinator, Engine
 
 LIMIT = 5
 
@@ -121,3 +121,44 @@ def test_a_bad_store_url_is_a_configuration_error() -> None:
             '[cluster]\nredis_url = "http://x"\n'
             '[[rooms]]\nname = "r"\ntotal_active_users = 1\nnew_users_per_minute = 1\n'
         )
+
+
+def lease_host(port: int, name: str) -> Coordinator:
+    return Coordinator(
+        f"""
+[cluster]
+redis_url = "redis://127.0.0.1:{port}"
+host_id = "{name}"
+sync_interval_ms = 100
+lease_ms = 600
+timeout_ms = 200
+[[resources]]
+identifier_glob = "db"
+capacity = 90
+refresh_failure = "pessimistic"
+algorithm = {{ kind = "fair_share", lease_length = 2, refresh_interval = 0.2 }}
+"""
+    )
+
+
+def test_leases_are_shared_fairly_across_hosts(redis_port: int) -> None:
+    """Each coordinator is a leaf under the Redis root: two clients on host A, one on host B
+    converge to a third each, never holding more than the capacity together."""
+    a, b = lease_host(redis_port, "py-a"), lease_host(redis_port, "py-b")
+    clients = [(a, "a1"), (a, "a2"), (b, "b1")]
+    held = {c: 0.0 for _, c in clients}
+    deadline = time.monotonic() + 20
+    fair_since = None
+    while time.monotonic() < deadline:
+        for coord, c in clients:
+            held[c] = coord.request(c, "db", 100.0).capacity
+            assert sum(held.values()) <= 90.0 + 1e-9, held
+        fair = all(abs(v - 30.0) < 1e-6 for v in held.values())
+        if fair and fair_since is None:
+            fair_since = time.monotonic()
+        if not fair:
+            fair_since = None
+        if fair_since is not None and time.monotonic() - fair_since > 1.0:
+            break
+        time.sleep(0.1)
+    assert fair_since is not None, held

@@ -11,7 +11,10 @@ use crate::strings::{text, write};
 
 /// An in-process lease coordinator (opaque). Thread-safe.
 pub struct vr_coordinator {
-    inner: Coordinator,
+    inner: std::sync::Arc<Coordinator>,
+    /// With a `[cluster]` table: the coordinator is a leaf under the Redis lease root, and
+    /// this is its upstream loop (stopped when the coordinator is freed).
+    _leaf: Option<velvet_rope_cluster::LeafSync>,
 }
 
 /// A rate limiter enforcing a lease (opaque). Thread-safe; all threads share one budget and
@@ -62,7 +65,9 @@ fn finite_non_negative(v: f64, name: &str) -> Result<f64, Failure> {
 }
 
 /// Creates a coordinator from configuration text (its `resources` templates).
-/// `*coordinator_out` owns it: free with [`vr_coordinator_free`].
+/// `*coordinator_out` owns it: free with [`vr_coordinator_free`]. With a `[cluster]` table it
+/// is a leaf under the Redis lease root the table names (leases shared across hosts), with an
+/// upstream loop in a thread of this process: create it after any fork.
 ///
 /// # Safety
 /// `config` readable for `config_len` bytes; `coordinator_out` writable.
@@ -80,13 +85,14 @@ pub unsafe extern "C" fn vr_coordinator_new(
             return Err(null("coordinator_out"));
         }
         let cfg = Config::from_text(text)?;
-        let inner = Coordinator::from_config(
+        let inner = std::sync::Arc::new(Coordinator::from_config(
             &LeaseConfig {
-                resources: cfg.resources,
+                resources: cfg.resources.clone(),
             },
             now_ms,
-        )?;
-        let handle = Box::into_raw(Box::new(vr_coordinator { inner }));
+        )?);
+        let leaf = velvet_rope_cluster::leaf_for(&cfg, inner.clone())?;
+        let handle = Box::into_raw(Box::new(vr_coordinator { inner, _leaf: leaf }));
         // SAFETY: checked non-null.
         unsafe { write(coordinator_out, handle, "coordinator_out") }
     })

@@ -141,10 +141,20 @@ impl RateLimiter {
         cls.call1((lease.capacity,))
     }
 
-    /// Takes `n` permits if they are free now. Never blocks.
+    /// Takes `n` permits if they are free now. Never blocks. Raises `CapacityError` if `n`
+    /// is more than one call can ever take (as Node's `tryAcquire` throws).
     #[pyo3(signature = (n = 1))]
-    fn try_acquire(&self, n: u32) -> bool {
-        self.inner.try_acquire_n(n)
+    fn try_acquire(&self, n: u32) -> PyResult<bool> {
+        match self.inner.check(n) {
+            Ok(()) => Ok(true),
+            Err(Denied::ExceedsBurst { burst }) => {
+                Err(lease_to_py(velvet_rope::lease::LeaseError::ExceedsLimit {
+                    requested: u64::from(n),
+                    limit: burst,
+                }))
+            }
+            Err(_) => Ok(false),
+        }
     }
 
     /// Blocks until `n` permits are taken (the GIL is released while waiting). Raises
@@ -212,10 +222,18 @@ impl Gauge {
         cls.call1((lease::gauge::units(lease.capacity),))
     }
 
-    /// Takes `n` units if they are free now. Never blocks.
+    /// Takes `n` units if they are free now. Never blocks. Raises `CapacityError` if `n` is
+    /// above the capacity (as Node's `tryAcquire` throws).
     #[pyo3(signature = (n = 1))]
-    fn try_acquire(&self, n: u32) -> bool {
-        self.inner.try_acquire_permits(n)
+    fn try_acquire(&self, n: u32) -> PyResult<bool> {
+        let capacity = self.inner.capacity();
+        if n > capacity && capacity > 0 {
+            return Err(lease_to_py(velvet_rope::lease::LeaseError::ExceedsLimit {
+                requested: u64::from(n),
+                limit: u64::from(capacity),
+            }));
+        }
+        Ok(self.inner.try_acquire_permits(n))
     }
 
     /// Blocks until `n` units are taken (the GIL is released while waiting). Raises

@@ -209,6 +209,8 @@ def test_rate_limiter() -> None:
     assert wait is not None and 0 < wait <= 1.0
     with pytest.raises(CapacityError):
         rl.acquire(1000)
+    with pytest.raises(CapacityError):
+        rl.try_acquire(1000)  # more than one call can ever take, as Node throws
     with pytest.raises(ValueError):
         RateLimiter(-1.0)
     rl.set_rate(0.0)
@@ -280,6 +282,8 @@ def test_gauge_sync_async_and_errors() -> None:
         g.release()
     with pytest.raises(CapacityError):
         g.acquire(3)
+    with pytest.raises(CapacityError):
+        g.try_acquire(3)
 
     async def main() -> None:
         async with g:

@@ -8,8 +8,7 @@
 //! until that lease ends, then falls back to the resource's `refresh_failure` share (see
 //! [`LeafRound::round`]).
 
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::Duration;
 
 use velvet_rope::lease::{
@@ -17,17 +16,12 @@ use velvet_rope::lease::{
 };
 use velvet_rope::Clock;
 
+use crate::periodic::Periodic;
 use crate::syncer::Log;
-
-struct Stop {
-    stopped: Mutex<bool>,
-    wake: Condvar,
-}
 
 /// A leaf's upstream loop (a thread of its own), stopped and joined when dropped.
 pub struct LeafSync {
-    stop: Arc<Stop>,
-    thread: Option<JoinHandle<()>>,
+    _thread: Periodic,
 }
 
 impl std::fmt::Debug for LeafSync {
@@ -146,37 +140,9 @@ impl LeafRound {
 impl LeafSync {
     /// Runs `round` every `interval` until dropped (the first at once).
     pub fn start(mut round: LeafRound, interval: Duration) -> Self {
-        let stop = Arc::new(Stop {
-            stopped: Mutex::new(false),
-            wake: Condvar::new(),
-        });
-        let stop2 = stop.clone();
         let log = round.log.clone();
-        let thread = std::thread::Builder::new()
-            .name("velvet-rope-leaf".into())
-            .spawn(move || loop {
-                round.round();
-                let guard = stop2.stopped.lock().unwrap_or_else(|p| p.into_inner());
-                let (guard, _) = stop2
-                    .wake
-                    .wait_timeout_while(guard, interval, |s| !*s)
-                    .unwrap_or_else(|p| p.into_inner());
-                if *guard {
-                    return;
-                }
-            })
-            .map_err(|e| log(&format!("could not start the leaf thread: {e}")))
-            .ok();
-        Self { stop, thread }
-    }
-}
-
-impl Drop for LeafSync {
-    fn drop(&mut self) {
-        *self.stop.stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.stop.wake.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        Self {
+            _thread: Periodic::start("velvet-rope-leaf", interval, &log, move || round.round()),
         }
     }
 }

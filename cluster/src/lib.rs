@@ -99,6 +99,7 @@ mod allocator;
 mod lease_leaf;
 mod lease_root;
 mod memory_store;
+mod periodic;
 mod protocol;
 mod redis_store;
 mod store;

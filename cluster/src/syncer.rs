@@ -3,13 +3,13 @@
 //! request's path: requests are decided on the last grant, and on the fallback share once it
 //! lapses (see `velvet_rope::admission::cluster`).
 
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use velvet_rope::config::ClusterConfig;
 use velvet_rope::{Clock, Engine, Millis, SystemClock};
 
+use crate::periodic::Periodic;
 use crate::protocol::{store_host, Params, Report};
 use crate::redis_store::RedisStore;
 use crate::store::{Store, StoreError};
@@ -93,16 +93,10 @@ pub fn host_name() -> String {
     }
 }
 
-struct Stop {
-    stopped: Mutex<bool>,
-    wake: Condvar,
-}
-
 /// A running sync loop (a thread of its own). Stopped and joined when dropped.
 pub struct Syncer {
-    stop: Arc<Stop>,
     status: Arc<Mutex<SyncStatus>>,
-    thread: Option<JoinHandle<()>>,
+    _thread: Periodic,
 }
 
 impl std::fmt::Debug for Syncer {
@@ -135,37 +129,12 @@ impl Syncer {
 
     /// Syncs `engine`'s rooms through `store` until dropped. The first sync runs at once.
     pub fn start(engine: Arc<Engine>, store: Box<dyn Store>, options: SyncOptions) -> Self {
-        let stop = Arc::new(Stop {
-            stopped: Mutex::new(false),
-            wake: Condvar::new(),
-        });
-        let mut worker = SyncRound::new(engine, store, options);
-        let status = worker.status.clone();
-        let stop2 = stop.clone();
-        let log = worker.options.log.clone();
-        let thread = std::thread::Builder::new()
-            .name("velvet-rope-sync".into())
-            .spawn(move || loop {
-                worker.round();
-                let guard = stop2.stopped.lock().unwrap_or_else(|p| p.into_inner());
-                let (guard, _) = stop2
-                    .wake
-                    .wait_timeout_while(guard, worker.options.interval, |s| !*s)
-                    .unwrap_or_else(|p| p.into_inner());
-                if *guard {
-                    return;
-                }
-            })
-            .map_err(|e| {
-                log(&format!(
-                    "could not start the sync thread: {e}; nothing syncs"
-                ))
-            })
-            .ok();
+        let (interval, log) = (options.interval, options.log.clone());
+        let mut round = SyncRound::new(engine, store, options);
+        let status = round.status.clone();
         Self {
-            stop,
             status,
-            thread,
+            _thread: Periodic::start("velvet-rope-sync", interval, &log, move || round.round()),
         }
     }
 
@@ -175,16 +144,6 @@ impl Syncer {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
-    }
-}
-
-impl Drop for Syncer {
-    fn drop(&mut self) {
-        *self.stop.stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.stop.wake.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

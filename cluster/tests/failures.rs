@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use velvet_rope::{Engine, Outcome};
 use velvet_rope_cluster::{RedisStore, SyncOptions, Syncer};
 
-use common::{host_config, now, wait_for, RedisServer};
+use common::{cookie_value, host_config, now, wait_for, RedisServer};
 
 struct LoggedHost {
     engine: Arc<Engine>,
@@ -40,15 +40,45 @@ fn host(url: &str, id: &str) -> LoggedHost {
 }
 
 /// Arrivals at every host, round robin, for `dur`; the admissions, and the slowest decision.
-fn arrivals(hosts: &[LoggedHost], dur: Duration) -> (u64, Duration) {
+/// New visitors at every host, round robin, for `dur`; queued ones come back with their
+/// ticket every 100 ms, as the waiting page makes browsers do (visitors who never came back
+/// would hold their places and keep the room's newcomers queued behind them). The admissions,
+/// and the slowest decision.
+fn arrivals(
+    hosts: &[LoggedHost],
+    waiting: &mut Vec<(usize, String)>,
+    dur: Duration,
+) -> (u64, Duration) {
     let (mut admitted, mut slowest) = (0, Duration::ZERO);
     let until = Instant::now() + dur;
+    let mut last_poll = Instant::now();
     while Instant::now() < until {
-        for h in hosts {
+        let mut decide = |i: usize, cookie: Option<&str>| {
             let t = Instant::now();
-            let d = h.engine.admit("r", None, now()).unwrap();
+            let d = hosts[i].engine.admit("r", cookie, now()).unwrap();
             slowest = slowest.max(t.elapsed());
-            admitted += u64::from(d.outcome == Outcome::Admit);
+            d
+        };
+        for i in 0..hosts.len() {
+            let d = decide(i, None);
+            match (d.outcome, d.set_cookie) {
+                (Outcome::Admit, _) => admitted += 1,
+                (_, Some(c)) => waiting.push((i, cookie_value(c))),
+                _ => {}
+            }
+        }
+        if last_poll.elapsed() >= Duration::from_millis(100) {
+            last_poll = Instant::now();
+            let mut still = Vec::new();
+            for (i, cookie) in waiting.drain(..) {
+                let d = decide(i, Some(&cookie));
+                if d.outcome == Outcome::Admit {
+                    admitted += 1;
+                } else {
+                    still.push((i, d.set_cookie.map(cookie_value).unwrap_or(cookie)));
+                }
+            }
+            *waiting = still;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -63,6 +93,7 @@ fn stalled_killed_and_restarted_store() {
         .map(|h| host(&redis.url(), h))
         .collect();
     std::thread::sleep(Duration::from_millis(800));
+    let mut waiting = Vec::new();
     let mut total = 0;
     // Half the room fills while the store answers.
     let until = Instant::now() + Duration::from_secs(10);
@@ -79,7 +110,7 @@ fn stalled_killed_and_restarted_store() {
     // Stalled: requests go on being decided, on the last grants, then on the fallback share
     // (none here: exactness over availability); the outage is logged once per host.
     redis.pause();
-    let (got, slowest) = arrivals(&hosts, Duration::from_millis(1500));
+    let (got, slowest) = arrivals(&hosts, &mut waiting, Duration::from_millis(1500));
     total += got;
     assert!(
         slowest < Duration::from_millis(200),
@@ -110,7 +141,7 @@ fn stalled_killed_and_restarted_store() {
 
     // Killed and restarted empty: the store learns for a lease, then hands out the rest.
     redis.kill();
-    let (got, slowest) = arrivals(&hosts, Duration::from_millis(500));
+    let (got, slowest) = arrivals(&hosts, &mut waiting, Duration::from_millis(500));
     total += got;
     assert!(
         slowest < Duration::from_millis(200),
@@ -120,10 +151,10 @@ fn stalled_killed_and_restarted_store() {
     let redis = RedisServer::start_on(port);
     let until = Instant::now() + Duration::from_secs(15);
     while total < 20 && Instant::now() < until {
-        total += arrivals(&hosts, Duration::from_millis(100)).0;
+        total += arrivals(&hosts, &mut waiting, Duration::from_millis(100)).0;
     }
     // A little longer: nothing more gets in.
-    total += arrivals(&hosts, Duration::from_millis(700)).0;
+    total += arrivals(&hosts, &mut waiting, Duration::from_millis(700)).0;
     assert_eq!(total, 20, "exactly the room, across a stall and a restart");
     let active: u64 = hosts
         .iter()

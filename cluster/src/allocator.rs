@@ -19,8 +19,6 @@ use crate::protocol::{Params, Reply, Report};
 pub struct Entry {
     /// Its last report.
     pub report: Report,
-    /// The sequence number of the grant below (increasing per entry).
-    pub seq: u64,
     /// The allowance of active visitors granted at that report.
     pub gt: u64,
     /// The allowance of admissions in the report's bucket granted.
@@ -196,7 +194,6 @@ pub fn allocate(state: &mut RoomState, host: &str, r: &Report, p: &Params, now: 
         host.to_owned(),
         Entry {
             report: r.clone(),
-            seq,
             gt,
             gm0,
             gm1,

@@ -184,7 +184,7 @@ if learning then
 end
 
 local entry = {
-  report = r, seq = seq, gt = gt, gm0 = gm0, gm1 = gm1, prev = prev,
+  report = r, gt = gt, gm0 = gm0, gm1 = gm1, prev = prev,
   exp = now + p.lease, gone = now + p.lease + p.hold,
 }
 redis.call('HSET', key, me, cjson.encode(entry), 'frontier', frontier, 'born', born, 'seq', seq)

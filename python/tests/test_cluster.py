@@ -3,9 +3,6 @@ here on a free 127.0.0.1 port with persistence off): a `[cluster]` table starts 
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 
@@ -13,39 +10,18 @@ import pytest
 
 from velvet_rope import ClusterStatus, ConfigError, Coordinator, Engine
 
+from .redis_server import RedisServer
+
 LIMIT = 5
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture
 def redis_port() -> Iterator[int]:
-    server = shutil.which("redis-server")
-    assert server is not None, "redis-server is missing (make test installs Debian's)"
-    port = free_port()
-    proc = subprocess.Popen(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = RedisServer()
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.02)
-        yield port
+        yield server.port
     finally:
-        proc.kill()
-        proc.wait()
+        server.kill()
 
 
 def host(port: int, name: str) -> Engine:

@@ -4,9 +4,6 @@ its sync loop. Concurrent new visitors spread over both are admitted exactly up 
 limit (waiters refreshing as browsers do), and the room is one Redis hash naming both hosts."""
 
 import os
-import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -17,6 +14,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_envoy as te  # noqa: E402
 from http_client import Jar, get  # noqa: E402
+from redis_server import RedisServer  # noqa: E402
 
 VISITORS = 16
 
@@ -33,46 +31,17 @@ fallback_share = 0.0
 """
 
 
-def redis_command(port, *args):
-    """One RESP command; a list for an array answer, else the first line."""
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-        s.sendall((f"*{len(args)}\r\n" + "".join(f"${len(a)}\r\n{a}\r\n" for a in args)).encode())
-        data = b""
-        while not data.endswith(b"\r\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    lines = data.decode().split("\r\n")
-    if lines[0].startswith("*"):
-        return [x for x in lines[2::2] if x != ""]
-    return lines[0]
-
-
 @pytest.fixture
-def redis_port():
-    server = shutil.which("redis-server")
-    assert server, "redis-server is missing (make test installs Debian's)"
-    port = te.free_port()
-    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+def redis():
+    server = RedisServer()
     try:
-        assert te.wait_until(lambda: _pong(port), 10), "redis-server did not start"
-        yield port
+        yield server
     finally:
-        proc.kill()
-        proc.wait()
+        server.kill()
 
 
-def _pong(port):
-    try:
-        return redis_command(port, "PING") == "+PONG"
-    except OSError:
-        return False
-
-
-def test_two_envoys_share_a_room_exactly(redis_port):
+def test_two_envoys_share_a_room_exactly(redis):
+    redis_port = redis.port
     with tempfile.TemporaryDirectory(prefix="velvet-rope-envoy-cluster-") as tmp:
         proxies = []
         try:
@@ -117,7 +86,7 @@ def test_two_envoys_share_a_room_exactly(redis_port):
                 time.sleep(0.5)
             assert len(admitted) == te.SHOP_LIMIT, f"{len(admitted)} admitted, {te.SHOP_LIMIT} expected"
 
-            fields = redis_command(redis_port, "HKEYS", "{vr:shop}")
+            fields = redis.command("HKEYS", "{vr:shop}")
             hosts = sorted(f.split("#")[0] for f in fields if f.startswith("h:"))
             assert hosts == ["h:envoy-a", "h:envoy-b"], fields
             for e in proxies:

@@ -16,14 +16,15 @@ import base64
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "python", "tests"))
 import test_nginx as t  # noqa: E402
+from redis_server import RedisServer  # noqa: E402
 
 LIMIT = 6
 VISITORS = 24
@@ -83,41 +84,6 @@ http {{
     }}
 }}
 """
-
-
-class Redis:
-    def __init__(self):
-        self.port = t.free_port()
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--daemonize", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if not t.wait_until(lambda: self.command("PING") == "+PONG", 10):
-            raise RuntimeError("redis-server did not start")
-
-    def command(self, *args):
-        """One RESP command; the first line of the answer (enough for these checks)."""
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
-                req = f"*{len(args)}\r\n" + "".join(f"${len(a)}\r\n{a}\r\n" for a in args)
-                s.sendall(req.encode())
-                data = b""
-                while not data.endswith(b"\r\n"):
-                    chunk = s.recv(4096)
-                    if not chunk:
-                        break
-                    data += chunk
-                lines = data.decode().split("\r\n")
-                if lines[0].startswith("*") and len(lines) > 2:
-                    return [x for x in lines[2::2] if x != ""]
-                return lines[0]
-        except OSError:
-            return None
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
 
 
 def instance(redis, host):
@@ -234,7 +200,7 @@ def main():
     passed = failed = 0
     redis = a = b = None
     try:
-        redis = Redis()
+        redis = RedisServer()
         a, b = instance(redis, "nginx-a"), instance(redis, "nginx-b")
         a.start()
         b.start()

@@ -100,10 +100,7 @@ const PPM: u64 = 1_000_000;
 /// not clustered, else the current grant, else the fallback share.
 pub(crate) fn allowance(room: &Room, tb: &TickBlock<'_>, bucket: u64, now: Millis) -> Allowance {
     let cfg = &room.cfg;
-    let clustered = room
-        .cluster_fallback_ppm
-        .filter(|_| cfg.queueing_method != QueueingMethod::Passthrough);
-    let Some(default_ppm) = clustered else {
+    let Some(default_ppm) = room.cluster_fallback_ppm.filter(|_| clustered(room)) else {
         return Allowance {
             total: cfg.total_active_users,
             minute: cfg.new_users_per_minute,

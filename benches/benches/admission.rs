@@ -208,7 +208,8 @@ fn tickets(c: &mut Criterion) {
             )
         })
     });
-    // The base64url decode alone, scalar and SIMD engines, over the same distinct tickets.
+    // The base64url decode alone over the same distinct tickets: the `base64` crate's scalar
+    // and SIMD engines, and `base64-simd` (what tickets use).
     let scalar = base64::engine::general_purpose::URL_SAFE_NO_PAD;
     let simd = base64::engine::simd::Simd::url_safe(base64::engine::general_purpose::NO_PAD);
     for (name, engine) in [
@@ -223,8 +224,38 @@ fn tickets(c: &mut Criterion) {
             })
         });
     }
+    let mut i = 0;
+    g.bench_function("base64_decode_base64_simd", |b| {
+        b.iter(|| {
+            i = (i + 1) % sealed_many.len();
+            let mut out = [0u8; 96];
+            let text = black_box(sealed_many[i].as_bytes());
+            let n = base64_simd::URL_SAFE_NO_PAD
+                .decode(text, base64_simd::Out::from_slice(&mut out[..71]))
+                .map(|d| d.len());
+            black_box((n, out))
+        })
+    });
     // The AEAD alone: opening a ticket's 33-byte body and tag with its header and room name
-    // as associated data, ring against RustCrypto's aes-gcm, same key, nonce and bytes.
+    // as associated data: AEGIS-256 (what tickets use), ring's AES-GCM and ChaCha20-Poly1305,
+    // RustCrypto's aes-gcm, same key and bytes.
+    {
+        let (key, nonce) = ([7u8; 32], [3u8; 32]);
+        let aad = *b"\x03\x01\x10\x20\x30\x40shop";
+        let mut sealed = [9u8; 33];
+        let tag =
+            aegis::aegis256::Aegis256::<16>::new(&key, &nonce).encrypt_in_place(&mut sealed, &aad);
+        g.bench_function("aead_open_aegis256", |b| {
+            b.iter(|| {
+                let mut buf = black_box(sealed);
+                let ok = aegis::aegis256::Aegis256::<16>::new(&key, black_box(&nonce))
+                    .decrypt_in_place(&mut buf, &tag, &aad)
+                    .is_ok();
+                assert!(ok);
+                black_box(buf)
+            })
+        });
+    }
     {
         use aes_gcm::aead::AeadInPlace;
         use aes_gcm::KeyInit;

@@ -9,7 +9,7 @@
 //! thread walks the stream from its own offset, so both threads see different visitors.
 //!
 //! Returning visitors are far more than a thread's cache of 256 opened tickets, so their
-//! tickets are cold (base64 + AES-GCM) except when the same visitor comes back within 256
+//! tickets are cold (base64 + AEGIS-256) except when the same visitor comes back within 256
 //! distinct tickets, as in life. Figures go to BENCHMARKS.md, first.
 
 use std::hint::black_box;

@@ -1,14 +1,15 @@
-//! Randomness for ticket ids and AES-GCM nonces: a per-thread ChaCha generator seeded from the
+//! Randomness for ticket ids and AEAD nonces: a per-thread ChaCha generator seeded from the
 //! operating system, reseeded after `fork`.
 //!
 //! Why not `rand::thread_rng()` alone: nginx (and any pre-fork server) creates the engine in
 //! the master and forks workers, and a child inherits its parent's generator state. rand's
 //! own fork protection only takes effect at its next reseed, after the buffered output, so
-//! the first few nonces of every worker would repeat across workers under the same key: with
-//! AES-GCM that leaks the authentication key. Here a `pthread_atfork` child handler bumps a
-//! process-wide generation (one atomic load per draw to check it), and a thread whose
-//! generator is from another generation reseeds from the OS before drawing. No syscall per
-//! ticket: one `getrandom` per thread per process.
+//! the first few nonces of every worker would repeat across workers under the same key, and a
+//! repeated nonce undoes an AEAD's guarantees (AES-GCM leaks its authentication key; AEGIS
+//! its state). Here a `pthread_atfork` child handler bumps a process-wide generation (one
+//! atomic load per draw to check it), and a thread whose generator is from another
+//! generation reseeds from the OS before drawing. No syscall per ticket: one `getrandom` per
+//! thread per process.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -7,13 +7,13 @@ use crate::ticket::{Keyring, Ticket};
 /// `name=ticket; Max-Age=n; Path=...` for `t`, sealed for `room`.
 pub(crate) fn set_cookie(keyring: &Keyring, room: &Room, t: &Ticket, now_secs: u32) -> String {
     let sealed = keyring.seal(&room.id, t);
+    let ticket = sealed.as_str();
     let max_age = t.expires.saturating_sub(now_secs);
-    let mut out = String::with_capacity(
-        room.cookie_name.len() + sealed.as_str().len() + room.cookie_attrs.len() + 24,
-    );
+    let mut out =
+        String::with_capacity(room.cookie_name.len() + ticket.len() + room.cookie_attrs.len() + 24);
     out.push_str(&room.cookie_name);
     out.push('=');
-    out.push_str(sealed.as_str());
+    out.push_str(ticket);
     out.push_str("; Max-Age=");
     out.push_str(itoa(max_age).as_str());
     out.push_str(&room.cookie_attrs);

@@ -1,6 +1,6 @@
 //! A small per-thread cache of tickets that passed authentication, so that a visitor's many
 //! requests (a page, its scripts, images and API calls, all carrying the same cookie) pay for
-//! base64 and AES-GCM once instead of on every request.
+//! base64 and the AEAD once instead of on every request.
 //!
 //! What is cached is a pure function's result: the exact 90 encoded bytes of a ticket that
 //! opened under a given keyring for a given room, and what they decoded to. A hit needs the
@@ -86,9 +86,9 @@ pub(crate) fn get(generation: u64, room: u64, text: &[u8; ENCODED_LEN]) -> Optio
 }
 
 /// Remembers that `text` opened to `ticket` under keyring `generation`. Out of line: it runs
-/// on a miss only, after AES-GCM, and keeps the hit path's frame small.
+/// on a miss only, after the AEAD, and keeps the hit path's frame small.
 #[inline(never)]
-pub(crate) fn put(generation: u64, room: u64, text: &[u8; ENCODED_LEN], ticket: Ticket) {
+pub(crate) fn put(generation: u64, room: u64, text: &[u8; ENCODED_LEN], ticket: &Ticket) {
     let _ = CACHE.try_with(|cache| {
         if let Ok(mut cache) = cache.try_borrow_mut() {
             let entries = cache.get_or_insert_with(|| vec![None; ENTRIES].into_boxed_slice());
@@ -97,7 +97,7 @@ pub(crate) fn put(generation: u64, room: u64, text: &[u8; ENCODED_LEN], ticket: 
                     generation,
                     room,
                     text: *text,
-                    ticket,
+                    ticket: *ticket,
                 });
             }
         }

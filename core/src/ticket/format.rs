@@ -3,11 +3,12 @@
 use crate::ticket::{Ticket, TicketState};
 
 /// Format version.
-pub(crate) const VERSION: u8 = 2;
+pub(crate) const VERSION: u8 = 3;
 /// Bytes of the clear header: version, key id, room tag.
 pub(crate) const HEAD: usize = 6;
-/// Bytes of the nonce.
-pub(crate) const NONCE: usize = 12;
+/// Bytes of the nonce a ticket carries (random; AEGIS-256's 32-byte nonce is these bytes
+/// followed by zeros).
+pub(crate) const NONCE: usize = 16;
 /// Bytes of the encrypted body.
 pub(crate) const BODY: usize = 33;
 /// Bytes of the authentication tag.
@@ -19,10 +20,11 @@ pub const SEALED_LEN: usize = HEAD + NONCE + BODY + TAG;
 /// Characters of an encoded ticket (base64url without padding).
 pub const ENCODED_LEN: usize = (SEALED_LEN * 4).div_ceil(3);
 
-/// The clear header of a ticket sealed with key `key_id` for a room tagged `room_tag`.
-pub(crate) fn header(key_id: u8, room_tag: u32) -> [u8; HEAD] {
+/// The clear header of a ticket of format `version` sealed with key `key_id` for a room
+/// tagged `room_tag` (the same layout in formats 2 and 3).
+pub(crate) fn header(version: u8, key_id: u8, room_tag: u32) -> [u8; HEAD] {
     let t = room_tag.to_le_bytes();
-    [VERSION, key_id, t[0], t[1], t[2], t[3]]
+    [version, key_id, t[0], t[1], t[2], t[3]]
 }
 
 /// The room tag of a clear header.
@@ -51,8 +53,13 @@ pub(crate) fn write_body(t: &Ticket, body: &mut [u8]) {
 }
 
 /// Reads a ticket's body (after decryption); `None` for an unknown state byte.
-pub(crate) fn read_body(body: &[u8]) -> Option<Ticket> {
-    let u32_at = |i: usize| u32::from_le_bytes([body[i], body[i + 1], body[i + 2], body[i + 3]]);
+#[inline]
+pub(crate) fn read_body(body: &[u8; BODY]) -> Option<Ticket> {
+    let u32_at = |i: usize| {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(&body[i..i + 4]);
+        u32::from_le_bytes(w)
+    };
     let mut id = [0u8; 8];
     id.copy_from_slice(&body[0..8]);
     let state = match body[8] {

@@ -1,17 +1,17 @@
-//! Sealing and opening tickets: AES-256-GCM (ring) with key rotation, base64url with the
-//! `base64` crate's SIMD engine (AVX2 where the CPU has it, detected once per keyring; the
-//! scalar engine elsewhere, with the same output).
+//! Sealing and opening tickets: AEGIS-256 (the `aegis` crate: libaegis, AES instructions
+//! chosen at run time) with key rotation, base64url with the `base64-simd` crate (AVX2 or
+//! SSE4.1 where the CPU has them, detected at run time; scalar elsewhere, same output).
+//! Tickets of the previous format (AES-256-GCM) still open, see `legacy`.
 
-use base64::engine::simd::Simd;
-use base64::Engine as _;
-use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+use aegis::aegis256::Aegis256;
+use base64_simd::{Out, URL_SAFE_NO_PAD};
 
 use crate::error::Result;
 use crate::ticket::format::{
-    header, header_room_tag, read_body, write_body, BODY, BODY_AT, ENCODED_LEN, HEAD, NONCE,
-    SEALED_LEN, TAG, VERSION,
+    header_room_tag, read_body, write_body, BODY, BODY_AT, ENCODED_LEN, HEAD, NONCE, SEALED_LEN,
+    TAG, VERSION,
 };
-use crate::ticket::room_id::MAX_ROOM_NAME;
+use crate::ticket::legacy::{self, LegacyKey};
 use crate::ticket::{RoomId, Ticket, TicketError};
 
 /// An encoded ticket, held inline (no allocation).
@@ -22,10 +22,12 @@ pub struct EncodedTicket {
 
 impl EncodedTicket {
     /// The ticket as text.
+    #[inline]
     pub fn as_str(&self) -> &str {
-        // base64url output is ASCII; from_utf8 cannot fail, and an empty string would only be
-        // returned if it did.
-        std::str::from_utf8(&self.bytes).unwrap_or("")
+        debug_assert!(self.bytes.is_ascii());
+        // SAFETY: `bytes` is private and only ever written by `Keyring::seal`, with base64url
+        // output, which is ASCII: valid UTF-8. (Checking it again cost a new visitor 10 ns.)
+        unsafe { std::str::from_utf8_unchecked(&self.bytes) }
     }
 }
 
@@ -35,39 +37,57 @@ impl std::fmt::Debug for EncodedTicket {
     }
 }
 
+/// One key of a keyring.
+struct Key {
+    id: u8,
+    /// AEGIS-256's key.
+    material: [u8; 32],
+    /// The same material as format 2's AES-256-GCM key.
+    legacy: LegacyKey,
+}
+
 /// Sealing and opening keys.
 pub struct Keyring {
-    keys: Vec<(u8, LessSafeKey)>,
+    keys: Vec<Key>,
     index: [u8; 256],
     signing: usize,
     /// Unique per keyring: tickets cached as opened under one are not trusted by another.
     generation: u64,
     /// Made at random (no configured keys): lives as long as its engine or region.
     ephemeral: bool,
-    /// base64url without padding, strict (canonical trailing bits).
-    b64: Simd,
 }
 
 static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl std::fmt::Debug for Keyring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ids: Vec<u8> = self.keys.iter().map(|(id, _)| *id).collect();
+        let ids: Vec<u8> = self.keys.iter().map(|k| k.id).collect();
         f.debug_struct("Keyring")
             .field("key_ids", &ids)
-            .field("signing", &self.keys[self.signing].0)
+            .field("signing", &self.keys[self.signing].id)
             .field("ephemeral", &self.ephemeral)
             .finish()
     }
 }
 
-/// The associated data of a ticket: its clear header and the room's name.
-fn aad(head: &[u8], room: &RoomId) -> ([u8; HEAD + MAX_ROOM_NAME], usize) {
-    let mut buf = [0u8; HEAD + MAX_ROOM_NAME];
-    buf[..HEAD].copy_from_slice(&head[..HEAD]);
-    let name = room.name();
-    buf[HEAD..HEAD + name.len()].copy_from_slice(name);
-    (buf, HEAD + name.len())
+/// AEGIS-256's nonce for a ticket's nonce: its 128 random bits, then zeros.
+#[inline]
+fn aegis_nonce(ticket_nonce: &[u8]) -> [u8; 32] {
+    let mut nonce = [0u8; 32];
+    nonce[..NONCE].copy_from_slice(ticket_nonce);
+    nonce
+}
+
+/// Whether a time-checked ticket may be used at `now_secs` with `skew_secs` of clock skew.
+#[inline]
+fn check_time(t: Ticket, now_secs: u32, skew_secs: u32) -> Result<Ticket, TicketError> {
+    if t.last_checkin.max(t.accepted_at) > now_secs.saturating_add(skew_secs) {
+        return Err(TicketError::FromFuture);
+    }
+    if t.expires <= now_secs {
+        return Err(TicketError::Expired);
+    }
+    Ok(t)
 }
 
 impl Keyring {
@@ -98,13 +118,17 @@ impl Keyring {
     fn build(keys: &[(u8, [u8; 32])], signing: Option<u8>, ephemeral: bool) -> Result<Self> {
         let signing_id = signing.unwrap_or_else(|| keys.iter().map(|k| k.0).max().unwrap_or(0));
         let mut index = [0u8; 256];
-        let mut sealed_keys = Vec::with_capacity(keys.len());
+        let mut built = Vec::with_capacity(keys.len());
         let mut signing_at = None;
         for (i, (id, material)) in keys.iter().enumerate() {
-            let unbound = UnboundKey::new(&AES_256_GCM, material).map_err(|_| {
+            let legacy = LegacyKey::new(material).ok_or_else(|| {
                 crate::error::Error::invalid(format!("tickets.keys[{i}]"), "rejected by AES-256")
             })?;
-            sealed_keys.push((*id, LessSafeKey::new(unbound)));
+            built.push(Key {
+                id: *id,
+                material: *material,
+                legacy,
+            });
             index[*id as usize] = (i + 1) as u8;
             if *id == signing_id {
                 signing_at = Some(i);
@@ -114,12 +138,11 @@ impl Keyring {
             crate::error::Error::invalid("tickets.signing_key", "names no configured key")
         })?;
         Ok(Self {
-            keys: sealed_keys,
+            keys: built,
             index,
             signing,
             generation: GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             ephemeral,
-            b64: Simd::url_safe(base64::engine::general_purpose::NO_PAD),
         })
     }
 
@@ -130,30 +153,21 @@ impl Keyring {
 
     /// Seals and encodes a ticket for `room` with the signing key.
     pub fn seal(&self, room: &RoomId, t: &Ticket) -> EncodedTicket {
-        let (id, key) = &self.keys[self.signing];
+        let key = &self.keys[self.signing];
+        let (data, len) = room.associated_data(VERSION, key.id);
         let mut sealed = [0u8; SEALED_LEN];
-        let head = header(*id, room.tag());
-        sealed[..HEAD].copy_from_slice(&head);
-        let mut nonce = [0u8; NONCE];
-        crate::random::fill(&mut nonce);
-        sealed[HEAD..BODY_AT].copy_from_slice(&nonce);
-        write_body(t, &mut sealed[BODY_AT..BODY_AT + BODY]);
-        let (aad_buf, aad_len) = aad(&head, room);
+        sealed[..HEAD].copy_from_slice(&data[..HEAD]);
+        crate::random::fill(&mut sealed[HEAD..BODY_AT]);
+        let nonce = aegis_nonce(&sealed[HEAD..BODY_AT]);
         let (body, tag_out) = sealed[BODY_AT..].split_at_mut(BODY);
-        // AES-GCM sealing of 33 bytes cannot fail (the length limit is 64 GiB); the tag stays
-        // zero if it ever did, and such a ticket is refused when opened.
-        if let Ok(tag) = key.seal_in_place_separate_tag(
-            Nonce::assume_unique_for_key(nonce),
-            Aad::from(&aad_buf[..aad_len]),
-            body,
-        ) {
-            tag_out.copy_from_slice(tag.as_ref());
-        }
+        write_body(t, body);
+        let tag = Aegis256::<TAG>::new(&key.material, &nonce).encrypt_in_place(body, &data[..len]);
+        tag_out.copy_from_slice(&tag);
         let mut out = EncodedTicket {
             bytes: [0u8; ENCODED_LEN],
         };
-        // The output buffer is exactly the encoded length, so encoding cannot fail.
-        let _ = self.b64.encode_slice(sealed, &mut out.bytes);
+        // The output buffer is exactly the encoded length, so encoding fills it.
+        let _ = URL_SAFE_NO_PAD.encode(&sealed, Out::from_slice(&mut out.bytes));
         out
     }
 
@@ -179,28 +193,24 @@ impl Keyring {
         now_secs: u32,
         skew_secs: u32,
     ) -> Result<Ticket, TicketError> {
-        let text: &[u8; ENCODED_LEN] = text.try_into().map_err(|_| TicketError::BadEncoding)?;
+        let Ok(text) = <&[u8; ENCODED_LEN]>::try_from(text) else {
+            return self.open_other_length(text, room, now_secs, skew_secs);
+        };
         let t = match crate::ticket::cache::get(self.generation, room.serial(), text) {
             Some(t) => t,
             None => self.open_uncached(text, room)?,
         };
-        if t.last_checkin.max(t.accepted_at) > now_secs.saturating_add(skew_secs) {
-            return Err(TicketError::FromFuture);
-        }
-        if t.expires <= now_secs {
-            return Err(TicketError::Expired);
-        }
-        Ok(t)
+        check_time(t, now_secs, skew_secs)
     }
 
     /// Decodes and authenticates a ticket of `room` without looking at the time (for tools
     /// that inspect tickets; the engine always checks expiry and skew).
     pub fn open_any_time(&self, text: &str, room: &RoomId) -> Result<Ticket, TicketError> {
-        let text: &[u8; ENCODED_LEN] = text
-            .as_bytes()
-            .try_into()
-            .map_err(|_| TicketError::BadEncoding)?;
-        self.authenticate(text, room)
+        let text = text.as_bytes();
+        match <&[u8; ENCODED_LEN]>::try_from(text) {
+            Ok(text) => self.authenticate(text, room),
+            Err(_) => self.authenticate_legacy(text, room),
+        }
     }
 
     /// A ticket this thread has not seen: authenticated, then remembered. Cold for code
@@ -213,41 +223,76 @@ impl Keyring {
         room: &RoomId,
     ) -> Result<Ticket, TicketError> {
         let t = self.authenticate(text, room)?;
-        crate::ticket::cache::put(self.generation, room.serial(), text, t);
+        crate::ticket::cache::put(self.generation, room.serial(), text, &t);
         Ok(t)
     }
 
-    /// Decodes and authenticates an encoded ticket (no checks that depend on the time).
-    /// Out of line: the cache hit path should not carry AES-GCM's stack frame.
+    /// A value of another length than this format's: a ticket of the previous format, or
+    /// badly encoded.
+    #[cold]
     #[inline(never)]
-    fn authenticate(&self, text: &[u8; ENCODED_LEN], room: &RoomId) -> Result<Ticket, TicketError> {
-        let mut sealed = [0u8; SEALED_LEN + 2];
-        let n = self
-            .b64
-            .decode_slice_unchecked(text, &mut sealed)
-            .map_err(|_| TicketError::BadEncoding)?;
-        if n != SEALED_LEN || sealed[0] != VERSION {
+    fn open_other_length(
+        &self,
+        text: &[u8],
+        room: &RoomId,
+        now_secs: u32,
+        skew_secs: u32,
+    ) -> Result<Ticket, TicketError> {
+        check_time(self.authenticate_legacy(text, room)?, now_secs, skew_secs)
+    }
+
+    /// The key a decoded ticket's clear header names, once the header is checked: format
+    /// `version`, `room`'s tag, a key of this keyring.
+    #[inline]
+    fn key_for(&self, head: &[u8], version: u8, room: &RoomId) -> Result<&Key, TicketError> {
+        if head[0] != version {
             return Err(TicketError::BadEncoding);
         }
-        if header_room_tag(&sealed[..HEAD]) != room.tag() {
+        if header_room_tag(head) != room.tag() {
             return Err(TicketError::WrongRoom);
         }
-        let slot = self.index[sealed[1] as usize];
-        if slot == 0 {
-            return Err(TicketError::UnknownKey);
+        match self.index[usize::from(head[1])] {
+            0 => Err(TicketError::UnknownKey),
+            slot => Ok(&self.keys[usize::from(slot) - 1]),
         }
-        let key = &self.keys[slot as usize - 1].1;
-        let mut nonce = [0u8; NONCE];
-        nonce.copy_from_slice(&sealed[HEAD..BODY_AT]);
-        let (aad_buf, aad_len) = aad(&sealed[..HEAD], room);
-        let body = key
-            .open_in_place(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(&aad_buf[..aad_len]),
-                &mut sealed[BODY_AT..BODY_AT + BODY + TAG],
-            )
+    }
+
+    /// Decodes and authenticates an encoded ticket (no checks that depend on the time).
+    /// Inlined into its callers, which are out of line: the cache hit path does not carry the
+    /// AEAD's stack frame, and the ticket is not copied from frame to frame.
+    #[inline(always)]
+    fn authenticate(&self, text: &[u8; ENCODED_LEN], room: &RoomId) -> Result<Ticket, TicketError> {
+        let mut sealed = [0u8; SEALED_LEN];
+        URL_SAFE_NO_PAD
+            .decode(text, Out::from_slice(&mut sealed))
+            .map_err(|_| TicketError::BadEncoding)?;
+        let key = self.key_for(&sealed[..HEAD], VERSION, room)?;
+        let nonce = aegis_nonce(&sealed[HEAD..BODY_AT]);
+        let (data, len) = room.associated_data(VERSION, key.id);
+        let (body, tag) = sealed[BODY_AT..].split_at_mut(BODY);
+        let (body, tag): (&mut [u8; BODY], &[u8; TAG]) = match (body.try_into(), (&*tag).try_into())
+        {
+            (Ok(body), Ok(tag)) => (body, tag),
+            _ => return Err(TicketError::BadEncoding),
+        };
+        Aegis256::<TAG>::new(&key.material, &nonce)
+            .decrypt_in_place(body, tag, &data[..len])
             .map_err(|_| TicketError::BadTag)?;
         read_body(body).ok_or(TicketError::BadEncoding)
+    }
+
+    /// Decodes and authenticates a ticket of the previous format (see `legacy`); anything
+    /// else of the wrong length is badly encoded.
+    fn authenticate_legacy(&self, text: &[u8], room: &RoomId) -> Result<Ticket, TicketError> {
+        if text.len() != legacy::ENCODED_LEN {
+            return Err(TicketError::BadEncoding);
+        }
+        let mut sealed = [0u8; legacy::SEALED_LEN];
+        URL_SAFE_NO_PAD
+            .decode(text, Out::from_slice(&mut sealed))
+            .map_err(|_| TicketError::BadEncoding)?;
+        let key = self.key_for(&sealed[..HEAD], legacy::VERSION, room)?;
+        key.legacy.open(key.id, &mut sealed, room)
     }
 }
 
@@ -255,6 +300,7 @@ impl Keyring {
 mod tests {
     use super::*;
     use crate::ticket::{room_tag, TicketState};
+    use base64::Engine as _;
 
     const NOW: u32 = 1_795_000_000;
 
@@ -276,41 +322,180 @@ mod tests {
         Keyring::new(&keys, Some(signing)).unwrap()
     }
 
-    /// The SIMD codec reads and writes exactly what the scalar one does, and refuses what it
-    /// refuses: bad characters anywhere, and non-canonical trailing bits.
+    /// `base64-simd` reads and writes exactly what the `base64` crate's scalar engine does,
+    /// and refuses what it refuses: bad characters anywhere, and non-canonical trailing bits,
+    /// at the lengths of both formats.
     #[test]
     fn the_simd_codec_matches_the_scalar_one() {
-        let scalar = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        let simd = Simd::url_safe(base64::engine::general_purpose::NO_PAD);
-        for round in 0..2_000u32 {
-            let mut raw = [0u8; SEALED_LEN];
+        fn check<const RAW: usize, const TEXT: usize>(round: u32) {
+            let scalar = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+            let mut raw = [0u8; RAW];
             crate::random::fill(&mut raw);
-            let mut a = [0u8; ENCODED_LEN];
-            let mut b = [0u8; ENCODED_LEN];
-            assert_eq!(scalar.encode_slice(raw, &mut a), Ok(ENCODED_LEN));
-            assert_eq!(simd.encode_slice(raw, &mut b), Ok(ENCODED_LEN));
-            assert_eq!(a, b);
-            let mut out = [0u8; SEALED_LEN + 2];
-            assert_eq!(simd.decode_slice_unchecked(a, &mut out), Ok(SEALED_LEN));
-            assert_eq!(out[..SEALED_LEN], raw);
+            let mut a = [0u8; TEXT];
+            let mut b = [0u8; TEXT];
+            assert_eq!(scalar.encode_slice(raw, &mut a), Ok(TEXT));
+            assert_eq!(
+                URL_SAFE_NO_PAD.encode(&raw, Out::from_slice(&mut b)),
+                &a[..]
+            );
+            let mut out = [0u8; RAW];
+            assert!(URL_SAFE_NO_PAD
+                .decode(&a, Out::from_slice(&mut out))
+                .is_ok());
+            assert_eq!(out, raw);
             // One character made invalid, or changed to another valid one.
-            let at = round as usize % ENCODED_LEN;
-            for c in [b'*', b'=', b'+', b'/', 0x80, b'A', b'_'] {
+            let at = round as usize % TEXT;
+            for c in [b'*', b'=', b'+', b'/', 0x80, b'A', b'_', b'w', b'g'] {
                 let mut t = a;
                 t[at] = c;
-                let (x, y) = (
-                    scalar.decode_slice_unchecked(t, &mut [0u8; SEALED_LEN + 2]),
-                    simd.decode_slice_unchecked(t, &mut [0u8; SEALED_LEN + 2]),
-                );
+                let mut p = [0u8; 80];
+                let mut q = [0u8; RAW];
+                let x = scalar.decode_slice_unchecked(t, &mut p);
+                let y = URL_SAFE_NO_PAD.decode(&t, Out::from_slice(&mut q));
                 assert_eq!(x.is_ok(), y.is_ok(), "{:?} at {at}", c as char);
-                if let (Ok(_), Ok(_)) = (x, y) {
-                    let (mut p, mut q) = ([0u8; SEALED_LEN + 2], [0u8; SEALED_LEN + 2]);
-                    let _ = scalar.decode_slice_unchecked(t, &mut p);
-                    let _ = simd.decode_slice_unchecked(t, &mut q);
-                    assert_eq!(p, q);
+                if let (Ok(_), Ok(y)) = (x, y) {
+                    assert_eq!(&p[..RAW], &y[..]);
                 }
             }
         }
+        for round in 0..2_000u32 {
+            check::<SEALED_LEN, ENCODED_LEN>(round);
+            check::<{ legacy::SEALED_LEN }, { legacy::ENCODED_LEN }>(round);
+        }
+    }
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// The AEAD is AEGIS-256 as specified: test vectors 3, 4 and 5 of the specification's
+    /// appendix (draft-irtf-cfrg-aegis-aead, A.3), and its vectors 6 to 9 refused.
+    #[test]
+    fn aegis_256_matches_the_specification() {
+        let key: [u8; 32] = hex("1001000000000000000000000000000000000000000000000000000000000000")
+            .try_into()
+            .unwrap();
+        let nonce: [u8; 32] =
+            hex("1000020000000000000000000000000000000000000000000000000000000000")
+                .try_into()
+                .unwrap();
+        let vectors = [
+            (
+                "0001020304050607",
+                "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f",
+                "f373079ed84b2709faee373584585d60accd191db310ef5d8b11833df9dec711",
+                "8d86f91ee606e9ff26a01b64ccbdd91d",
+            ),
+            (
+                "0001020304050607",
+                "000102030405060708090a0b0c0d",
+                "f373079ed84b2709faee37358458",
+                "c60b9c2d33ceb058f96e6dd03c215652",
+            ),
+            (
+                "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20212223242526272829",
+                "101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f3031323334353637",
+                "57754a7d09963e7c787583a2e7b859bb24fa1e04d49fd550b2511a358e3bca252a9b1b8b30cc4a67",
+                "ab8a7d53fd0e98d727accca94925e128",
+            ),
+        ];
+        for (ad, msg, ct, tag) in vectors {
+            let (ad, mut buf) = (hex(ad), hex(msg));
+            let got = Aegis256::<16>::new(&key, &nonce).encrypt_in_place(&mut buf, &ad);
+            assert_eq!(buf, hex(ct));
+            assert_eq!(got.to_vec(), hex(tag));
+            let tag: [u8; 16] = got;
+            Aegis256::<16>::new(&key, &nonce)
+                .decrypt_in_place(&mut buf, &tag, &ad)
+                .unwrap();
+            assert_eq!(buf, hex(msg));
+        }
+        // Vectors 6 to 9: key and nonce swapped, ciphertext, associated data or tag changed.
+        let (ct, tag) = (
+            "f373079ed84b2709faee37358458",
+            "c60b9c2d33ceb058f96e6dd03c215652",
+        );
+        let tag: [u8; 16] = hex(tag).try_into().unwrap();
+        let wrong_tag: [u8; 16] = hex("c60b9c2d33ceb058f96e6dd03c215653").try_into().unwrap();
+        for (k, n, ct, ad, tag) in [
+            (&nonce, &key, ct, "0001020304050607", tag),
+            (
+                &key,
+                &nonce,
+                "f373079ed84b2709faee37358459",
+                "0001020304050607",
+                tag,
+            ),
+            (&key, &nonce, ct, "0001020304050608", tag),
+            (&key, &nonce, ct, "0001020304050607", wrong_tag),
+        ] {
+            let mut buf = hex(ct);
+            assert!(Aegis256::<16>::new(k, n)
+                .decrypt_in_place(&mut buf, &tag, &hex(ad))
+                .is_err());
+        }
+    }
+
+    /// Tickets sealed by builds before format 3 (AES-256-GCM) still open, with every check,
+    /// and are refused for the same reasons as format 3's.
+    #[test]
+    fn format_2_tickets_still_open() {
+        let k = ring(&[(1, 7)], 1);
+        let shop = RoomId::new("shop");
+        let old = LegacyKey::new(&[7; 32]).unwrap().seal(1, &shop, &sample());
+        assert_eq!(old.len(), legacy::ENCODED_LEN);
+        assert_eq!(old.len(), 90);
+        assert_eq!(k.open(&old, &shop, NOW, 30), Ok(sample()));
+        assert_eq!(k.open_any_time(&old, &shop), Ok(sample()));
+        assert_eq!(
+            k.open(&old, &shop, NOW + 300, 30),
+            Err(TicketError::Expired)
+        );
+        assert_eq!(
+            k.open(&old, &shop, NOW - 100, 30),
+            Err(TicketError::FromFuture)
+        );
+        assert_eq!(
+            k.open(&old, &RoomId::new("other"), NOW, 30),
+            Err(TicketError::WrongRoom)
+        );
+        assert_eq!(
+            ring(&[(2, 7)], 2).open(&old, &shop, NOW, 30),
+            Err(TicketError::UnknownKey)
+        );
+        assert_eq!(
+            ring(&[(1, 8)], 1).open(&old, &shop, NOW, 30),
+            Err(TicketError::BadTag)
+        );
+        for i in 8..legacy::ENCODED_LEN - 1 {
+            let mut b = old.clone().into_bytes();
+            b[i] = if b[i] == b'A' { b'B' } else { b'A' };
+            let s = String::from_utf8(b).unwrap();
+            assert_eq!(k.open(&s, &shop, NOW, 30), Err(TicketError::BadTag), "{i}");
+        }
+        // A format 3 header in a format 2 length, and the reverse, are refused.
+        let mut raw =
+            base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, &old)
+                .unwrap();
+        raw[0] = VERSION;
+        let relabelled =
+            base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, &raw);
+        assert_eq!(
+            k.open(&relabelled, &shop, NOW, 30),
+            Err(TicketError::BadEncoding)
+        );
+        // New tickets are format 3.
+        let new = k.seal(&shop, &sample());
+        assert_eq!(new.as_str().len(), ENCODED_LEN);
+        let raw = base64::Engine::decode(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            new.as_str(),
+        )
+        .unwrap();
+        assert_eq!(raw[0], 3);
     }
 
     #[test]
@@ -319,7 +504,7 @@ mod tests {
         let shop = RoomId::new("shop");
         let enc = k.seal(&shop, &sample());
         assert_eq!(enc.as_str().len(), ENCODED_LEN);
-        assert_eq!(ENCODED_LEN, 90);
+        assert_eq!(ENCODED_LEN, 95);
         assert_eq!(k.open(enc.as_str(), &shop, NOW, 30), Ok(sample()));
         // Two seals of the same ticket differ (fresh nonce).
         assert_ne!(k.seal(&shop, &sample()).as_str(), enc.as_str());

@@ -10,13 +10,16 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::ticket::format::{header, HEAD};
+
 /// Longest room name (the configuration enforces it too).
 pub const MAX_ROOM_NAME: usize = 64;
 
 /// A room's identity for sealing and opening tickets.
 #[derive(Debug)]
 pub struct RoomId {
-    name: [u8; MAX_ROOM_NAME],
+    /// A ticket header's place (filled per ticket), then the name: the associated data.
+    associated: [u8; HEAD + MAX_ROOM_NAME],
     len: u8,
     tag: u32,
     serial: u64,
@@ -29,10 +32,10 @@ impl RoomId {
     /// configuration refuses them anyway).
     pub fn new(name: &str) -> Self {
         let bytes = &name.as_bytes()[..name.len().min(MAX_ROOM_NAME)];
-        let mut buf = [0u8; MAX_ROOM_NAME];
-        buf[..bytes.len()].copy_from_slice(bytes);
+        let mut associated = [0u8; HEAD + MAX_ROOM_NAME];
+        associated[HEAD..HEAD + bytes.len()].copy_from_slice(bytes);
         Self {
-            name: buf,
+            associated,
             len: bytes.len() as u8,
             tag: room_tag(name),
             serial: SERIALS.fetch_add(1, Ordering::Relaxed),
@@ -41,7 +44,21 @@ impl RoomId {
 
     /// The room's name as bytes.
     pub fn name(&self) -> &[u8] {
-        &self.name[..usize::from(self.len)]
+        &self.associated[HEAD..HEAD + usize::from(self.len)]
+    }
+
+    /// The associated data the AEAD authenticates with a ticket of this room: the ticket's
+    /// clear header (format `version`, key `key_id`, this room's tag), then the room's name.
+    /// Returned with its length in a fixed-size buffer (no allocation; one fixed-size copy).
+    #[inline]
+    pub(crate) fn associated_data(
+        &self,
+        version: u8,
+        key_id: u8,
+    ) -> ([u8; HEAD + MAX_ROOM_NAME], usize) {
+        let mut data = self.associated;
+        data[..HEAD].copy_from_slice(&header(version, key_id, self.tag));
+        (data, HEAD + usize::from(self.len))
     }
 
     /// The 32-bit tag in the clear header of this room's tickets.
@@ -72,5 +89,14 @@ mod tests {
         let (a, b) = (RoomId::new("liquid"), RoomId::new("costarring"));
         assert_ne!(a.name(), b.name());
         assert_ne!(a.serial(), b.serial());
+    }
+
+    #[test]
+    fn associated_data_is_the_header_then_the_name() {
+        let room = RoomId::new("shop");
+        let (data, len) = room.associated_data(3, 9);
+        let mut want = header(3, 9, room_tag("shop")).to_vec();
+        want.extend_from_slice(b"shop");
+        assert_eq!(&data[..len], &want[..]);
     }
 }

@@ -1,0 +1,88 @@
+//! Tickets of format 2 (AES-256-GCM, 90 characters), the format before this one: opened, never
+//! sealed, so that visitors admitted by a build from before an upgrade keep their place.
+//!
+//! ```text
+//! sealed (67 bytes), then base64url without padding (90 characters):
+//!   0..6   clear header, as in format 3 (version 2)
+//!   6..18  nonce (96 bits)
+//!   18..51 body, encrypted, as in format 3
+//!   51..67 AES-256-GCM tag
+//! ```
+//! Such a ticket is steady until its holder is renewed (the next bucket at the latest), and a
+//! renewal seals the current format: a session's length after an upgrade, none is left. They
+//! are not cached, and cost what every ticket cost before format 3.
+
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+
+use crate::ticket::format::{read_body, BODY, HEAD, TAG};
+use crate::ticket::{RoomId, Ticket, TicketError};
+
+/// Format version.
+pub(crate) const VERSION: u8 = 2;
+/// Bytes of the nonce.
+const NONCE: usize = 12;
+/// Where the body starts.
+const BODY_AT: usize = HEAD + NONCE;
+/// Bytes of a sealed ticket.
+pub(crate) const SEALED_LEN: usize = HEAD + NONCE + BODY + TAG;
+/// Characters of an encoded ticket (base64url without padding).
+pub(crate) const ENCODED_LEN: usize = (SEALED_LEN * 4).div_ceil(3);
+
+/// A key as format 2 uses it.
+pub(crate) struct LegacyKey(LessSafeKey);
+
+impl LegacyKey {
+    /// The AES-256-GCM key of 32 bytes of material.
+    pub(crate) fn new(material: &[u8; 32]) -> Option<Self> {
+        let unbound = UnboundKey::new(&AES_256_GCM, material).ok()?;
+        Some(Self(LessSafeKey::new(unbound)))
+    }
+
+    /// Authenticates and decrypts a decoded format 2 ticket of `room` (its header already
+    /// checked) sealed with key `key_id`.
+    pub(crate) fn open(
+        &self,
+        key_id: u8,
+        sealed: &mut [u8; SEALED_LEN],
+        room: &RoomId,
+    ) -> Result<Ticket, TicketError> {
+        let mut nonce = [0u8; NONCE];
+        nonce.copy_from_slice(&sealed[HEAD..BODY_AT]);
+        let (data, len) = room.associated_data(VERSION, key_id);
+        let body = self
+            .0
+            .open_in_place(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(&data[..len]),
+                &mut sealed[BODY_AT..],
+            )
+            .map_err(|_| TicketError::BadTag)?;
+        let body: &[u8; BODY] = (&*body).try_into().map_err(|_| TicketError::BadEncoding)?;
+        read_body(body).ok_or(TicketError::BadEncoding)
+    }
+
+    /// Seals a format 2 ticket, as the builds before format 3 did (for the tests that prove
+    /// such tickets still open).
+    #[cfg(all(test, not(velvet_rope_loom)))]
+    pub(crate) fn seal(&self, key_id: u8, room: &RoomId, t: &Ticket) -> String {
+        use crate::ticket::format::{header, write_body};
+        let mut sealed = [0u8; SEALED_LEN];
+        sealed[..HEAD].copy_from_slice(&header(VERSION, key_id, room.tag()));
+        let mut nonce = [0u8; NONCE];
+        crate::random::fill(&mut nonce);
+        sealed[HEAD..BODY_AT].copy_from_slice(&nonce);
+        write_body(t, &mut sealed[BODY_AT..BODY_AT + BODY]);
+        let (data, len) = room.associated_data(VERSION, key_id);
+        let (body, tag_out) = sealed[BODY_AT..].split_at_mut(BODY);
+        let tag = self
+            .0
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(&data[..len]),
+                body,
+            )
+            .expect("sealing 33 bytes");
+        tag_out.copy_from_slice(tag.as_ref());
+        base64_simd::URL_SAFE_NO_PAD.encode_to_string(sealed)
+    }
+}

@@ -680,3 +680,29 @@ fn a_waiter_refreshing_a_little_late_keeps_its_place() {
         );
     }
 }
+
+/// A ticket issued by the build before ticket format 3 (AES-256-GCM, 90 characters; key 1 of
+/// seven-bytes, room `shop`, admitted, counted by another incarnation of the counters) comes
+/// back in a browser's header after the upgrade: its holder is admitted, counted once, and
+/// re-issued a ticket of the current format (95 characters), which then opens steadily.
+#[test]
+fn a_ticket_of_the_previous_format_is_admitted_and_reissued() {
+    const FORMAT_2: &str = "AgGp4EeosDyM4FEE9CJ3hbw9hxstUiT9u2gwE6vAb3SpmybtlpoWGv3X_uAtaNLZp6HhznHpRAdbceIHi-NMxm7-MA";
+    let now = 1_795_000_000_000; // the ticket was issued 10 s before and expires 300 s after
+    let config =
+        "[[tickets.keys]]\nid = 1\nsecret = \"BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc\"\n\
+                  [[rooms]]\nname = \"shop\"\ntotal_active_users = 10\nnew_users_per_minute = 10\n";
+    let e = Engine::from_text(config, now).unwrap();
+    let header = format!("_ga=GA1.2.3; __vr_shop={FORMAT_2}; a=1; b=2");
+    let d = e.admit("shop", Some(&header), now).unwrap();
+    assert_eq!(d.outcome, Outcome::Admit);
+    assert_eq!(d.ticket_error, None, "the old ticket was accepted");
+    let renewed = cookie_of(&d);
+    let value = renewed.strip_prefix("__vr_shop=").unwrap();
+    assert_eq!(value.len(), 95);
+    let again = e.admit("shop", Some(&renewed), now + 1_000).unwrap();
+    assert_eq!(again.outcome, Outcome::Admit);
+    assert!(again.set_cookie.is_none(), "the new ticket is steady");
+    e.tick(now + 2_000);
+    assert_eq!(e.stats("shop").unwrap().active_users, 1);
+}

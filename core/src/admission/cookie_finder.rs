@@ -51,28 +51,52 @@ impl CookieFinder {
         self.find_rest(header).map(value_at_start)
     }
 
-    /// [`CookieFinder::find`] for a cookie whose valid values are exactly `len` bytes of
-    /// cookie-octets (no blanks, quotes or `;`), such as a ticket: when the value is followed
-    /// by the end of the header or by `;` (how browsers send cookies), its `len` bytes are
-    /// taken without searching for the end. The answer can differ from `find`'s only when
-    /// neither is a valid value: if either answer is `len` bytes free of blanks, quotes and
-    /// `;`, both are those same bytes.
+    /// [`CookieFinder::find`] for a cookie whose valid values are exactly `short` or `long`
+    /// bytes (`short < long`) of cookie-octets (no blanks, quotes or `;`), such as a ticket of
+    /// either format: when the value starts with such an octet and is followed, at one of the
+    /// two lengths, by `;` or the end of the header (how browsers send cookies), that many
+    /// bytes are taken without searching for the end. The long length is taken only if the
+    /// byte at the short one cannot end a value, so a valid short value is never read long.
+    /// The answer can differ from `find`'s only when neither is a valid value: if either
+    /// answer is `short` or `long` bytes free of blanks, quotes and `;`, both are those same
+    /// bytes.
     #[inline]
-    pub(crate) fn find_exact<'h>(&self, header: &'h [u8], len: usize) -> Option<&'h [u8]> {
+    pub(crate) fn find_exact<'h>(
+        &self,
+        header: &'h [u8],
+        short: usize,
+        long: usize,
+    ) -> Option<&'h [u8]> {
+        debug_assert!(short < long);
         let rest = self.find_rest(header)?;
-        Some(match rest.get(len) {
-            Some(b';') => &rest[..len],
-            None if rest.len() == len => rest,
-            _ => value_at_start(rest),
-        })
+        let ends_at = |len: usize| match rest.get(len) {
+            Some(b';') => true,
+            Some(_) => false,
+            None => rest.len() == len,
+        };
+        let starts_plainly = rest.first().is_some_and(|&b| !delimits(b));
+        Some(
+            if starts_plainly && ends_at(long) && !delimits(rest[short]) {
+                &rest[..long]
+            } else if starts_plainly && ends_at(short) {
+                &rest[..short]
+            } else {
+                value_at_start(rest)
+            },
+        )
     }
 
-    /// The ticket cookie's value, for opening: [`CookieFinder::find_exact`] at a ticket's
-    /// length (a refused value is refused for the same reason either way: a value of another
-    /// length, or with characters outside base64url, is badly encoded).
+    /// The ticket cookie's value, for opening: [`CookieFinder::find_exact`] at the lengths of
+    /// a ticket of the previous format and of the current one (a refused value is refused for
+    /// the same reason either way: a value of another length, or with characters outside
+    /// base64url, is badly encoded).
     #[inline]
     pub(crate) fn find_ticket<'h>(&self, header: &'h [u8]) -> Option<&'h [u8]> {
-        self.find_exact(header, crate::ticket::ENCODED_LEN)
+        self.find_exact(
+            header,
+            crate::ticket::LEGACY_ENCODED_LEN,
+            crate::ticket::ENCODED_LEN,
+        )
     }
 
     /// What follows `name=` in the first cookie of the name.
@@ -106,6 +130,13 @@ impl CookieFinder {
     fn find_needle_general(&self, haystack: &[u8]) -> Option<usize> {
         self.general.find(haystack)
     }
+}
+
+/// Whether `b` can end or surround a value: `;`, a blank (what `value_at_start` trims) or a
+/// double quote.
+#[inline]
+fn delimits(b: u8) -> bool {
+    b == b';' || b == b'"' || b.is_ascii_whitespace()
 }
 
 /// The value that starts `rest` (what follows `name=`): up to the next `;`, without
@@ -200,20 +231,17 @@ mod tests {
         }
     }
 
-    /// `len` bytes that could be a valid value: no blanks, quotes or `;`.
-    fn plausible(v: &[u8], len: usize) -> bool {
-        v.len() == len
-            && !v
-                .iter()
-                .any(|b| b" \t\";".contains(b) || b.is_ascii_whitespace())
+    /// Bytes that could be a valid value of `lens`: no blanks, quotes or `;`.
+    fn plausible(v: &[u8], lens: [usize; 2]) -> bool {
+        lens.contains(&v.len()) && !v.iter().any(|&b| delimits(b))
     }
 
     /// The contract of `find_exact`: whenever either answer is a plausible value, both are the
     /// same bytes.
-    fn check_exact(finder: &CookieFinder, header: &[u8], len: usize) {
+    fn check_exact(finder: &CookieFinder, header: &[u8], lens: [usize; 2]) {
         let general = finder.find(header);
-        let exact = finder.find_exact(header, len);
-        let plausible = |v: Option<&[u8]>| v.is_some_and(|v| plausible(v, len));
+        let exact = finder.find_exact(header, lens[0], lens[1]);
+        let plausible = |v: Option<&[u8]>| v.is_some_and(|v| plausible(v, lens));
         if plausible(general) || plausible(exact) {
             assert_eq!(
                 general,
@@ -225,22 +253,56 @@ mod tests {
         assert_eq!(general.is_some(), exact.is_some());
     }
 
+    /// A ticket of the previous format (90 characters) followed by a cookie that puts a `;`
+    /// where a current ticket (95) would end is read whole, not as 95 bytes.
+    #[test]
+    fn a_short_ticket_is_not_read_long() {
+        let finder = CookieFinder::new("__vr_shop");
+        let old = "A".repeat(90);
+        for tail in [
+            "; a=1; b=2",
+            ";a=11;b",
+            "; a=1 ;",
+            " ; a=1; b=2",
+            "\t; a=1; b",
+        ] {
+            let header = format!("x=1; __vr_shop={old}{tail}");
+            assert_eq!(
+                finder.find_ticket(header.as_bytes()),
+                Some(old.as_bytes()),
+                "{tail}"
+            );
+        }
+        let quoted = format!("__vr_shop=\"{old}\";ab;c=1");
+        assert_eq!(finder.find_ticket(quoted.as_bytes()), Some(old.as_bytes()));
+        let new = "B".repeat(95);
+        for tail in ["", ";", "; a=1", " ;"] {
+            let header = format!("__vr_shop={new}{tail}");
+            assert_eq!(
+                finder.find_ticket(header.as_bytes()),
+                Some(new.as_bytes()),
+                "{tail}"
+            );
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
 
-        /// `find_exact` for 12-byte values agrees with `find` on random headers made of the
-        /// cookie's name, 12-byte values, longer and shorter ones, separators and blanks.
+        /// `find_exact` for 12- and 14-byte values agrees with `find` on random headers made
+        /// of the cookie's name, values of those lengths, longer and shorter ones, separators,
+        /// blanks and quotes.
         #[test]
         fn exact_length_search_agrees_where_it_matters(
             pieces in proptest::collection::vec(
                 proptest::sample::select(vec![
-                    "__vr_shop=", "AAAABBBBCCCC", "AAAABBBBCCC", "AAAABBBBCCCCD", ";", "; ",
-                    " ", "\t", "\"", "x=1", "=",
+                    "__vr_shop=", "AAAABBBBCCCC", "AAAABBBBCCC", "AAAABBBBCCCCD", "AAAABBBBCCCCDD",
+                    "AAAABBBBCCCCDDE", "a", "ab", ";", "; ", " ", "\t", "\"", "x=1", "=",
                 ]),
                 0..40,
             ),
         ) {
-            check_exact(&CookieFinder::new("__vr_shop"), pieces.concat().as_bytes(), 12);
+            check_exact(&CookieFinder::new("__vr_shop"), pieces.concat().as_bytes(), [12, 14]);
         }
 
         /// Random headers of up to 60 pieces (the cookie's name and its parts, separators,

@@ -1,6 +1,6 @@
 //! Sealing and opening tickets: AEGIS-256 (the `aegis` crate: libaegis, AES instructions
 //! chosen at run time) with key rotation, base64url with the `base64-simd` crate (AVX2 or
-//! SSE4.1 where the CPU has them, detected at run time; scalar elsewhere, same output).
+//! SSSE3 where the CPU has them, detected at run time; scalar elsewhere, same output).
 //! Tickets of the previous format (AES-256-GCM) still open, see `legacy`.
 
 use aegis::aegis256::Aegis256;
@@ -40,16 +40,37 @@ impl std::fmt::Debug for EncodedTicket {
 /// One key of a keyring.
 struct Key {
     id: u8,
-    /// AEGIS-256's key.
-    material: [u8; 32],
-    /// The same material as format 2's AES-256-GCM key.
+    /// AEGIS-256's key, derived from the configured material (see [`aegis_key`]).
+    aegis: [u8; 32],
+    /// Format 2's AES-256-GCM key: the configured material itself, as format 2 used it.
     legacy: LegacyKey,
+}
+
+/// Output length of the HKDF expansion (ring's `KeyType`).
+struct KeyLen;
+
+impl ring::hkdf::KeyType for KeyLen {
+    fn len(&self) -> usize {
+        32
+    }
+}
+
+/// The AEGIS-256 key of configured key material: HKDF-SHA256 (salt and info name the
+/// purpose), so that format 3 never uses the bytes format 2 used as its AES-256-GCM key.
+fn aegis_key(material: &[u8; 32]) -> Option<[u8; 32]> {
+    use ring::hkdf::{Salt, HKDF_SHA256};
+    let prk = Salt::new(HKDF_SHA256, b"velvet-rope tickets").extract(material);
+    let okm = prk.expand(&[b"format 3: AEGIS-256"], KeyLen).ok()?;
+    let mut key = [0u8; 32];
+    okm.fill(&mut key).ok()?;
+    Some(key)
 }
 
 /// Sealing and opening keys.
 pub struct Keyring {
     keys: Vec<Key>,
-    index: [u8; 256],
+    /// Key id -> position in `keys` plus one (0: no such key).
+    index: [u16; 256],
     signing: usize,
     /// Unique per keyring: tickets cached as opened under one are not trusted by another.
     generation: u64,
@@ -117,19 +138,24 @@ impl Keyring {
 
     fn build(keys: &[(u8, [u8; 32])], signing: Option<u8>, ephemeral: bool) -> Result<Self> {
         let signing_id = signing.unwrap_or_else(|| keys.iter().map(|k| k.0).max().unwrap_or(0));
-        let mut index = [0u8; 256];
+        let mut index = [0u16; 256];
         let mut built = Vec::with_capacity(keys.len());
         let mut signing_at = None;
         for (i, (id, material)) in keys.iter().enumerate() {
-            let legacy = LegacyKey::new(material).ok_or_else(|| {
-                crate::error::Error::invalid(format!("tickets.keys[{i}]"), "rejected by AES-256")
-            })?;
+            let invalid =
+                |why: &str| crate::error::Error::invalid(format!("tickets.keys[{i}]"), why);
+            if index[usize::from(*id)] != 0 {
+                return Err(invalid("repeats a key id"));
+            }
+            let legacy = LegacyKey::new(material).ok_or_else(|| invalid("rejected by AES-256"))?;
+            let aegis = aegis_key(material).ok_or_else(|| invalid("rejected by HKDF"))?;
             built.push(Key {
                 id: *id,
-                material: *material,
+                aegis,
                 legacy,
             });
-            index[*id as usize] = (i + 1) as u8;
+            // At most 256 keys (ids are distinct bytes): positions fit.
+            index[usize::from(*id)] = (i + 1) as u16;
             if *id == signing_id {
                 signing_at = Some(i);
             }
@@ -161,7 +187,7 @@ impl Keyring {
         let nonce = aegis_nonce(&sealed[HEAD..BODY_AT]);
         let (body, tag_out) = sealed[BODY_AT..].split_at_mut(BODY);
         write_body(t, body);
-        let tag = Aegis256::<TAG>::new(&key.material, &nonce).encrypt_in_place(body, &data[..len]);
+        let tag = Aegis256::<TAG>::new(&key.aegis, &nonce).encrypt_in_place(body, &data[..len]);
         tag_out.copy_from_slice(&tag);
         let mut out = EncodedTicket {
             bytes: [0u8; ENCODED_LEN],
@@ -242,7 +268,8 @@ impl Keyring {
     }
 
     /// The key a decoded ticket's clear header names, once the header is checked: format
-    /// `version`, `room`'s tag, a key of this keyring.
+    /// `version`, `room`'s tag, a key of this keyring. The caller authenticates the header it
+    /// received (byte 1, not the key's id: the two are equal by construction of `index`).
     #[inline]
     fn key_for(&self, head: &[u8], version: u8, room: &RoomId) -> Result<&Key, TicketError> {
         if head[0] != version {
@@ -268,14 +295,14 @@ impl Keyring {
             .map_err(|_| TicketError::BadEncoding)?;
         let key = self.key_for(&sealed[..HEAD], VERSION, room)?;
         let nonce = aegis_nonce(&sealed[HEAD..BODY_AT]);
-        let (data, len) = room.associated_data(VERSION, key.id);
+        let (data, len) = room.associated_data(VERSION, sealed[1]);
         let (body, tag) = sealed[BODY_AT..].split_at_mut(BODY);
         let (body, tag): (&mut [u8; BODY], &[u8; TAG]) = match (body.try_into(), (&*tag).try_into())
         {
             (Ok(body), Ok(tag)) => (body, tag),
             _ => return Err(TicketError::BadEncoding),
         };
-        Aegis256::<TAG>::new(&key.material, &nonce)
+        Aegis256::<TAG>::new(&key.aegis, &nonce)
             .decrypt_in_place(body, tag, &data[..len])
             .map_err(|_| TicketError::BadTag)?;
         read_body(body).ok_or(TicketError::BadEncoding)
@@ -292,7 +319,7 @@ impl Keyring {
             .decode(text, Out::from_slice(&mut sealed))
             .map_err(|_| TicketError::BadEncoding)?;
         let key = self.key_for(&sealed[..HEAD], legacy::VERSION, room)?;
-        key.legacy.open(key.id, &mut sealed, room)
+        key.legacy.open(sealed[1], &mut sealed, room)
     }
 }
 
@@ -439,6 +466,40 @@ mod tests {
         }
     }
 
+    /// A keyring refuses a key id given twice (the header names keys by id), and takes all
+    /// 256 ids.
+    #[test]
+    fn key_ids_are_distinct_and_all_usable() {
+        assert!(Keyring::new(&[(1, [7; 32]), (1, [8; 32])], None).is_err());
+        let all: Vec<(u8, [u8; 32])> = (0..=255u8).map(|id| (id, [id; 32])).collect();
+        let shop = RoomId::new("shop");
+        for signing in [0u8, 1, 254, 255] {
+            let k = Keyring::new(&all, Some(signing)).unwrap();
+            let text = k.seal(&shop, &sample());
+            assert_eq!(k.open(text.as_str(), &shop, NOW, 30), Ok(sample()));
+            let alone = Keyring::new(&[(signing, [signing; 32])], None).unwrap();
+            assert_eq!(alone.open(text.as_str(), &shop, NOW, 30), Ok(sample()));
+        }
+    }
+
+    /// A ticket sealed by the build before format 3 (`a7eb53f`, key 1 = [7; 32], room `shop`,
+    /// `sample()`) opens; and one sealed by this build, which pins format 3's layout, key
+    /// derivation, nonce and associated data: a change to any of them fails this test.
+    #[test]
+    fn tickets_of_fixed_builds_open() {
+        let k = ring(&[(1, 7)], 1);
+        let shop = RoomId::new("shop");
+        let format_2 = "AgGp4EeosDyM4FEE9CJ3hbw9hxstUiT9u2gwE6vAb3SpmybtlpoWGv3X_uAtaNLZp6HhznHpRAdbceIHi-NMxm7-MA";
+        let format_3 = "AwGp4EeomHLz7890NMEubYpL_V4Dsg_dh2z8sRnZzN4RXZJInhn3pu8CdfiAUST08wfPvPWo4IKNYNbFYmVB2D3dHDOQF20";
+        for text in [format_2, format_3] {
+            assert_eq!(k.open(text, &shop, NOW, 30), Ok(sample()), "{text}");
+            assert_eq!(
+                ring(&[(1, 8)], 1).open(text, &shop, NOW, 30),
+                Err(TicketError::BadTag)
+            );
+        }
+    }
+
     /// Tickets sealed by builds before format 3 (AES-256-GCM) still open, with every check,
     /// and are refused for the same reasons as format 3's.
     #[test]
@@ -477,6 +538,15 @@ mod tests {
             assert_eq!(k.open(&s, &shop, NOW, 30), Err(TicketError::BadTag), "{i}");
         }
         // A format 3 header in a format 2 length, and the reverse, are refused.
+        let mut raw = URL_SAFE_NO_PAD
+            .decode_to_vec(k.seal(&shop, &sample()).as_str())
+            .unwrap();
+        raw[0] = legacy::VERSION;
+        let relabelled = URL_SAFE_NO_PAD.encode_to_string(&raw);
+        assert_eq!(
+            k.open(&relabelled, &shop, NOW, 30),
+            Err(TicketError::BadEncoding)
+        );
         let mut raw =
             base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, &old)
                 .unwrap();

@@ -8,9 +8,11 @@
 //!   18..51 body, encrypted, as in format 3
 //!   51..67 AES-256-GCM tag
 //! ```
-//! Such a ticket is steady until its holder is renewed (the next bucket at the latest), and a
-//! renewal seals the current format: a session's length after an upgrade, none is left. They
-//! are not cached, and cost what every ticket cost before format 3.
+//! Such a ticket is steady until its holder is renewed (the next bucket at the latest; with
+//! `disable_session_renewal`, never: it lasts until it expires), and a renewal seals the
+//! current format: a session's length after an upgrade, none is left. They are not cached:
+//! every request that carries one pays base64 and AES-GCM (about 250 ns here), which the
+//! thread's cache spared repeat requests before.
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 

@@ -253,29 +253,35 @@ mod tests {
         assert_eq!(general.is_some(), exact.is_some());
     }
 
-    /// A ticket of the previous format (90 characters) followed by a cookie that puts a `;`
-    /// where a current ticket (95) would end is read whole, not as 95 bytes.
+    /// A ticket of the previous format followed by a cookie that puts a `;` where a current
+    /// ticket would end is read whole, not at the current length; a current ticket is read
+    /// whole however it is followed.
     #[test]
     fn a_short_ticket_is_not_read_long() {
+        use crate::ticket::{ENCODED_LEN as LONG, LEGACY_ENCODED_LEN as SHORT};
         let finder = CookieFinder::new("__vr_shop");
-        let old = "A".repeat(90);
-        for tail in [
-            "; a=1; b=2",
-            ";a=11;b",
-            "; a=1 ;",
-            " ; a=1; b=2",
-            "\t; a=1; b",
-        ] {
+        let old = "A".repeat(SHORT);
+        let gap = LONG - SHORT - 1;
+        let tails = [
+            format!(";{};b=2", "a".repeat(gap)),
+            format!("; {};b", "a".repeat(gap - 1)),
+            format!(" ;{};", "a".repeat(gap - 1)),
+            format!("\t;{};", "a".repeat(gap - 1)),
+            "; a=1; b=2".to_owned(),
+        ];
+        for (i, tail) in tails.iter().enumerate() {
             let header = format!("x=1; __vr_shop={old}{tail}");
+            // The first four put a `;` right where a current ticket would end.
+            assert_eq!(tail.as_bytes()[gap + 1] == b';', i < 4, "{tail}");
             assert_eq!(
                 finder.find_ticket(header.as_bytes()),
                 Some(old.as_bytes()),
                 "{tail}"
             );
         }
-        let quoted = format!("__vr_shop=\"{old}\";ab;c=1");
+        let quoted = format!("__vr_shop=\"{old}\";{};c=1", "a".repeat(gap - 2));
         assert_eq!(finder.find_ticket(quoted.as_bytes()), Some(old.as_bytes()));
-        let new = "B".repeat(95);
+        let new = "B".repeat(LONG);
         for tail in ["", ";", "; a=1", " ;"] {
             let header = format!("__vr_shop={new}{tail}");
             assert_eq!(

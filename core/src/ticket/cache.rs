@@ -2,7 +2,7 @@
 //! requests (a page, its scripts, images and API calls, all carrying the same cookie) pay for
 //! base64 and the AEAD once instead of on every request.
 //!
-//! What is cached is a pure function's result: the exact 95 encoded bytes of a ticket that
+//! What is cached is a pure function's result: the exact 94 encoded bytes of a ticket that
 //! opened under a given keyring for a given room, and what they decoded to. A hit needs the
 //! same bytes (compared in constant time, so response timing cannot reveal how much of someone
 //! else's ticket a guess got right), the same keyring generation (a reload with other keys

@@ -9,8 +9,11 @@ pub(crate) const HEAD: usize = 6;
 /// Bytes of the nonce a ticket carries (random; AEGIS-256's 32-byte nonce is these bytes
 /// followed by zeros).
 pub(crate) const NONCE: usize = 16;
-/// Bytes of the encrypted body.
-pub(crate) const BODY: usize = 33;
+/// Bytes of the encrypted body: two AEGIS blocks exactly (a partial block costs the AEAD
+/// about 20 ns more here).
+pub(crate) const BODY: usize = 32;
+/// The bits of a ticket id (the byte above them carries the state).
+pub(crate) const ID_MASK: u64 = (1 << 56) - 1;
 /// Bytes of the authentication tag.
 pub(crate) const TAG: usize = 16;
 /// Where the body starts.
@@ -32,13 +35,28 @@ pub(crate) fn header_room_tag(head: &[u8]) -> u32 {
     u32::from_le_bytes([head[2], head[3], head[4], head[5]])
 }
 
-/// Writes a ticket's body (before encryption).
-pub(crate) fn write_body(t: &Ticket, body: &mut [u8]) {
-    body[0..8].copy_from_slice(&t.id.to_le_bytes());
-    body[8] = match t.state {
+/// The state's byte in a body.
+fn state_byte(state: TicketState) -> u8 {
+    match state {
         TicketState::Admitted => 1,
         TicketState::Queued => 2,
-    };
+    }
+}
+
+/// The state of a body's byte; `None` for an unknown one.
+pub(crate) fn state_of(byte: u8) -> Option<TicketState> {
+    match byte {
+        1 => Some(TicketState::Admitted),
+        2 => Some(TicketState::Queued),
+        _ => None,
+    }
+}
+
+/// Writes a ticket's body (before encryption): the id's 56 bits and the state's byte above
+/// them, then the six 32-bit fields, little endian.
+pub(crate) fn write_body(t: &Ticket, body: &mut [u8; BODY]) {
+    let head = (t.id & ID_MASK) | u64::from(state_byte(t.state)) << 56;
+    body[0..8].copy_from_slice(&head.to_le_bytes());
     let fields = [
         t.arrival,
         t.accepted_at,
@@ -48,7 +66,7 @@ pub(crate) fn write_body(t: &Ticket, body: &mut [u8]) {
         t.incarnation,
     ];
     for (i, v) in fields.into_iter().enumerate() {
-        body[9 + 4 * i..13 + 4 * i].copy_from_slice(&v.to_le_bytes());
+        body[8 + 4 * i..12 + 4 * i].copy_from_slice(&v.to_le_bytes());
     }
 }
 
@@ -60,21 +78,17 @@ pub(crate) fn read_body(body: &[u8; BODY]) -> Option<Ticket> {
         w.copy_from_slice(&body[i..i + 4]);
         u32::from_le_bytes(w)
     };
-    let mut id = [0u8; 8];
-    id.copy_from_slice(&body[0..8]);
-    let state = match body[8] {
-        1 => TicketState::Admitted,
-        2 => TicketState::Queued,
-        _ => return None,
-    };
+    let mut head = [0u8; 8];
+    head.copy_from_slice(&body[0..8]);
+    let head = u64::from_le_bytes(head);
     Some(Ticket {
-        id: u64::from_le_bytes(id),
-        state,
-        arrival: u32_at(9),
-        accepted_at: u32_at(13),
-        counted: u32_at(17),
-        last_checkin: u32_at(21),
-        expires: u32_at(25),
-        incarnation: u32_at(29),
+        id: head & ID_MASK,
+        state: state_of((head >> 56) as u8)?,
+        arrival: u32_at(8),
+        accepted_at: u32_at(12),
+        counted: u32_at(16),
+        last_checkin: u32_at(20),
+        expires: u32_at(24),
+        incarnation: u32_at(28),
     })
 }

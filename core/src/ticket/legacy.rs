@@ -5,8 +5,9 @@
 //! sealed (67 bytes), then base64url without padding (90 characters):
 //!   0..6   clear header, as in format 3 (version 2)
 //!   6..18  nonce (96 bits)
-//!   18..51 body, encrypted, as in format 3
-//!   51..67 AES-256-GCM tag
+//!   18..51 body, encrypted (33 bytes, little endian): ticket id u64 | state u8 | then the
+//!          six u32 fields of format 3, in its order
+//!   51..67 AES-256-GCM tag, with the header and the room's name as associated data
 //! ```
 //! Such a ticket is steady until its holder is renewed (the next bucket at the latest; with
 //! `disable_session_renewal`, never: it lasts until it expires), and a renewal seals the
@@ -16,13 +17,15 @@
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 
-use crate::ticket::format::{read_body, BODY, HEAD, TAG};
+use crate::ticket::format::{state_of, HEAD, ID_MASK, TAG};
 use crate::ticket::{RoomId, Ticket, TicketError};
 
 /// Format version.
 pub(crate) const VERSION: u8 = 2;
 /// Bytes of the nonce.
 const NONCE: usize = 12;
+/// Bytes of the encrypted body.
+const BODY: usize = 33;
 /// Where the body starts.
 const BODY_AT: usize = HEAD + NONCE;
 /// Bytes of a sealed ticket.
@@ -50,7 +53,7 @@ impl LegacyKey {
     ) -> Result<Ticket, TicketError> {
         let mut nonce = [0u8; NONCE];
         nonce.copy_from_slice(&sealed[HEAD..BODY_AT]);
-        let (data, len) = room.associated_data(VERSION, key_id);
+        let (data, len) = room.header_and_name(VERSION, key_id);
         let body = self
             .0
             .open_in_place(
@@ -67,14 +70,14 @@ impl LegacyKey {
     /// such tickets still open).
     #[cfg(all(test, not(velvet_rope_loom)))]
     pub(crate) fn seal(&self, key_id: u8, room: &RoomId, t: &Ticket) -> String {
-        use crate::ticket::format::{header, write_body};
+        use crate::ticket::format::header;
         let mut sealed = [0u8; SEALED_LEN];
         sealed[..HEAD].copy_from_slice(&header(VERSION, key_id, room.tag()));
         let mut nonce = [0u8; NONCE];
         crate::random::fill(&mut nonce);
         sealed[HEAD..BODY_AT].copy_from_slice(&nonce);
         write_body(t, &mut sealed[BODY_AT..BODY_AT + BODY]);
-        let (data, len) = room.associated_data(VERSION, key_id);
+        let (data, len) = room.header_and_name(VERSION, key_id);
         let (body, tag_out) = sealed[BODY_AT..].split_at_mut(BODY);
         let tag = self
             .0
@@ -86,5 +89,48 @@ impl LegacyKey {
             .expect("sealing 33 bytes");
         tag_out.copy_from_slice(tag.as_ref());
         base64_simd::URL_SAFE_NO_PAD.encode_to_string(sealed)
+    }
+}
+
+/// Reads a format 2 body (after decryption); `None` for an unknown state byte. Ids keep their
+/// low 56 bits, as every ticket id now has.
+fn read_body(body: &[u8; BODY]) -> Option<Ticket> {
+    let u32_at = |i: usize| {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(&body[i..i + 4]);
+        u32::from_le_bytes(w)
+    };
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&body[0..8]);
+    Some(Ticket {
+        id: u64::from_le_bytes(id) & ID_MASK,
+        state: state_of(body[8])?,
+        arrival: u32_at(9),
+        accepted_at: u32_at(13),
+        counted: u32_at(17),
+        last_checkin: u32_at(21),
+        expires: u32_at(25),
+        incarnation: u32_at(29),
+    })
+}
+
+/// Writes a format 2 body, as the builds before format 3 did.
+#[cfg(all(test, not(velvet_rope_loom)))]
+fn write_body(t: &Ticket, body: &mut [u8]) {
+    body[0..8].copy_from_slice(&t.id.to_le_bytes());
+    body[8] = match t.state {
+        crate::ticket::TicketState::Admitted => 1,
+        crate::ticket::TicketState::Queued => 2,
+    };
+    let fields = [
+        t.arrival,
+        t.accepted_at,
+        t.counted,
+        t.last_checkin,
+        t.expires,
+        t.incarnation,
+    ];
+    for (i, v) in fields.into_iter().enumerate() {
+        body[9 + 4 * i..13 + 4 * i].copy_from_slice(&v.to_le_bytes());
     }
 }

@@ -1,15 +1,15 @@
 //! Tickets: the visitor's sealed proof of admission or of their place in the queue.
 //!
 //! ```text
-//! sealed (71 bytes), then base64url without padding (95 characters):
+//! sealed (70 bytes), then base64url without padding (94 characters):
 //!   0      version (3)                  \  header: in clear, authenticated
 //!   1      key id                        | (AEAD associated data, together with
 //!   2..6   room tag u32                 /   the room's whole name)
 //!   6..22  nonce (128 random bits)
-//!   22..55 body, encrypted (33 bytes, little endian):
-//!            ticket id u64 | state u8 | arrival u32 | accepted at u32 (s) | counted in u32
-//!            | last check-in u32 (s) | expires u32 (s) | incarnation u32
-//!   55..71 AEGIS-256 tag (128 bits)
+//!   22..54 body, encrypted (32 bytes, little endian):
+//!            ticket id (56 bits) and state (8 bits) u64 | arrival u32 | accepted at u32 (s)
+//!            | counted in u32 | last check-in u32 (s) | expires u32 (s) | incarnation u32
+//!   54..70 AEGIS-256 tag (128 bits)
 //! ```
 //! The AEAD is AEGIS-256 (draft-irtf-cfrg-aegis-aead: a 256-bit key, like the AES-256-GCM of
 //! format 2, at about half its cost for a ticket here: 80 against 148 ns). Its key is derived
@@ -52,7 +52,8 @@ pub enum TicketState {
 /// The contents of a ticket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ticket {
-    /// Random id of the visitor, kept from queue to admission.
+    /// Random id of the visitor, kept from queue to admission: 56 bits (a ticket carries no
+    /// more; the bits above are dropped when it is sealed).
     pub id: u64,
     /// Admitted or queued.
     pub state: TicketState,
@@ -73,5 +74,5 @@ pub struct Ticket {
 /// A fresh random ticket id (fork-safe CSPRNG).
 #[inline]
 pub(crate) fn random_id() -> u64 {
-    crate::random::u64()
+    crate::random::u64() & format::ID_MASK
 }

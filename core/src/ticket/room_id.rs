@@ -15,11 +15,18 @@ use crate::ticket::format::{header, HEAD};
 /// Longest room name (the configuration enforces it too).
 pub const MAX_ROOM_NAME: usize = 64;
 
+/// Bytes of format 3's associated data at most: a header, the name's length and the name,
+/// zero-padded to whole AEGIS blocks of 16 bytes.
+const ASSOCIATED_MAX: usize = (HEAD + 1 + MAX_ROOM_NAME).div_ceil(16) * 16;
+
 /// A room's identity for sealing and opening tickets.
 #[derive(Debug)]
 pub struct RoomId {
-    /// A ticket header's place (filled per ticket), then the name: the associated data.
-    associated: [u8; HEAD + MAX_ROOM_NAME],
+    /// Format 3's associated data, but for the header's place (filled per ticket): the
+    /// name's length, the name, zeros up to a whole number of 16-byte blocks.
+    associated: [u8; ASSOCIATED_MAX],
+    /// The name, for format 2's associated data (header, then name).
+    name: [u8; MAX_ROOM_NAME],
     len: u8,
     tag: u32,
     serial: u64,
@@ -32,10 +39,14 @@ impl RoomId {
     /// configuration refuses them anyway).
     pub fn new(name: &str) -> Self {
         let bytes = &name.as_bytes()[..name.len().min(MAX_ROOM_NAME)];
-        let mut associated = [0u8; HEAD + MAX_ROOM_NAME];
-        associated[HEAD..HEAD + bytes.len()].copy_from_slice(bytes);
+        let mut associated = [0u8; ASSOCIATED_MAX];
+        associated[HEAD] = bytes.len() as u8;
+        associated[HEAD + 1..HEAD + 1 + bytes.len()].copy_from_slice(bytes);
+        let mut stored = [0u8; MAX_ROOM_NAME];
+        stored[..bytes.len()].copy_from_slice(bytes);
         Self {
             associated,
+            name: stored,
             len: bytes.len() as u8,
             tag: room_tag(name),
             serial: SERIALS.fetch_add(1, Ordering::Relaxed),
@@ -44,20 +55,30 @@ impl RoomId {
 
     /// The room's name as bytes.
     pub fn name(&self) -> &[u8] {
-        &self.associated[HEAD..HEAD + usize::from(self.len)]
+        &self.name[..usize::from(self.len)]
     }
 
-    /// The associated data the AEAD authenticates with a ticket of this room: the ticket's
-    /// clear header (format `version`, key `key_id`, this room's tag), then the room's name.
+    /// The associated data AEGIS-256 authenticates with a format 3 ticket of this room: the
+    /// ticket's clear header (format `version`, key `key_id`, this room's tag), the name's
+    /// length, the name, and zeros up to a whole number of 16-byte blocks (a partial block
+    /// costs the AEAD more than a zero one; the length keeps the padding unambiguous).
     /// Returned with its length in a fixed-size buffer (no allocation; one fixed-size copy).
     #[inline]
-    pub(crate) fn associated_data(
+    pub(crate) fn associated_data(&self, version: u8, key_id: u8) -> ([u8; ASSOCIATED_MAX], usize) {
+        let mut data = self.associated;
+        data[..HEAD].copy_from_slice(&header(version, key_id, self.tag));
+        (data, (HEAD + 1 + usize::from(self.len)).div_ceil(16) * 16)
+    }
+
+    /// Format 2's associated data: the ticket's clear header, then the room's name.
+    pub(crate) fn header_and_name(
         &self,
         version: u8,
         key_id: u8,
     ) -> ([u8; HEAD + MAX_ROOM_NAME], usize) {
-        let mut data = self.associated;
+        let mut data = [0u8; HEAD + MAX_ROOM_NAME];
         data[..HEAD].copy_from_slice(&header(version, key_id, self.tag));
+        data[HEAD..HEAD + usize::from(self.len)].copy_from_slice(self.name());
         (data, HEAD + usize::from(self.len))
     }
 
@@ -96,7 +117,19 @@ mod tests {
         let room = RoomId::new("shop");
         let (data, len) = room.associated_data(3, 9);
         let mut want = header(3, 9, room_tag("shop")).to_vec();
+        want.push(4);
+        want.extend_from_slice(b"shop");
+        want.resize(16, 0);
+        assert_eq!(&data[..len], &want[..]);
+        let (data, len) = room.header_and_name(2, 9);
+        let mut want = header(2, 9, room_tag("shop")).to_vec();
         want.extend_from_slice(b"shop");
         assert_eq!(&data[..len], &want[..]);
+        // Whole blocks at every name length, up to the longest.
+        for n in 1..=MAX_ROOM_NAME {
+            let (_, len) = RoomId::new(&"x".repeat(n)).associated_data(3, 0);
+            assert_eq!(len % 16, 0);
+            assert!(len >= HEAD + 1 + n && len < HEAD + 1 + n + 16);
+        }
     }
 }

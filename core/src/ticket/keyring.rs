@@ -485,16 +485,21 @@ mod tests {
     }
 
     /// A ticket sealed by the build before format 3 (`a7eb53f`, key 1 = [7; 32], room `shop`,
-    /// `sample()`) opens; and one sealed by this build, which pins format 3's layout, key
-    /// derivation, nonce and associated data: a change to any of them fails this test.
+    /// `sample()` of that build: a 64-bit id) opens, its id whole; and one sealed by this
+    /// build, which pins format 3's layout, key derivation, nonce and associated data: a
+    /// change to any of them fails this test.
     #[test]
     fn tickets_of_fixed_builds_open() {
         let k = ring(&[(1, 7)], 1);
         let shop = RoomId::new("shop");
         let format_2 = "AgGp4EeosDyM4FEE9CJ3hbw9hxstUiT9u2gwE6vAb3SpmybtlpoWGv3X_uAtaNLZp6HhznHpRAdbceIHi-NMxm7-MA";
         let format_3 = "AwGp4Eeo39mjX4298Ts-MGyF4jQJm9I8nxj6VcAZN6ESH1OHuvxRKbXKJ1LUEq0iQZOemgXqhCTjL4y7xe5GzFIuYXCOiQ";
-        for text in [format_2, format_3] {
-            assert_eq!(k.open(text, &shop, NOW, 30), Ok(sample()), "{text}");
+        let old = Ticket {
+            id: 0x0123_4567_89ab_cdef,
+            ..sample()
+        };
+        for (text, want) in [(format_2, old), (format_3, sample())] {
+            assert_eq!(k.open(text, &shop, NOW, 30), Ok(want), "{text}");
             assert_eq!(
                 ring(&[(1, 8)], 1).open(text, &shop, NOW, 30),
                 Err(TicketError::BadTag)

@@ -17,7 +17,7 @@
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 
-use crate::ticket::format::{state_of, HEAD, ID_MASK, TAG};
+use crate::ticket::format::{state_of, HEAD, TAG};
 use crate::ticket::{RoomId, Ticket, TicketError};
 
 /// Format version.
@@ -92,8 +92,12 @@ impl LegacyKey {
     }
 }
 
-/// Reads a format 2 body (after decryption); `None` for an unknown state byte. Ids keep their
-/// low 56 bits, as every ticket id now has.
+/// Reads a format 2 body (after decryption); `None` for an unknown state byte. The id is read
+/// whole (64 bits), as the build that issued the ticket keyed its replay guards (shared with
+/// this build through the counters' state file and across an nginx binary upgrade): a queued
+/// format 2 ticket admitted there is found admitted here. Its holder's next ticket carries
+/// the low 56 bits, as every format 3 ticket does; guards are per bucket, and that ticket is
+/// counted in a new one.
 fn read_body(body: &[u8; BODY]) -> Option<Ticket> {
     let u32_at = |i: usize| {
         let mut w = [0u8; 4];
@@ -103,7 +107,7 @@ fn read_body(body: &[u8; BODY]) -> Option<Ticket> {
     let mut id = [0u8; 8];
     id.copy_from_slice(&body[0..8]);
     Some(Ticket {
-        id: u64::from_le_bytes(id) & ID_MASK,
+        id: u64::from_le_bytes(id),
         state: state_of(body[8])?,
         arrival: u32_at(9),
         accepted_at: u32_at(13),

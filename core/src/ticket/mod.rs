@@ -52,8 +52,8 @@ pub enum TicketState {
 /// The contents of a ticket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ticket {
-    /// Random id of the visitor, kept from queue to admission: 56 bits (a ticket carries no
-    /// more; the bits above are dropped when it is sealed).
+    /// Random id of the visitor, kept from queue to admission: 56 bits in format 3 (the bits
+    /// above are dropped when a ticket is sealed); a format 2 ticket's is read whole.
     pub id: u64,
     /// Admitted or queued.
     pub state: TicketState,

@@ -52,11 +52,10 @@ pub(crate) fn state_of(byte: u8) -> Option<TicketState> {
     }
 }
 
-/// Writes a ticket's body (before encryption): the id's 56 bits and the state's byte above
-/// them, then the six 32-bit fields, little endian.
-pub(crate) fn write_body(t: &Ticket, body: &mut [u8; BODY]) {
-    let head = (t.id & ID_MASK) | u64::from(state_byte(t.state)) << 56;
-    body[0..8].copy_from_slice(&head.to_le_bytes());
+/// Writes a ticket's six 32-bit fields (arrival, accepted at, counted in, last check-in,
+/// expires, incarnation), little endian, from `body[at]` on (the same order in formats 2 and
+/// 3).
+pub(crate) fn write_fields(t: &Ticket, body: &mut [u8], at: usize) {
     let fields = [
         t.arrival,
         t.accepted_at,
@@ -66,29 +65,45 @@ pub(crate) fn write_body(t: &Ticket, body: &mut [u8; BODY]) {
         t.incarnation,
     ];
     for (i, v) in fields.into_iter().enumerate() {
-        body[8 + 4 * i..12 + 4 * i].copy_from_slice(&v.to_le_bytes());
+        body[at + 4 * i..at + 4 + 4 * i].copy_from_slice(&v.to_le_bytes());
     }
+}
+
+/// The ticket of `id` and `state` whose six 32-bit fields are at `body[at]` on (see
+/// [`write_fields`]).
+#[inline]
+pub(crate) fn with_fields(id: u64, state: TicketState, body: &[u8], at: usize) -> Ticket {
+    let u32_at = |i: usize| {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(&body[at + i..at + i + 4]);
+        u32::from_le_bytes(w)
+    };
+    Ticket {
+        id,
+        state,
+        arrival: u32_at(0),
+        accepted_at: u32_at(4),
+        counted: u32_at(8),
+        last_checkin: u32_at(12),
+        expires: u32_at(16),
+        incarnation: u32_at(20),
+    }
+}
+
+/// Writes a ticket's body (before encryption): the id's 56 bits and the state's byte above
+/// them, then the six 32-bit fields.
+pub(crate) fn write_body(t: &Ticket, body: &mut [u8; BODY]) {
+    let head = (t.id & ID_MASK) | u64::from(state_byte(t.state)) << 56;
+    body[0..8].copy_from_slice(&head.to_le_bytes());
+    write_fields(t, body, 8);
 }
 
 /// Reads a ticket's body (after decryption); `None` for an unknown state byte.
 #[inline]
 pub(crate) fn read_body(body: &[u8; BODY]) -> Option<Ticket> {
-    let u32_at = |i: usize| {
-        let mut w = [0u8; 4];
-        w.copy_from_slice(&body[i..i + 4]);
-        u32::from_le_bytes(w)
-    };
     let mut head = [0u8; 8];
     head.copy_from_slice(&body[0..8]);
     let head = u64::from_le_bytes(head);
-    Some(Ticket {
-        id: head & ID_MASK,
-        state: state_of((head >> 56) as u8)?,
-        arrival: u32_at(8),
-        accepted_at: u32_at(12),
-        counted: u32_at(16),
-        last_checkin: u32_at(20),
-        expires: u32_at(24),
-        incarnation: u32_at(28),
-    })
+    let state = state_of((head >> 56) as u8)?;
+    Some(with_fields(head & ID_MASK, state, body, 8))
 }

@@ -17,7 +17,7 @@
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 
-use crate::ticket::format::{state_of, HEAD, TAG};
+use crate::ticket::format::{state_of, with_fields, HEAD, TAG};
 use crate::ticket::{RoomId, Ticket, TicketError};
 
 /// Format version.
@@ -99,23 +99,10 @@ impl LegacyKey {
 /// the low 56 bits, as every format 3 ticket does; guards are per bucket, and that ticket is
 /// counted in a new one.
 fn read_body(body: &[u8; BODY]) -> Option<Ticket> {
-    let u32_at = |i: usize| {
-        let mut w = [0u8; 4];
-        w.copy_from_slice(&body[i..i + 4]);
-        u32::from_le_bytes(w)
-    };
     let mut id = [0u8; 8];
     id.copy_from_slice(&body[0..8]);
-    Some(Ticket {
-        id: u64::from_le_bytes(id),
-        state: state_of(body[8])?,
-        arrival: u32_at(9),
-        accepted_at: u32_at(13),
-        counted: u32_at(17),
-        last_checkin: u32_at(21),
-        expires: u32_at(25),
-        incarnation: u32_at(29),
-    })
+    let state = state_of(body[8])?;
+    Some(with_fields(u64::from_le_bytes(id), state, body, 9))
 }
 
 /// Writes a format 2 body, as the builds before format 3 did.
@@ -126,15 +113,5 @@ fn write_body(t: &Ticket, body: &mut [u8]) {
         crate::ticket::TicketState::Admitted => 1,
         crate::ticket::TicketState::Queued => 2,
     };
-    let fields = [
-        t.arrival,
-        t.accepted_at,
-        t.counted,
-        t.last_checkin,
-        t.expires,
-        t.incarnation,
-    ];
-    for (i, v) in fields.into_iter().enumerate() {
-        body[9 + 4 * i..13 + 4 * i].copy_from_slice(&v.to_le_bytes());
-    }
+    crate::ticket::format::write_fields(t, body, 9);
 }

@@ -47,6 +47,17 @@ async function redisServer () {
   throw new Error('redis-server did not start')
 }
 
+/** The `[cluster]` table of host `name` syncing through the redis-server on `port`. */
+function clusterTable (port, name) {
+  return `[cluster]
+redis_url = "redis://127.0.0.1:${port}"
+host_id = "${name}"
+sync_interval_ms = 100
+lease_ms = 600
+timeout_ms = 200
+`
+}
+
 function host (port, name) {
   return new Engine(`
 [settings]
@@ -54,13 +65,7 @@ bucket_width_secs = 1
 [[tickets.keys]]
 id = 1
 secret = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"
-[cluster]
-redis_url = "redis://127.0.0.1:${port}"
-host_id = "${name}"
-sync_interval_ms = 100
-lease_ms = 600
-timeout_ms = 200
-[[rooms]]
+${clusterTable(port, name)}[[rooms]]
 name = "shop"
 total_active_users = ${LIMIT}
 new_users_per_minute = 1000
@@ -129,13 +134,7 @@ test('leases are shared fairly across hosts through the Redis root', async () =>
   const redis = await redisServer()
   try {
     const host = (name) => new Coordinator(`
-[cluster]
-redis_url = "redis://127.0.0.1:${redis.port}"
-host_id = "${name}"
-sync_interval_ms = 100
-lease_ms = 600
-timeout_ms = 200
-[[resources]]
+${clusterTable(redis.port, name)}[[resources]]
 identifier_glob = "db"
 capacity = 90
 refresh_failure = "pessimistic"

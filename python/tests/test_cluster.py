@@ -24,6 +24,17 @@ def redis_port() -> Iterator[int]:
         server.kill()
 
 
+def cluster_table(port: int, name: str) -> str:
+    """The `[cluster]` table of host `name` syncing through the redis-server on `port`."""
+    return f"""[cluster]
+redis_url = "redis://127.0.0.1:{port}"
+host_id = "{name}"
+sync_interval_ms = 100
+lease_ms = 600
+timeout_ms = 200
+"""
+
+
 def host(port: int, name: str) -> Engine:
     return Engine(
         f"""
@@ -32,13 +43,7 @@ bucket_width_secs = 1
 [[tickets.keys]]
 id = 1
 secret = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"
-[cluster]
-redis_url = "redis://127.0.0.1:{port}"
-host_id = "{name}"
-sync_interval_ms = 100
-lease_ms = 600
-timeout_ms = 200
-[[rooms]]
+{cluster_table(port, name)}[[rooms]]
 name = "shop"
 total_active_users = {LIMIT}
 new_users_per_minute = 1000
@@ -102,13 +107,7 @@ def test_a_bad_store_url_is_a_configuration_error() -> None:
 def lease_host(port: int, name: str) -> Coordinator:
     return Coordinator(
         f"""
-[cluster]
-redis_url = "redis://127.0.0.1:{port}"
-host_id = "{name}"
-sync_interval_ms = 100
-lease_ms = 600
-timeout_ms = 200
-[[resources]]
+{cluster_table(port, name)}[[resources]]
 identifier_glob = "db"
 capacity = 90
 refresh_failure = "pessimistic"

@@ -81,6 +81,10 @@
 //!   the counters that counted it), and stays counted where it was until its session ends
 //!   there: this under-admits, never over-admits. Put sticky load balancing in front.
 //! - *Passthrough rooms* admit everyone: they take no part.
+//! - *A waiter the store has not seen yet* takes its place in the global FIFO at its host's
+//!   next sync; the other hosts learn of it at their next sync after that. Until then (two
+//!   sync intervals, more while a sync runs late) they admit newcomers on the allowances they
+//!   hold, ahead of it (FIFO order only; the counts are unaffected).
 //! - *A host whose clock runs ahead* and holds waiters can move the global frontier early by
 //!   its lead (FIFO order only, for that many buckets; the counts are unaffected).
 //!

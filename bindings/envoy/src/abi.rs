@@ -96,6 +96,24 @@ impl ModuleHeader {
     }
 }
 
+/// One header of Envoy's, as `envoy_dynamic_module_callback_http_get_headers` lends it.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EnvoyHeader {
+    /// The name (lower case, as Envoy keeps names).
+    pub key: EnvoyBuffer,
+    /// The value.
+    pub value: EnvoyBuffer,
+}
+
+impl EnvoyHeader {
+    /// No header (what a buffer is filled with before Envoy writes it).
+    pub const EMPTY: Self = Self {
+        key: EnvoyBuffer::EMPTY,
+        value: EnvoyBuffer::EMPTY,
+    };
+}
+
 /// `envoy_dynamic_module_type_http_header_type`: the request's headers.
 pub const REQUEST_HEADER: u32 = 0;
 /// `envoy_dynamic_module_type_http_header_type`: the response's headers.
@@ -111,14 +129,8 @@ pub const LOG_INFO: u32 = 2;
 /// `envoy_dynamic_module_type_log_level`: error.
 pub const LOG_ERROR: u32 = 4;
 
-type GetHeader = unsafe extern "C" fn(
-    FilterEnvoyPtr,
-    u32,
-    ModuleBuffer,
-    *mut EnvoyBuffer,
-    usize,
-    *mut usize,
-) -> bool;
+type GetHeadersSize = unsafe extern "C" fn(FilterEnvoyPtr, u32) -> usize;
+type GetHeaders = unsafe extern "C" fn(FilterEnvoyPtr, u32, *mut EnvoyHeader) -> bool;
 type AddHeader = unsafe extern "C" fn(FilterEnvoyPtr, u32, ModuleBuffer, ModuleBuffer) -> bool;
 type SendResponse =
     unsafe extern "C" fn(FilterEnvoyPtr, u32, *mut ModuleHeader, usize, ModuleBuffer, ModuleBuffer);
@@ -126,8 +138,10 @@ type Log = unsafe extern "C" fn(u32, ModuleBuffer);
 
 /// The callbacks of the running Envoy this filter calls.
 pub struct Host {
-    /// `envoy_dynamic_module_callback_http_get_header`.
-    pub get_header: GetHeader,
+    /// `envoy_dynamic_module_callback_http_get_headers_size`.
+    pub get_headers_size: GetHeadersSize,
+    /// `envoy_dynamic_module_callback_http_get_headers`.
+    pub get_headers: GetHeaders,
     /// `envoy_dynamic_module_callback_http_add_header`.
     pub add_header: AddHeader,
     /// `envoy_dynamic_module_callback_http_send_response`.
@@ -162,8 +176,11 @@ pub fn resolve() -> Result<&'static Host, String> {
     // (abi.h, v0.2.0) the function pointer type it is transmuted to spells out.
     let host = unsafe {
         Host {
-            get_header: std::mem::transmute::<*mut c_void, GetHeader>(symbol(
-                "envoy_dynamic_module_callback_http_get_header",
+            get_headers_size: std::mem::transmute::<*mut c_void, GetHeadersSize>(symbol(
+                "envoy_dynamic_module_callback_http_get_headers_size",
+            )?),
+            get_headers: std::mem::transmute::<*mut c_void, GetHeaders>(symbol(
+                "envoy_dynamic_module_callback_http_get_headers",
             )?),
             add_header: std::mem::transmute::<*mut c_void, AddHeader>(symbol(
                 "envoy_dynamic_module_callback_http_add_header",

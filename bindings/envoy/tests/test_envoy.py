@@ -325,6 +325,32 @@ def test_the_ticket_is_found_among_several_cookie_lines(proxy):
     assert r.status == 200 and json.loads(body)["path"] == "/shop/lines", (r.status, body)
 
 
+def test_a_request_with_many_headers_is_decided_alike(proxy):
+    # More headers than the module reads on its stack (48): read in the worker's buffer.
+    assert len(shop_jars) > 2, "runs after test_visitors_under_the_limit..."
+
+    def send(path, headers):
+        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=HTTP_TIMEOUT)
+        conn.putrequest("GET", path)
+        for i in range(60):
+            conn.putheader(f"X-Filler-{i}", "x" * i)
+        for name, value in headers:
+            conn.putheader(name, value)
+        conn.endheaders()
+        r = conn.getresponse()
+        body = r.read().decode()
+        conn.close()
+        return r, body
+
+    r, body = send("/shop/many", [("Cookie", shop_jars[2].header())])
+    assert r.status == 200 and json.loads(body)["path"] == "/shop/many", (r.status, body)
+    r, body = send("/shop/many", [("Cookie", "theme=dark"), ("Cookie", shop_jars[2].header())])
+    assert r.status == 200 and json.loads(body)["path"] == "/shop/many", (r.status, body)
+    # Over the limit (the room is full): the waiting page, in JSON as the last header asks.
+    r, body = send("/shop/many", [("Accept", "application/json")])
+    assert r.status == 202 and json.loads(body)["outcome"] == "queue", (r.status, body)
+
+
 def test_a_reject_room_answers_429_with_retry_after(proxy):
     assert get(proxy.port, "/rej/1", Jar()).admitted
     r = get(proxy.port, "/rej/2", Jar())
@@ -426,5 +452,5 @@ def test_a_host_without_the_abis_callbacks_is_refused_with_a_clear_line(capfd):
     assert init() is None
     err = capfd.readouterr().err
     assert "velvet-rope: refusing to load: this Envoy does not export " \
-           "`envoy_dynamic_module_callback_http_get_header`" in err, err
+           "`envoy_dynamic_module_callback_http_get_headers_size`" in err, err
     assert "ABI v0.2.0 (Envoy 1.40)" in err, err

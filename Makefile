@@ -9,7 +9,7 @@ VENV ?= .venv
 NPM ?= npm
 PY := $(VENV)/bin/python
 
-.PHONY: demo test redis-env test-rust test-loom test-c test-nginx test-envoy test-python python-env test-node node-env lint header bench bench-cluster bench-nginx bench-envoy bench-python bench-node fuzz clean
+.PHONY: demo test redis-env test-rust test-loom test-c test-nginx test-envoy test-python python-env test-node node-env lint header bench bench-cluster bench-nginx bench-envoy bench-instructions bench-python bench-node fuzz clean
 
 demo:
 	@echo "make demo: building the velvet-rope command (release build: a minute or two the first time)"
@@ -150,6 +150,16 @@ bench-envoy: python-env
 	$(PY) -m pip install -q -r bindings/envoy/tests/requirements.txt
 	$(PY) bindings/envoy/bench.py
 	CONTROL=1 $(PY) bindings/envoy/bench.py
+
+# Instructions per request of nginx and Envoy with the module against without, counted by
+# callgrind (deterministic where requests/s are not; valgrind from Debian when missing).
+bench-instructions: python-env
+	@command -v valgrind >/dev/null || (apt-get update -q && apt-get install -y -q valgrind)
+	bindings/nginx/build.sh
+	$(CARGO) build --release -p velvet-rope-envoy
+	$(PY) -m pip install -q -r bindings/envoy/tests/requirements.txt
+	$(PY) benches/instructions.py nginx
+	$(PY) benches/instructions.py envoy
 
 # The cluster tier: overshoot and early queueing of three ways to share a room across three
 # hosts (virtual time), then Redis commands per host per second against a redis-server.

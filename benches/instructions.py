@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""Instructions per request of a real nginx or Envoy with velvet-rope and without it, counted
+by callgrind: `make bench-instructions`. Not a test.
+
+Requests per second on a shared two-core machine move by several percent between two runs
+of the same server (the A/A controls of `make bench-nginx` and `make bench-envoy`), more than
+the module costs. Instructions do not: this runs the server under valgrind's callgrind (one
+worker), issues VISITORS distinct visitors their tickets, then sends each visitor's request
+once to the side with the module and once to the side without (two listeners of one server
+that differ only in it), counting the worker thread's instructions over exactly those
+requests (`callgrind_control` zeroes the counts before and dumps them after). Each side is
+counted twice, alternating. It prints instructions per request, their ratio, and where the
+difference goes (the module's library, the server's binary, libc).
+
+What it does not count: the kernel (the sockets, epoll), which the two sides share, and
+cache misses; so the ratio is of user-space work, a bound on what the module costs a
+request, not a throughput.
+
+Usage: benches/instructions.py envoy|nginx. Environment: VISITORS (1000),
+VELVET_ROPE_ENVOY_MODULE_DIR (target/release), NGINX_MODULE
+(target/nginx-module/ngx_http_velvet_rope_module.so).
+"""
+
+import collections
+import glob
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+VISITORS = int(os.environ.get("VISITORS", "1000"))
+PAGE = ("<!doctype html><title>bench</title><p>" + "x" * 128)[:127] + "\n"
+SECRET = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"
+ROOMS = f"""
+[settings]
+bucket_width_secs = 3600   # tickets stay counted for the whole run
+
+[[tickets.keys]]
+id = 1
+secret = "{SECRET}"
+
+[[rooms]]
+name = "bench"
+total_active_users = 1000000
+new_users_per_minute = 1000000
+session_duration = 1
+[rooms.cookie]
+secure = false
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port, what, secs=300):
+    deadline = time.time() + secs
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return
+        except OSError:
+            time.sleep(0.5)
+    sys.exit(f"instructions.py: {what} did not listen on {port} within {secs} s")
+
+
+def envoy_server(tmp):
+    """Envoy (one worker) with the filter on one listener and not on the other, both
+    answering a 128-byte body themselves (as `make bench-envoy`)."""
+    sys.path.insert(0, os.path.join(REPO, "bindings", "envoy"))
+    import bench as envoy_bench  # the listeners `make bench-envoy` measures
+    import envoy
+
+    rooms = os.path.join(tmp, "rooms.toml")
+    with open(rooms, "w") as f:
+        f.write(ROOMS)
+    with_port, without_port = free_port(), free_port()
+    config = {"static_resources": {"listeners": [
+        envoy_bench.listener("with", with_port, True, rooms),
+        envoy_bench.listener("without", without_port, False, rooms),
+    ]}}
+    path = os.path.join(tmp, "envoy.json")
+    with open(path, "w") as f:
+        json.dump(config, f)
+    module_dir = os.environ.get("VELVET_ROPE_ENVOY_MODULE_DIR",
+                                os.path.join(REPO, "target", "release"))
+    env = dict(os.environ, ENVOY_DYNAMIC_MODULES_SEARCH_PATH=module_dir)
+    command = [envoy.get_envoy_path(), "-c", path, "--concurrency", "1",
+               "--disable-hot-restart", "-l", "warn"]
+    return command, env, with_port, without_port, "/page.html", "/page.html"
+
+
+def nginx_server(tmp):
+    """Debian's nginx (no master, one process) with the module on one server and `off` on
+    the other, both serving the same 128-byte file (as `make bench-nginx`)."""
+    module = os.environ.get("NGINX_MODULE", os.path.join(
+        REPO, "target", "nginx-module", "ngx_http_velvet_rope_module.so"))
+    if not os.path.exists(module):
+        sys.exit(f"instructions.py: no nginx module at {module} (bindings/nginx/build.sh)")
+    for d in ("conf", "logs", "tmp", "html/admit"):
+        os.makedirs(os.path.join(tmp, d), exist_ok=True)
+    for page in ("html/page.html", "html/admit/page.html"):
+        with open(os.path.join(tmp, page), "w") as f:
+            f.write(PAGE)
+    with open(os.path.join(tmp, "conf", "velvet-rope.toml"), "w") as f:
+        f.write(ROOMS)
+    with_port, without_port = free_port(), free_port()
+    server = """
+    server {{
+        listen 127.0.0.1:{port};
+        root {tmp}/html;
+        location /       {{ velvet_rope {room}; }}
+        location /admit/ {{ velvet_rope bench; }}
+    }}"""
+    with open(os.path.join(tmp, "conf", "nginx.conf"), "w") as f:
+        f.write(f"""
+load_module {module};
+user root;
+daemon off;
+master_process off;
+worker_processes 1;
+error_log {tmp}/logs/error.log warn;
+pid {tmp}/logs/nginx.pid;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/tmp/body;
+    proxy_temp_path {tmp}/tmp/proxy;
+    fastcgi_temp_path {tmp}/tmp/fastcgi;
+    uwsgi_temp_path {tmp}/tmp/uwsgi;
+    scgi_temp_path {tmp}/tmp/scgi;
+    default_type text/html;
+    velvet_rope_config {tmp}/conf/velvet-rope.toml;
+    {server.format(port=with_port, tmp=tmp, room="bench")}
+    {server.format(port=without_port, tmp=tmp, room="off")}
+}}
+""")
+    command = ["/usr/sbin/nginx", "-p", tmp, "-c", os.path.join(tmp, "conf", "nginx.conf")]
+    return command, dict(os.environ), with_port, without_port, "/admit/page.html", "/page.html"
+
+
+def dump_totals(prefix):
+    """Instructions per thread of the last dump (files `<prefix>.<n>-<thread>`)."""
+    files = glob.glob(prefix + ".*")
+    last = max(int(re.search(r"\.(\d+)(-\d+)?$", f).group(1)) for f in files)
+    totals = {}
+    for f in glob.glob(f"{prefix}.{last}*"):
+        with open(f) as fh:
+            for line in fh:
+                if line.startswith("summary:") or line.startswith("totals:"):
+                    totals[f] = int(line.split()[1])
+                    break
+    return totals
+
+
+def by_object(path):
+    """Self instructions per object (executable or library) of one callgrind dump."""
+    names, cost, ob, skip = {}, collections.Counter(), None, False
+    with open(path) as fh:
+        for line in fh:
+            m = re.match(r"^(c?ob)=\((\d+)\)(?: (.*))?$", line.rstrip("\n"))
+            if m:
+                if m.group(3):
+                    names[m.group(2)] = m.group(3)
+                if m.group(1) == "ob":
+                    ob = m.group(2)
+                continue
+            if line.startswith("calls="):
+                skip = True
+                continue
+            m = re.match(r"^[+-]?\d+ (\d+)$", line.strip())
+            if m:
+                if skip:
+                    skip = False
+                else:
+                    cost[names.get(ob, "?")] += int(m.group(1))
+    return cost
+
+
+def main():
+    if len(sys.argv) != 2 or sys.argv[1] not in ("envoy", "nginx"):
+        sys.exit(__doc__)
+    kind = sys.argv[1]
+    if not shutil.which("valgrind"):
+        sys.exit("instructions.py: valgrind is needed (apt-get install valgrind)")
+    tmp = tempfile.mkdtemp(prefix=f"velvet-rope-instructions-{kind}-")
+    make = envoy_server if kind == "envoy" else nginx_server
+    command, env, with_port, without_port, admit_path, path = make(tmp)
+    out = os.path.join(tmp, "callgrind.out")
+    log = open(os.path.join(tmp, "server.log"), "w")
+    print(f"starting {kind} under callgrind (a minute for Envoy)", flush=True)
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--separate-threads=yes",
+                             f"--callgrind-out-file={out}"] + command,
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_for_port(with_port, kind)
+        wait_for_port(without_port, kind)
+        print(f"issuing {VISITORS} visitors their tickets", flush=True)
+        cookies = []
+        c = http.client.HTTPConnection("127.0.0.1", with_port, timeout=60)
+        for _ in range(VISITORS):
+            c.request("GET", admit_path)
+            r = c.getresponse()
+            body = r.read().decode()
+            set_cookie = r.getheader("Set-Cookie")
+            assert r.status == 200 and body == PAGE and set_cookie, (r.status, body[:80])
+            cookies.append(set_cookie.split(";")[0])
+        c.close()
+
+        def count(port):
+            """Instructions of the busiest thread per request, over one request per visitor."""
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            for cookie in cookies[:20]:  # the connection and the path, warm
+                conn.request("GET", path, headers={"Cookie": cookie})
+                conn.getresponse().read()
+            subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True,
+                           capture_output=True)
+            for cookie in cookies:
+                conn.request("GET", path, headers={"Cookie": cookie})
+                r = conn.getresponse()
+                body = r.read().decode()
+                # The steady path: admitted, the ticket not renewed.
+                assert r.status == 200 and body == PAGE and r.getheader("Set-Cookie") is None, \
+                    (r.status, r.getheaders())
+            subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True,
+                           capture_output=True)
+            conn.close()
+            totals = dump_totals(out)
+            busiest = max(totals, key=totals.get)
+            return totals[busiest] / VISITORS, busiest
+
+        runs = {"without": [], "with": []}
+        dumps = {}
+        for side, port in [("without", without_port), ("with", with_port)] * 2:
+            per_request, dump = count(port)
+            runs[side].append(per_request)
+            dumps[side] = dump
+            print(f"{side:>7}: {per_request:,.0f} instructions per request", flush=True)
+        w, wo = min(runs["with"]), min(runs["without"])
+        print(f"{kind}: {wo:,.0f} instructions per request without the module, {w:,.0f} with "
+              f"(+{w - wo:,.0f}); without / with = {wo / w:.3f} ({VISITORS} visitors)")
+        a, b = by_object(dumps["without"]), by_object(dumps["with"])
+        print("where the difference goes (instructions per request, the last run of each side):")
+        for name in sorted(set(a) | set(b), key=lambda n: a[n] - b[n]):
+            d = (b[name] - a[name]) / VISITORS
+            if abs(d) >= 10:
+                print(f"  {d:+8,.0f}  {name}")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -55,7 +55,10 @@ class Engine {
    */
   admit (room, cookie, nowMs) {
     try {
-      return native.engineAdmit(this.#h, room, cookie, nowMs) ?? STEADY
+      // Without `nowMs` the native side reads the clock and skips a type check.
+      return (nowMs === undefined
+        ? native.engineAdmit(this.#h, room, cookie)
+        : native.engineAdmit(this.#h, room, cookie, nowMs)) ?? STEADY
     } catch (e) { throw convert(e) }
   }
 

@@ -28,6 +28,13 @@ function router (engine, { room, rooms, bypass = [] } = {}) {
     throw new TypeError('give `room` (every path) or `rooms` (path prefix -> room)')
   }
   const skip = [...bypass]
+  if (skip.length === 0 && prefixes.length === 0) {
+    // One room for every path: the path need not be read.
+    const only = room ?? null
+    const roomFor = () => only
+    roomFor.everyPath = true
+    return roomFor
+  }
   return function roomFor (path) {
     for (const b of skip) if (path.startsWith(b)) return null
     for (const [prefix, name] of prefixes) if (path.startsWith(prefix)) return name
@@ -61,9 +68,10 @@ function cookieOf (req) {
 /** Express middleware: `app.use(velvetRope.express(engine, { room: 'shop' }))`. */
 function express (engine, options) {
   const roomFor = router(engine, options)
+  const everyPath = roomFor.everyPath === true
   engine.startTicking()
   return function velvetRope (req, res, next) {
-    const room = roomFor(pathOf(req.originalUrl || req.url))
+    const room = everyPath ? roomFor() : roomFor(pathOf(req.originalUrl || req.url))
     if (room === null) return next()
     const d = engine.admit(room, cookieOf(req))
     if (d.admitted) {
@@ -88,6 +96,7 @@ function fastify (instance, options, done) {
   const { engine } = options
   const hasDefault = options.room !== undefined || options.rooms !== undefined
   const roomFor = hasDefault ? router(engine, options) : () => null
+  const everyPath = !hasDefault || roomFor.everyPath === true
   const known = new Set(engine.rooms)
   engine.startTicking()
 
@@ -107,7 +116,9 @@ function fastify (instance, options, done) {
     const config = request.routeOptions.config
     const own = config ? config.velvetRope : undefined
     if (own === false) return next()
-    const room = own && own.room !== undefined ? own.room : roomFor(pathOf(request.url))
+    const room = own && own.room !== undefined
+      ? own.room
+      : everyPath ? roomFor() : roomFor(pathOf(request.url))
     if (room === null) return next()
     // An unknown room (a route declared before the plugin loaded) throws UnknownRoomError.
     const d = engine.admit(room, cookieOf(request.raw))

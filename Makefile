@@ -151,15 +151,17 @@ bench-envoy: python-env
 	$(PY) bindings/envoy/bench.py
 	CONTROL=1 $(PY) bindings/envoy/bench.py
 
-# Instructions per request of nginx and Envoy with the module against without, counted by
-# callgrind (deterministic where requests/s are not; valgrind from Debian when missing).
-bench-instructions: python-env
+# Instructions per request of nginx, Envoy and a Fastify app with the module against without,
+# counted by callgrind (deterministic where requests/s are not; valgrind from Debian when
+# missing).
+bench-instructions: python-env node-env
 	@command -v valgrind >/dev/null || (apt-get update -q && apt-get install -y -q valgrind)
 	bindings/nginx/build.sh
 	$(CARGO) build --release -p velvet-rope-envoy
 	$(PY) -m pip install -q -r bindings/envoy/tests/requirements.txt
 	$(PY) benches/instructions.py nginx
 	$(PY) benches/instructions.py envoy
+	$(PY) benches/instructions.py fastify
 
 # The cluster tier: overshoot and early queueing of three ways to share a room across three
 # hosts (virtual time), then Redis commands per host per second against a redis-server.

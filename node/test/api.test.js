@@ -118,6 +118,7 @@ test('bad arguments are errors, never crashes', () => {
   }
   assert.throws(() => e.admit('café'), (err) => err instanceof UnknownRoomError &&
     err.message.includes('`café`'), 'a name no room has is named as given')
+  assert.throws(() => e.admit('\u0173hop'), UnknownRoomError, 'no character stands for its low byte')
   const long = 'x'.repeat(100_000)
   assert.throws(() => e.admit(long), UnknownRoomError, 'long strings are read whole')
   assert.equal(e.admit('shop', `__vr_shop=${long}`).ticketError, 'bad_encoding')

@@ -203,7 +203,7 @@ fn fifo_holds_across_hosts() {
         }
     };
     let mut reported_from = 0;
-    for host in 0..3 {
+    for (host, at) in hosts.iter().enumerate() {
         if host > 0 {
             poll_until("the previous host to report its waiters", &|| {
                 syncs(host - 1) >= reported_from + 2
@@ -216,7 +216,7 @@ fn fifo_holds_across_hosts() {
         // Four visitors per host, in a bucket of its own: a, then b, then c.
         let bucket = now() / 1000;
         for _ in 0..4 {
-            let (outcome, cookie) = hosts[host].arrive();
+            let (outcome, cookie) = at.arrive();
             let arrived_at = Instant::now();
             visitors.lock().unwrap().push(Visitor {
                 bucket,

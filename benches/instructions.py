@@ -43,30 +43,11 @@ import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 VISITORS = int(os.environ.get("VISITORS", "1000"))
-PAGE = ("<!doctype html><title>bench</title><p>" + "x" * 128)[:127] + "\n"
-SECRET = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"
-ROOMS = f"""
-[settings]
-bucket_width_secs = 3600   # tickets stay counted for the whole run
+# The rooms, the page and the listeners `make bench-envoy` uses, shared by every server here.
+sys.path.insert(0, os.path.join(REPO, "bindings", "envoy"))
+import bench as envoy_bench  # noqa: E402
 
-[[tickets.keys]]
-id = 1
-secret = "{SECRET}"
-
-[[rooms]]
-name = "bench"
-total_active_users = 1000000
-new_users_per_minute = 1000000
-session_duration = 1
-[rooms.cookie]
-secure = false
-"""
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+PAGE, ROOMS, free_port = envoy_bench.BODY, envoy_bench.ROOMS, envoy_bench.free_port
 
 
 def wait_for_port(port, what, secs=300):
@@ -83,9 +64,7 @@ def wait_for_port(port, what, secs=300):
 def envoy_server(tmp):
     """Envoy (one worker) with the filter on one listener and not on the other, both
     answering a 128-byte body themselves (as `make bench-envoy`)."""
-    sys.path.insert(0, os.path.join(REPO, "bindings", "envoy"))
-    import bench as envoy_bench  # the listeners `make bench-envoy` measures
-    import envoy
+    import envoy  # the envoy-server package (its binary)
 
     rooms = os.path.join(tmp, "rooms.toml")
     with open(rooms, "w") as f:

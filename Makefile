@@ -161,6 +161,7 @@ bench-instructions: python-env node-env
 	$(PY) -m pip install -q -r bindings/envoy/tests/requirements.txt
 	$(PY) benches/instructions.py nginx
 	$(PY) benches/instructions.py envoy
+	$(PY) benches/instructions.py envoy-proxy
 	$(PY) benches/instructions.py fastify
 
 # The cluster tier: overshoot and early queueing of three ways to share a room across three

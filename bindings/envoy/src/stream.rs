@@ -193,12 +193,18 @@ unsafe fn with_request_headers<R>(
 
 /// The values of the headers called `name` (lower case), in order.
 fn values<'h>(headers: &'h [EnvoyHeader], name: &'h [u8]) -> impl Iterator<Item = &'h [u8]> {
-    headers.iter().filter_map(move |h| {
-        // SAFETY: Envoy's buffers, valid while the hook that lent `headers` runs, which
-        // outlives `'h` (see `with_request_headers`).
-        let (key, value) = unsafe { (h.key.bytes(), h.value.bytes()) };
-        key.eq_ignore_ascii_case(name).then_some(value)
-    })
+    headers
+        .iter()
+        // Most names differ in length: only those of the same length are read.
+        .filter(move |h| h.key.length == name.len())
+        .filter_map(move |h| {
+            // SAFETY: Envoy's buffers, valid while the hook that lent `headers` runs, which
+            // outlives `'h` (see `with_request_headers`).
+            let key = unsafe { h.key.bytes() };
+            // SAFETY: as above.
+            key.eq_ignore_ascii_case(name)
+                .then(|| unsafe { h.value.bytes() })
+        })
 }
 
 /// The decision on a request's `headers`: an admitted request goes on (its renewed ticket, if

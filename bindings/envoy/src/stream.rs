@@ -95,13 +95,13 @@ impl Stream {
         // contract); the configuration is shared, never written.
         let config = unsafe { &*(*stream).config };
         let now = CoarseSystemClock.now_ms();
-        let decide = |headers: &[EnvoyHeader]| {
+        let on_headers = |headers: &[EnvoyHeader]| {
             // SAFETY: this function's contract, and `headers` are the request's, lent by
             // Envoy for this hook.
             unsafe { decide(stream, config, host, filter, headers, now) }
         };
         // SAFETY: `filter` is Envoy's live filter (this function's contract).
-        match unsafe { with_request_headers(host, filter, decide) } {
+        match unsafe { with_request_headers(host, filter, on_headers) } {
             Some(status) => status,
             None => {
                 // A failure to decide must not take the site down: the request passes.

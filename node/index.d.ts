@@ -49,8 +49,9 @@ export declare class Engine {
   /** From a configuration file. */
   static fromFile(path: string, options?: EngineOptions): Engine
   /**
-   * Decides one request. `cookie` is the request's whole `Cookie` header. Synchronous; never
-   * blocks. Throws `UnknownRoomError` for a room not configured.
+   * Decides one request. `cookie` is the request's whole `Cookie` header, read one byte per
+   * character as Node's HTTP parser makes header strings. Synchronous; never blocks. Throws
+   * `UnknownRoomError` for a room not configured.
    */
   admit(room: string, cookie?: string | null, nowMs?: number): Decision
   /** Decides one request given the ticket cookie's value itself. */

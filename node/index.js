@@ -50,8 +50,9 @@ class Engine {
   }
 
   /**
-   * Decides one request. `cookie` is the request's whole `Cookie` header (or undefined).
-   * Synchronous; never blocks.
+   * Decides one request. `cookie` is the request's whole `Cookie` header (or undefined), read
+   * one byte per character as Node's HTTP parser makes header strings. Synchronous; never
+   * blocks.
    */
   admit (room, cookie, nowMs) {
     try {

@@ -200,8 +200,83 @@ unsafe fn now_arg(env: sys::napi_env, v: sys::napi_value) -> Result<u64, JsError
     }
 }
 
-/// A string argument's UTF-8 bytes: in `buf` when they fit (no allocation, and no zeroing:
-/// only the bytes N-API writes are read), else in `heap`.
+/// How a string argument is read into bytes.
+#[derive(Clone, Copy)]
+enum Encoding {
+    /// UTF-8.
+    Utf8,
+    /// One byte per character (latin1): V8 copies a one-byte string as it is, where its UTF-8
+    /// conversion cost about 150 instructions more per call here (callgrind, Node 20). A
+    /// character above 255 is read as its low byte (see `header_arg` for why that is sound
+    /// for a cookie header).
+    Latin1,
+}
+
+impl Encoding {
+    /// N-API's reader of this encoding.
+    fn reader(
+        self,
+    ) -> unsafe extern "C" fn(
+        sys::napi_env,
+        sys::napi_value,
+        *mut std::ffi::c_char,
+        usize,
+        *mut usize,
+    ) -> sys::napi_status {
+        match self {
+            Encoding::Utf8 => sys::napi_get_value_string_utf8,
+            Encoding::Latin1 => sys::napi_get_value_string_latin1,
+        }
+    }
+
+    /// The most bytes one character takes (N-API never splits one, so a result shorter than
+    /// the buffer by this much is the whole string).
+    fn widest(self) -> usize {
+        match self {
+            Encoding::Utf8 => 4,
+            Encoding::Latin1 => 1,
+        }
+    }
+}
+
+/// A string argument's bytes in `encoding`: in `buf` when they fit (no allocation, and no
+/// zeroing: only the bytes N-API writes are read), else in `heap`; `None` if it is not a
+/// string.
+///
+/// # Safety
+/// `env` and `v` must belong to the live call.
+unsafe fn string_arg<'b, const N: usize>(
+    env: sys::napi_env,
+    v: sys::napi_value,
+    encoding: Encoding,
+    buf: &'b mut [MaybeUninit<u8>; N],
+    heap: &'b mut Vec<u8>,
+) -> Option<&'b [u8]> {
+    let read = encoding.reader();
+    let mut written = 0usize;
+    // SAFETY: per this function's contract; `buf` is writable for its length; N-API writes at
+    // most `N - 1` bytes and a NUL, and reports how many it wrote.
+    if unsafe { read(env, v, buf.as_mut_ptr().cast(), N, &mut written) } != sys::Status::napi_ok {
+        return None;
+    }
+    if written + encoding.widest() < N {
+        // SAFETY: N-API initialised the first `written` bytes (`written < N`).
+        return Some(unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), written) });
+    }
+    // Perhaps cut short: ask the length, then read it all.
+    let mut len = 0usize;
+    // SAFETY: as above; a null buffer asks only for the length.
+    if unsafe { read(env, v, ptr::null_mut(), 0, &mut len) } != sys::Status::napi_ok {
+        return None;
+    }
+    heap.resize(len + 1, 0);
+    // SAFETY: as above; `heap` is writable for `len + 1` bytes.
+    let status = unsafe { read(env, v, heap.as_mut_ptr().cast(), len + 1, &mut written) };
+    (status == sys::Status::napi_ok).then(|| &heap[..written])
+}
+
+/// A string argument's UTF-8 bytes (see [`string_arg`]); an error naming `what` if it is not
+/// a string.
 ///
 /// # Safety
 /// `env` and `v` must belong to the live call.
@@ -212,79 +287,9 @@ unsafe fn str_arg<'b, const N: usize>(
     buf: &'b mut [MaybeUninit<u8>; N],
     heap: &'b mut Vec<u8>,
 ) -> Result<&'b [u8], JsError> {
-    let mut written = 0usize;
-    let bad = || invalid(format!("`{what}` must be a string"));
-    // SAFETY: per this function's contract; `buf` is writable for its length; N-API writes at
-    // most `N - 1` bytes and a NUL, and reports how many it wrote.
-    let status = unsafe {
-        sys::napi_get_value_string_utf8(env, v, buf.as_mut_ptr().cast(), N, &mut written)
-    };
-    if status != sys::Status::napi_ok {
-        return Err(bad());
-    }
-    // N-API never splits a character (at most 4 bytes): a shorter result is the whole string.
-    if written + 4 < N {
-        // SAFETY: N-API initialised the first `written` bytes (`written < N`).
-        return Ok(unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), written) });
-    }
-    // Perhaps cut short: ask the length, then read it all.
-    let mut len = 0usize;
-    // SAFETY: as above; a null buffer asks only for the length.
-    let status = unsafe { sys::napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut len) };
-    if status != sys::Status::napi_ok {
-        return Err(bad());
-    }
-    heap.resize(len + 1, 0);
-    // SAFETY: as above; `heap` is writable for `len + 1` bytes.
-    let status = unsafe {
-        sys::napi_get_value_string_utf8(env, v, heap.as_mut_ptr().cast(), len + 1, &mut written)
-    };
-    if status != sys::Status::napi_ok {
-        return Err(bad());
-    }
-    Ok(&heap[..written])
-}
-
-/// A string argument one byte per character (latin1), in `buf` when it fits, else in
-/// `heap`; `None` if it is not a string. V8 copies a one-byte string as it is, where its
-/// UTF-8 conversion cost about 150 instructions more per call here (callgrind, Node 20). A
-/// character above 255 is read as its low byte (see `header_arg` for why that is sound for
-/// a cookie header).
-///
-/// # Safety
-/// `env` and `v` must belong to the live call.
-unsafe fn latin1_arg<'b, const N: usize>(
-    env: sys::napi_env,
-    v: sys::napi_value,
-    buf: &'b mut [MaybeUninit<u8>; N],
-    heap: &'b mut Vec<u8>,
-) -> Option<&'b [u8]> {
-    let mut written = 0usize;
-    // SAFETY: per this function's contract; `buf` is writable for its length; N-API writes at
-    // most `N - 1` bytes and a NUL, and reports how many it wrote.
-    let status = unsafe {
-        sys::napi_get_value_string_latin1(env, v, buf.as_mut_ptr().cast(), N, &mut written)
-    };
-    if status != sys::Status::napi_ok {
-        return None;
-    }
-    if written + 1 < N {
-        // SAFETY: N-API initialised the first `written` bytes (`written < N`).
-        return Some(unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), written) });
-    }
-    // Perhaps cut short: ask the length, then read it all.
-    let mut len = 0usize;
-    // SAFETY: as above; a null buffer asks only for the length.
-    let status = unsafe { sys::napi_get_value_string_latin1(env, v, ptr::null_mut(), 0, &mut len) };
-    if status != sys::Status::napi_ok {
-        return None;
-    }
-    heap.resize(len + 1, 0);
-    // SAFETY: as above; `heap` is writable for `len + 1` bytes.
-    let status = unsafe {
-        sys::napi_get_value_string_latin1(env, v, heap.as_mut_ptr().cast(), len + 1, &mut written)
-    };
-    (status == sys::Status::napi_ok).then(|| &heap[..written])
+    // SAFETY: per this function's contract.
+    unsafe { string_arg(env, v, Encoding::Utf8, buf, heap) }
+        .ok_or_else(|| invalid(format!("`{what}` must be a string")))
 }
 
 /// A `Cookie` header argument (`undefined` or `null`: none), read one byte per character:
@@ -302,7 +307,7 @@ unsafe fn header_arg<'b, const N: usize>(
     heap: &'b mut Vec<u8>,
 ) -> Result<Option<&'b [u8]>, JsError> {
     // SAFETY: per this function's contract.
-    if let Some(bytes) = unsafe { latin1_arg(env, v, buf, heap) } {
+    if let Some(bytes) = unsafe { string_arg(env, v, Encoding::Latin1, buf, heap) } {
         return Ok(Some(bytes));
     }
     // Not a string: none, or a caller's mistake (asked only now, off the common path).

@@ -9,7 +9,7 @@ VENV ?= .venv
 NPM ?= npm
 PY := $(VENV)/bin/python
 
-.PHONY: demo test redis-env test-rust test-loom test-c test-nginx test-envoy test-python python-env test-node node-env lint header bench bench-cluster bench-nginx bench-envoy bench-instructions bench-python bench-node fuzz clean
+.PHONY: demo test redis-env test-rust test-loom test-c test-nginx test-envoy test-python python-env test-node node-env lint header bench bench-cluster bench-nginx bench-envoy bench-instructions bench-side-by-side bench-python bench-node fuzz clean
 
 demo:
 	@echo "make demo: building the velvet-rope command (release build: a minute or two the first time)"
@@ -163,6 +163,18 @@ bench-instructions: python-env node-env
 	$(PY) benches/instructions.py envoy
 	$(PY) benches/instructions.py envoy-proxy
 	$(PY) benches/instructions.py fastify
+
+# CPU time per request of nginx, Envoy (answering itself, and in front of an upstream) and a
+# Fastify app with the module against without, both loaded at once on one core, then the A/A
+# controls: what resolves a few percent on a shared machine (see benches/side_by_side.py).
+bench-side-by-side: python-env node-env
+	@command -v wrk >/dev/null || (apt-get update -q && apt-get install -y -q wrk)
+	bindings/nginx/build.sh
+	$(CARGO) build --release -p velvet-rope-envoy
+	$(PY) -m pip install -q -r bindings/envoy/tests/requirements.txt
+	for k in nginx envoy envoy-proxy fastify; do \
+		$(PY) benches/side_by_side.py $$k && CONTROL=1 $(PY) benches/side_by_side.py $$k || exit 1; \
+	done
 
 # The cluster tier: overshoot and early queueing of three ways to share a room across three
 # hosts (virtual time), then Redis commands per host per second against a redis-server.

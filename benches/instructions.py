@@ -81,10 +81,11 @@ class Upstream(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def envoy_server(tmp, upstream=False):
+def envoy_server(tmp, upstream=False, upstream_port=None):
     """Envoy (one worker) with the filter on one listener and not on the other, both
     answering a 128-byte body themselves (as `make bench-envoy`), or, with `upstream`,
-    proxying to a server that does (this process's; only Envoy's instructions count)."""
+    proxying to a server that does: the one on `upstream_port`, else one in this process
+    (only Envoy's instructions count)."""
     import envoy  # the envoy-server package (its binary)
 
     rooms = os.path.join(tmp, "rooms.toml")
@@ -98,9 +99,11 @@ def envoy_server(tmp, upstream=False):
     config = {"static_resources": {"listeners": listeners}}
     stop = None
     if upstream:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        stop = server.shutdown
+        if upstream_port is None:
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            stop = server.shutdown
+            upstream_port = server.server_address[1]
         for listener in listeners:
             manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
             route = manager["route_config"]["virtual_hosts"][0]["routes"][0]
@@ -110,7 +113,7 @@ def envoy_server(tmp, upstream=False):
             "name": "upstream", "type": "STATIC", "connect_timeout": "5s",
             "load_assignment": {"cluster_name": "upstream", "endpoints": [{"lb_endpoints": [{
                 "endpoint": {"address": {"socket_address": {
-                    "address": "127.0.0.1", "port_value": server.server_address[1]}}}}]}]},
+                    "address": "127.0.0.1", "port_value": upstream_port}}}}]}]},
         }]
     path = os.path.join(tmp, "envoy.json")
     with open(path, "w") as f:

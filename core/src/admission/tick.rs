@@ -22,7 +22,7 @@ use std::sync::Arc;
 use crate::admission::budget::{self, Figures, Split, PASSTHROUGH_FREE};
 use crate::admission::cluster;
 use crate::admission::room::Room;
-use crate::admission::snapshot::RoomView;
+use crate::admission::snapshot::{RoomName, RoomView};
 use crate::clock::Millis;
 use crate::config::QueueingMethod;
 use crate::counters::slot_pool::home_shard;
@@ -208,6 +208,7 @@ pub(crate) fn observe(room: &Arc<Room>, tb: &TickBlock<'_>, now: Millis) -> Room
         sum += lanes.live((b % q) as usize, epoch);
     }
     RoomView {
+        name: RoomName::new(room.cfg.name.as_bytes()),
         room: room.clone(),
         queue_length: sum,
         queue_base: base,

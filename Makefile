@@ -168,7 +168,7 @@ bench-instructions: python-env node-env
 # Fastify app with the module against without, both loaded at once on one core, then the A/A
 # controls: what resolves a few percent on a shared machine (see benches/side_by_side.py).
 bench-side-by-side: python-env node-env
-	@command -v wrk >/dev/null || (apt-get update -q && apt-get install -y -q wrk)
+	@command -v wrk >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q wrk)
 	bindings/nginx/build.sh
 	$(CARGO) build --release -p velvet-rope-envoy
 	$(PY) -m pip install -q -r bindings/envoy/tests/requirements.txt

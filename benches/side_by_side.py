@@ -16,8 +16,18 @@ run at once, so whatever slows the machine slows both alike:
 - the figure is each instance's CPU time (every thread's, from `/proc/<pid>/task/*/schedstat`,
   in nanoseconds) divided by the requests it answered: requests per CPU-second is what a
   server saturating its cores serves. The round's ratio is the side without the module's CPU
-  per request over the side with it (a throughput ratio, 1.0 = free). CONTROL=1 puts no module
-  on either side: an A/A control of the method.
+  per request over the side with it (a throughput ratio, 1.0 = free). Rounds go in pairs (the
+  module on a, then on b); a pair's figure is the geometric mean of its two ratios, in which
+  a difference between the two instances cancels out; the run's figure is the median of the
+  pairs', with a 95 % bootstrap interval over pairs. CONTROL=1 puts no module on either side:
+  an A/A control of the method.
+
+What it does not show: the two instances share the first core's caches, so the side without
+the module also pays for some of the misses the module causes (a bias towards 1.0, which the
+A/A control cannot see), and both see more misses than a server alone on its core would. Each
+round prints how busy the first core was: well below 100 %, the servers were waiting for wrk
+(or, in `envoy-proxy`, for the upstream nginx, which shares wrk's core and is not counted),
+and CPU per request at low load is not what a saturated server pays.
 
 Requests carry the valid tickets of VISITORS distinct admitted visitors in turn (wrk's Lua
 script), the tickets each instance issued itself: each request opens its ticket (the cold path
@@ -25,8 +35,8 @@ of a sale). The scheduler need not share the core evenly (requests/s are printed
 differ): CPU time per request does not depend on how much of the core a side got.
 
 Usage: benches/side_by_side.py nginx|envoy|envoy-proxy|fastify. Environment: VISITORS
-(10000), ROUNDS (20), DURATION (2, seconds), CONNECTIONS (32), CONTROL=1; the module builds as
-for `benches/instructions.py`.
+(10000), ROUNDS (20, even), DURATION (2, seconds), CONNECTIONS (32), CONTROL=1; the module
+builds as for `benches/instructions.py`. A failed run keeps its servers' logs and says where.
 """
 
 import http.client
@@ -50,15 +60,25 @@ CONTROL = os.environ.get("CONTROL") == "1"
 
 
 def cpu_ns(pid):
-    """CPU time of all the process's threads so far, in nanoseconds."""
-    total = 0
+    """CPU time of each of the process's threads so far, in nanoseconds, by thread id."""
+    times = {}
     for task in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                total += int(f.read().split()[0])
+                times[task] = int(f.read().split()[0])
         except (FileNotFoundError, ProcessLookupError):
             pass  # a thread that ended meanwhile
-    return total
+    return times
+
+
+def cpu_between(before, after, what):
+    """CPU time spent between two `cpu_ns` readings; warns when a thread ended in between
+    (its time since `before` is lost)."""
+    gone = before.keys() - after.keys()
+    if gone:
+        print(f"  ({what}: {len(gone)} thread(s) ended during the round; their CPU time is "
+              "not counted)", flush=True)
+    return sum(t - before.get(task, 0) for task, t in after.items())
 
 
 def tickets(server, tmp, name):
@@ -98,16 +118,22 @@ def requests_of(out, port):
 
 def round_(a, b, a_port, b_port):
     """Loads `a_port` of instance a and `b_port` of instance b at once; returns each side's
-    (CPU ns per request, requests/s)."""
+    (CPU ns per request, requests/s), and how busy the first core was (both instances' CPU
+    time over the round's length, which includes starting and stopping wrk: a few percent
+    below 1 is the most it reads)."""
     before = (cpu_ns(a["proc"].pid), cpu_ns(b["proc"].pid))
+    start = time.monotonic()
     runs = [wrk(a_port, a["path"], a["script"]), wrk(b_port, b["path"], b["script"])]
     outs = [r.communicate()[0] for r in runs]
+    elapsed = time.monotonic() - start
     after = (cpu_ns(a["proc"].pid), cpu_ns(b["proc"].pid))
-    result = []
+    result, busy = [], 0
     for i, (out, port) in enumerate(zip(outs, (a_port, b_port))):
         n, rps = requests_of(out, port)
-        result.append(((after[i] - before[i]) / n, rps))
-    return result
+        spent = cpu_between(before[i], after[i], "ab"[i])
+        busy += spent
+        result.append((spent / n, rps))
+    return result, busy / (elapsed * 1e9)
 
 
 def upstream_nginx(tmp):
@@ -133,12 +159,11 @@ http {{
 }}
 """)
     proc = subprocess.Popen(["taskset", "-c", "1", "/usr/sbin/nginx", "-p", tmp, "-c", conf])
-    servers.wait_for_port(port, "the upstream nginx", 30)
     return proc, port
 
 
 def interval(values):
-    """A 95 % bootstrap interval of the median (resampling rounds; fixed seed)."""
+    """A 95 % bootstrap interval of the median (resampling the values; fixed seed)."""
     rng = random.Random(1)
     meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(10000))
     return meds[250], meds[9749]
@@ -150,31 +175,37 @@ def main():
              "envoy-proxy": lambda tmp: servers.envoy_server(
                  tmp, upstream=True, upstream_port=upstream["port"]),
              "fastify": servers.fastify_server}
-    if len(sys.argv) != 2 or sys.argv[1] not in kinds:
+    if len(sys.argv) != 2 or sys.argv[1] not in kinds or ROUNDS < 2 or ROUNDS % 2:
         sys.exit(__doc__)
     kind = sys.argv[1]
     if os.cpu_count() < 2:
         sys.exit("side_by_side.py: needs two cores (the servers on one, wrk on the other)")
     # Tickets stay in their hour-wide bucket for the whole run: start after the hour turns
-    # if the run could reach it.
-    run_secs = (ROUNDS + 2) * (DURATION + 1) + 240
+    # if the run could reach it (the rounds, four warm-up rounds, issuing the tickets at
+    # about 1,000 a second, starting the servers).
+    run_secs = (ROUNDS + 4) * (DURATION + 1) + 2 * VISITORS / 1000 + 120
+    if run_secs > 3000:
+        sys.exit("side_by_side.py: the run would not fit in an hour (the tickets' bucket); "
+                 "fewer ROUNDS or VISITORS")
     left = 3600 - time.time() % 3600
     if left < run_secs:
         print(f"waiting {left:.0f} s for the hour to turn (the tickets' bucket)", flush=True)
         time.sleep(left + 1)
     tmp = tempfile.mkdtemp(prefix=f"velvet-rope-side-by-side-{kind}-")
-    instances = {}
+    instances, ok = {}, False
     try:
         if kind == "envoy-proxy":
             upstream["proc"], upstream["port"] = upstream_nginx(os.path.join(tmp, "upstream"))
+            servers.wait_for_port(upstream["port"], "the upstream nginx", 30)
+        # Both instances' ports are picked before either starts (so neither takes the other's).
         for name in ("a", "b"):
             os.makedirs(os.path.join(tmp, name))
-            server = kinds[kind](os.path.join(tmp, name))
+            instances[name] = kinds[kind](os.path.join(tmp, name))
+        for name, server in instances.items():
             server["log"] = open(os.path.join(tmp, name, "server.log"), "w")
             server["proc"] = subprocess.Popen(["taskset", "-c", "0"] + server["command"],
                                               stdout=server["log"], stderr=subprocess.STDOUT,
                                               env=server["env"])
-            instances[name] = server
         for name, server in instances.items():
             servers.wait_for_port(server["with_port"], kind, 60)
             servers.wait_for_port(server["without_port"], kind, 60)
@@ -183,25 +214,45 @@ def main():
         a, b = instances["a"], instances["b"]
         # The module's side of a round, and the other: in CONTROL, neither has it.
         on = "without_port" if CONTROL else "with_port"
-        print("warming up (two rounds, not counted)", flush=True)
+        print("warming up (four rounds, not counted)", flush=True)
         for i in range(2):
             round_(a, b, a[on], b["without_port"])
             round_(a, b, a["without_port"], b[on])
-        ratios, rps_ratios = [], []
+        ratios, rps_ratios, busy = [], [], []
         label = "A/A control: neither side has the module" if CONTROL else "with the module"
         print(f"{ROUNDS} rounds of {DURATION} s, both sides at once ({label}); "
               "CPU us per request, requests/s:", flush=True)
         for i in range(ROUNDS):
             if i % 2 == 0:
-                (cpu_on, rps_on), (cpu_off, rps_off) = round_(a, b, a[on], b["without_port"])
+                ((cpu_on, rps_on), (cpu_off, rps_off)), load = round_(
+                    a, b, a[on], b["without_port"])
             else:
-                (cpu_off, rps_off), (cpu_on, rps_on) = round_(a, b, a["without_port"], b[on])
+                ((cpu_off, rps_off), (cpu_on, rps_on)), load = round_(
+                    a, b, a["without_port"], b[on])
             ratios.append(cpu_off / cpu_on)
             rps_ratios.append(rps_on / rps_off)
+            busy.append(load)
             print(f"round {i + 1:2}: module on {'a' if i % 2 == 0 else 'b'}: "
                   f"with {cpu_on / 1000:.2f} us ({rps_on:.0f}/s), "
                   f"without {cpu_off / 1000:.2f} us ({rps_off:.0f}/s); "
-                  f"without / with {ratios[-1]:.4f}", flush=True)
+                  f"without / with {ratios[-1]:.4f}; first core {load:.0%} busy", flush=True)
+        # Pairs of rounds (module on a, then on b): the geometric mean cancels the instances'
+        # difference.
+        pairs = [(ratios[i] * ratios[i + 1]) ** 0.5 for i in range(0, ROUNDS, 2)]
+        rps_pairs = [(rps_ratios[i] * rps_ratios[i + 1]) ** 0.5 for i in range(0, ROUNDS, 2)]
+        lo, hi = interval(pairs)
+        rlo, rhi = interval(rps_pairs)
+        print(f"{kind}{' (A/A control)' if CONTROL else ''}, {VISITORS} visitors: CPU per "
+              f"request without / with, median of {len(pairs)} pairs of rounds "
+              f"{statistics.median(pairs):.3f} (95 % interval {lo:.3f}-{hi:.3f}; rounds with the "
+              f"module on a {statistics.median(ratios[0::2]):.3f}, on b "
+              f"{statistics.median(ratios[1::2]):.3f}); requests/s with / without "
+              f"{statistics.median(rps_pairs):.3f} ({rlo:.3f}-{rhi:.3f}); first core busy "
+              f"{min(busy):.0%}-{max(busy):.0%}", flush=True)
+        if min(busy) < 0.85:
+            print("warning: the first core was idle for part of some rounds (see above): the "
+                  "servers waited on wrk or the upstream, and CPU per request then includes "
+                  "work a saturated server would not do", flush=True)
         if not CONTROL:
             # The run measured the steady path: every instance's visitors admitted, their
             # tickets not renewed (a sample of 100 spread over them).
@@ -211,32 +262,37 @@ def main():
                     c.request("GET", server["path"], headers={"Cookie": cookie})
                     r = c.getresponse()
                     r.read()
-                    assert r.status == 200 and r.getheader("Set-Cookie") is None, r.getheaders()
+                    assert r.status == 200 and r.getheader("Set-Cookie") is None, \
+                        ("a visitor's ticket was renewed during the run: the figures above "
+                         "include renewals", r.getheaders())
                 c.close()
-        lo, hi = interval(ratios)
-        rlo, rhi = interval(rps_ratios)
-        print(f"{kind}{' (A/A control)' if CONTROL else ''}, {VISITORS} visitors: CPU per "
-              f"request without / with, median of {ROUNDS} rounds {statistics.median(ratios):.3f} "
-              f"(95 % interval {lo:.3f}-{hi:.3f}; rounds with the module on a "
-              f"{statistics.median(ratios[0::2]):.3f}, on b {statistics.median(ratios[1::2]):.3f}); "
-              f"requests/s with / without {statistics.median(rps_ratios):.3f} "
-              f"({rlo:.3f}-{rhi:.3f})", flush=True)
+        ok = True
     finally:
-        for server in instances.values():
+        started = [server for server in instances.values() if "proc" in server]
+        for server in started:
             server["proc"].terminate()
-        for server in instances.values():
+        for server in started:
             try:
                 server["proc"].wait(timeout=30)
             except subprocess.TimeoutExpired:
                 server["proc"].kill()
                 server["proc"].wait()
             server["log"].close()
+        for server in instances.values():
             if server.get("stop"):
                 server["stop"]()
         if upstream.get("proc"):
             upstream["proc"].terminate()
-            upstream["proc"].wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                upstream["proc"].wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                upstream["proc"].kill()
+                upstream["proc"].wait()
+        if ok:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"side_by_side.py: the run failed; the servers' logs are in {tmp}",
+                  file=sys.stderr)
 
 
 if __name__ == "__main__":

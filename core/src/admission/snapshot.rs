@@ -133,11 +133,14 @@ mod tests {
     const NOW: u64 = 1_800_000_000_000;
 
     /// Rooms whose names share their inline part: two of one length that differ after byte
-    /// 24, a prefix of them longer than 24 bytes, and a short one.
-    const NAMES: [&str; 4] = [
+    /// 24, a prefix of them longer than 24 bytes, one of exactly 24 bytes and one of 25 that
+    /// starts with it, and a short one.
+    const NAMES: [&str; 6] = [
         "checkout-for-the-spring-sale-a",
         "checkout-for-the-spring-sale-b",
         "checkout-for-the-spring-sale",
+        "checkout-for-the-spring-",
+        "checkout-for-the-spring-x",
         "shop",
     ];
 
@@ -166,6 +169,8 @@ mod tests {
         for unknown in [
             "checkout-for-the-spring-sale-c",
             "checkout-for-the-spring-sal",
+            "checkout-for-the-spring-y",
+            "checkout-for-the-spring",
             "checkout-for-the-spring-sale-",
             "shop2",
             "sho",

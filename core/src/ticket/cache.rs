@@ -15,10 +15,11 @@
 //! has usually left the CPU's caches since the last request (the kernel's and the server's
 //! own work in between evict it), so a miss costs a trip to memory: measured in nginx with
 //! 10,000 visitors in turn, that read was the module's single costliest instruction. So each
-//! thread counts its hits: when fewer than one lookup in 16 of the last 256 hit (a sale with
-//! far more visitors per thread than entries, each visitor's requests far apart), the thread
-//! stops looking up and remembering for the next 4,096 tickets, then samples again. What is
-//! served is unchanged either way: a skipped lookup is a miss, and a miss opens the ticket.
+//! thread counts its hits in windows of 256 lookups: when fewer than one in 16 of a window hit
+//! (a sale with far more visitors per thread than entries, each visitor's requests far
+//! apart), the thread skips the cache (no lookup, nothing remembered) for about the next
+//! 4,096 tickets, then samples again. What is served is unchanged either way: a skipped
+//! lookup is a miss, and a miss opens the ticket.
 
 use std::cell::{Cell, RefCell};
 
@@ -189,8 +190,8 @@ mod tests {
         }
     }
 
-    /// An encoded ticket's bytes, distinct for each `n` and landing in distinct slots for
-    /// n < ENTRIES (the slot hashes characters 8 to 16).
+    /// An encoded ticket's bytes, distinct for each `n` (in the characters the slot hashes,
+    /// 8 to 16, and in the last ones).
     fn text(n: u32) -> [u8; ENCODED_LEN] {
         let mut t = [b'A'; ENCODED_LEN];
         t[8..12].copy_from_slice(&n.to_le_bytes());

@@ -13,8 +13,8 @@
 //!
 //! A cache that does not hit costs more than it saves. In a server the entry a lookup reads
 //! has usually left the CPU's caches since the last request (the kernel's and the server's
-//! own work in between evict it), so a miss costs a trip to memory: measured in nginx with
-//! 10,000 visitors in turn, that read was the module's single costliest instruction. So each
+//! own work in between evict it), so a miss costs a trip to memory: in a perf profile of
+//! nginx with 10,000 visitors in turn, that read was the module's costliest instruction. So each
 //! thread counts its hits in windows of 256 lookups: when fewer than one in 16 of a window hit
 //! (a sale with far more visitors per thread than entries, each visitor's requests far
 //! apart), the thread skips the cache (no lookup, nothing remembered) for about the next

@@ -126,10 +126,7 @@ unsafe fn args_and_count<const N: usize>(
     if status != sys::Status::napi_ok {
         return Err(invalid("cannot read the call's arguments"));
     }
-    for slot in argv.iter_mut().skip(argc) {
-        // SAFETY: per this function's contract; `slot` is writable.
-        unsafe { sys::napi_get_undefined(env, slot) };
-    }
+    // N-API itself sets the slots past the arguments passed to `undefined`.
     Ok((argv, argc))
 }
 

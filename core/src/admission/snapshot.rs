@@ -36,7 +36,8 @@ impl RoomName {
         }
     }
 
-    /// Whether `name` is the name `full` (this one's whole text).
+    /// Whether `name` is this room's name. `full` compares `name` with the whole name (behind
+    /// the room's pointer); it is called only for names longer than the inline bytes.
     #[inline]
     fn is(&self, name: &[u8], full: impl FnOnce() -> bool) -> bool {
         if self.len != name.len() {

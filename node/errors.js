@@ -36,10 +36,23 @@ const BY_CODE = {
   ERR_VELVET_ROPE_CAPACITY: CapacityError
 }
 
+/**
+ * Codes napi-rs gives an argument of the wrong type (a number where a string goes, ...):
+ * `InvalidArgumentError`s, as the module's own checks throw.
+ */
+const NAPI_TYPE_CODES = new Set([
+  'InvalidArg', 'ObjectExpected', 'StringExpected', 'NameExpected', 'FunctionExpected',
+  'NumberExpected', 'BooleanExpected', 'ArrayExpected', 'BigintExpected', 'DateExpected'
+])
+
 /** The typed error for an error the native module threw (others pass through unchanged). */
 function convert (e) {
   const Class = e && BY_CODE[e.code]
-  return Class ? new Class(e.message, e.code) : e
+  if (Class) return new Class(e.message, e.code)
+  if (e && NAPI_TYPE_CODES.has(e.code)) {
+    return new InvalidArgumentError(e.message, 'ERR_VELVET_ROPE_INVALID_ARGUMENT')
+  }
+  return e
 }
 
 module.exports = {

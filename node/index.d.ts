@@ -54,6 +54,11 @@ export declare class Engine {
    * `UnknownRoomError` for a room not configured.
    */
   admit(room: string, cookie?: string | null, nowMs?: number): Decision
+  /**
+   * A room of this engine, for deciding its requests (`room.admit(cookie)`, what the
+   * middleware calls): the same `Room` for the same name. Throws `UnknownRoomError`.
+   */
+  room(name: string): Room
   /** Decides one request given the ticket cookie's value itself. */
   admitTicket(room: string, ticket?: string | null, nowMs?: number): Decision
   /** Folds the counters into a new snapshot (about once a second: see `startTicking`). */
@@ -78,6 +83,23 @@ export declare class Engine {
   readonly statsByRoom: Record<string, unknown>
   /** The name of a room's ticket cookie. */
   cookieName(room: string): string
+}
+
+/**
+ * One room of an engine (`engine.room(name)`). Its `admit` is the engine's for this room,
+ * cheaper by the room's name not being read out of a string on every call. After a reload
+ * that drops the room, its calls throw `UnknownRoomError`.
+ */
+export declare class Room {
+  private constructor()
+  /** The room's name. */
+  readonly name: string
+  /** The engine deciding for the room. */
+  readonly engine: Engine
+  /** `engine.admit(room.name, cookie, nowMs)`. */
+  admit(cookie?: string | null, nowMs?: number): Decision
+  /** `engine.renderPage(room.name, decision, accept)`. */
+  renderPage(decision: Decision, accept?: string | null): Page | null
 }
 
 /** Options of `new Coordinator(...)` and `request`. */

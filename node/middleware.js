@@ -11,8 +11,9 @@
 const { UnknownRoomError } = require('./errors.js')
 
 /**
- * Which room decides a path: the room of the longest prefix of `rooms` the path starts with,
- * else `room` (the default; none: such paths pass). Paths under a `bypass` prefix never decide.
+ * Which room decides a path (a `Room`, or null): the room of the longest prefix of `rooms`
+ * the path starts with, else `room` (the default; none: such paths pass). Paths under a
+ * `bypass` prefix never decide.
  */
 function router (engine, { room, rooms, bypass = [] } = {}) {
   const known = new Set(engine.rooms)
@@ -28,17 +29,18 @@ function router (engine, { room, rooms, bypass = [] } = {}) {
     throw new TypeError('give `room` (every path) or `rooms` (path prefix -> room)')
   }
   const skip = [...bypass]
+  const fallback = room === undefined || room === null ? null : engine.room(room)
   if (skip.length === 0 && prefixes.length === 0) {
     // One room for every path: the path need not be read.
-    const only = room ?? null
-    const roomFor = () => only
+    const roomFor = () => fallback
     roomFor.everyPath = true
     return roomFor
   }
+  const byPrefix = prefixes.map(([prefix, name]) => [prefix, engine.room(name)])
   return function roomFor (path) {
     for (const b of skip) if (path.startsWith(b)) return null
-    for (const [prefix, name] of prefixes) if (path.startsWith(prefix)) return name
-    return room ?? null
+    for (const [prefix, r] of byPrefix) if (path.startsWith(prefix)) return r
+    return fallback
   }
 }
 
@@ -73,12 +75,12 @@ function express (engine, options) {
   return function velvetRope (req, res, next) {
     const room = everyPath ? roomFor() : roomFor(pathOf(req.originalUrl || req.url))
     if (room === null) return next()
-    const d = engine.admit(room, cookieOf(req))
+    const d = room.admit(cookieOf(req))
     if (d.admitted) {
       if (d.setCookie) res.append('Set-Cookie', d.setCookie)
       return next()
     }
-    const page = engine.renderPage(room, d, req.headers.accept)
+    const page = room.renderPage(d, req.headers.accept)
     res.status(page.status)
     for (const [name, value] of page.headers) res.append(name, value)
     res.send(page.body)
@@ -116,17 +118,17 @@ function fastify (instance, options, done) {
     const config = request.routeOptions.config
     const own = config ? config.velvetRope : undefined
     if (own === false) return next()
+    // An unknown room (a route declared before the plugin loaded) throws UnknownRoomError.
     const room = own && own.room !== undefined
-      ? own.room
+      ? engine.room(own.room)
       : everyPath ? roomFor() : roomFor(pathOf(request.url))
     if (room === null) return next()
-    // An unknown room (a route declared before the plugin loaded) throws UnknownRoomError.
-    const d = engine.admit(room, cookieOf(request.raw))
+    const d = room.admit(cookieOf(request.raw))
     if (d.admitted) {
       if (d.setCookie) reply.header('set-cookie', d.setCookie)
       return next()
     }
-    const page = engine.renderPage(room, d, request.headers.accept)
+    const page = room.renderPage(d, request.headers.accept)
     reply.code(page.status)
     for (const [name, value] of page.headers) reply.header(name, value)
     reply.send(page.body)

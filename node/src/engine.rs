@@ -1,6 +1,6 @@
 //! The admission engine: `engine*` functions over numeric engine handles (see `handles`).
 
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use napi_derive::napi;
 use velvet_rope::{Config, Engine, Outcome, TicketError};
@@ -357,4 +357,37 @@ pub fn engine_cookie_name(engine: u32, room: String) -> napi::Result<String, &'s
 #[napi]
 pub fn shared_memory_size(config: String, is_path: bool) -> napi::Result<f64, &'static str> {
     Ok(Engine::shared_region_size(&load(&config, is_path)?) as f64)
+}
+
+/// A room of an engine, as a `Room` object holds it: the engine (kept alive while the handle
+/// is) and the room's name, so the admit path takes one number where it took a handle and a
+/// string (reading the name out of V8 cost about 220 instructions per call).
+pub(crate) struct RoomRef {
+    /// The engine deciding for the room.
+    pub(crate) engine: Arc<Engine>,
+    /// The room's name (looked up in the engine's current snapshot on every call, so a reload
+    /// that drops the room makes its calls fail as an unknown room).
+    pub(crate) name: Box<[u8]>,
+}
+
+/// The rooms JavaScript holds.
+pub(crate) static ROOMS: LazyLock<Handles<RoomRef>> = LazyLock::new(|| Handles::new("room"));
+
+/// A handle to `room` of `engine` (`UnknownRoomError` if the engine has no such room now).
+#[napi]
+pub fn engine_room(engine: u32, room: String) -> napi::Result<u32, &'static str> {
+    let engine = ENGINES.get(engine)?;
+    if !engine.rooms().contains(&room) {
+        return Err(to_js(velvet_rope::Error::UnknownRoom(room)));
+    }
+    ROOMS.insert(RoomRef {
+        engine,
+        name: room.into_bytes().into_boxed_slice(),
+    })
+}
+
+/// Frees a room's handle (the package calls it when the `Room` object is collected).
+#[napi]
+pub fn room_free(room: u32) {
+    ROOMS.remove(room);
 }

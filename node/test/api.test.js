@@ -107,6 +107,9 @@ test('bad arguments are errors, never crashes', () => {
     () => e.admit('shop', undefined, 1.5),
     () => e.admit('shop', undefined, 1e300),
     () => e.tick(-1),
+    () => e.stats(42),
+    () => e.cookieName({}),
+    () => e.admitTicket(null, 'x'),
     () => new Engine(room(), { nowMs: -1 }),
     () => e.admit()
   ]) {
@@ -173,6 +176,51 @@ test('unknown rooms', () => {
   assert.throws(() => velvetRope.express(e, { room: 'nope' }), UnknownRoomError)
   assert.throws(() => velvetRope.express(e, { rooms: { '/a': 'nope' } }), UnknownRoomError)
   assert.throws(() => velvetRope.express(e, {}), TypeError)
+})
+
+test('a room handle decides as the engine does, and follows reloads', () => {
+  const e = new Engine(room({ total: 2 }) + room({ name: 'vip', total: 1 }), { nowMs: T0 })
+  const shop = e.room('shop')
+  assert.ok(shop instanceof velvetRope.Room)
+  assert.equal(e.room('shop'), shop, 'one Room per name')
+  assert.equal(shop.name, 'shop')
+  assert.equal(shop.engine, e)
+  const first = shop.admit(undefined, T0)
+  assert.equal(first.outcome, 'admit')
+  const cookie = value(first)
+  assert.ok(e.admit('shop', cookie, T0 + 1).admitted, "the engine re-admits the room's ticket")
+  assert.deepEqual({ ...shop.admit(cookie, T0 + 1) }, { outcome: 'admit', admitted: true })
+  assert.ok(shop.admit(`a=1; ${cookie}`, T0 + 1).admitted)
+  assert.ok(e.admit('shop', undefined, T0).admitted, 'the second of two slots')
+  const waiting = shop.admit(undefined, T0 + 2)
+  assert.equal(waiting.outcome, 'queue', 'the room counts what the engine admitted')
+  assert.equal(shop.renderPage(waiting, 'application/json').contentType, 'application/json')
+  assert.equal(shop.renderPage(first), null)
+  const vip = e.room('vip')
+  const other = vip.admit(cookie, T0 + 3)
+  assert.ok(other.admitted && other.ticketError === undefined, "another room's ticket is only a cookie")
+  assert.match(other.setCookie, /^__vr_vip=/, 'a new visitor of this room')
+  assert.equal(vip.admit(undefined, T0 + 3).outcome, 'queue')
+  for (const call of [
+    () => shop.admit(42),
+    () => shop.admit(undefined, 'soon'),
+    () => shop.admit(undefined, -1),
+    () => e.room(42)
+  ]) {
+    assert.throws(call, (err) => {
+      assert.ok(err instanceof InvalidArgumentError, `${call}: ${err}`)
+      assert.equal(err.code, 'ERR_VELVET_ROPE_INVALID_ARGUMENT')
+      return true
+    })
+  }
+  assert.throws(() => e.room('nope'), (err) => err instanceof UnknownRoomError &&
+    err.code === 'ERR_VELVET_ROPE_UNKNOWN_ROOM' && /no room named `nope`/.test(err.message))
+  // A reload that drops the room makes its calls fail; one that brings it back, work again.
+  e.reload(room({ name: 'vip', total: 1 }))
+  assert.throws(() => shop.admit(cookie, T0 + 4), UnknownRoomError)
+  assert.equal(vip.admit(undefined, T0 + 4).outcome, 'queue', 'the kept room keeps its count')
+  e.reload(room({ total: 2 }) + room({ name: 'vip', total: 1 }))
+  assert.equal(shop.admit(undefined, T0 + 5).outcome, 'admit', 'a new room: new counters')
 })
 
 test('stats, tick and reload', () => {

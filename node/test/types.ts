@@ -1,7 +1,7 @@
 // Compiled with `tsc --noEmit` in `make test`: the hand-written `index.d.ts` describes the
 // package as a TypeScript user calls it.
 import * as velvetRope from '..'
-import { CapacityError, Engine, Gauge, RateLimiter, type Decision, type Page } from '..'
+import { CapacityError, Engine, Gauge, RateLimiter, Room, type Decision, type Page } from '..'
 
 const engine = new Engine('[[rooms]]', { sharedMemory: '/tmp/rooms.state' })
 const d: Decision = engine.admit('shop', undefined)
@@ -10,6 +10,12 @@ if (!d.admitted) {
   const status: number | undefined = page?.status
   void status
 }
+const shop: Room = engine.room('shop')
+const again: Decision = shop.admit(undefined, 1_800_000_000_000)
+const shopPage: Page | null = shop.renderPage(again, null)
+const shopName: string = shop.name
+void shopPage
+void shopName
 const outcome: 'admit' | 'queue' | 'reject' = d.outcome
 const position: number | undefined = d.position
 void outcome

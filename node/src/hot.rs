@@ -198,6 +198,24 @@ unsafe fn now_arg(env: sys::napi_env, v: sys::napi_value) -> Result<u64, JsError
     }
 }
 
+/// The time argument of a hot call: the system clock when the caller left it out (`index.js`
+/// does when `nowMs` is `undefined`, which spares a type check per call), else [`now_arg`].
+///
+/// # Safety
+/// `env` and `v` must belong to the live call.
+unsafe fn now_or_clock(
+    env: sys::napi_env,
+    v: sys::napi_value,
+    passed: bool,
+) -> Result<u64, JsError> {
+    if passed {
+        // SAFETY: per this function's contract.
+        unsafe { now_arg(env, v) }
+    } else {
+        crate::or_now(None)
+    }
+}
+
 /// How a string argument is read into bytes.
 #[derive(Clone, Copy)]
 enum Encoding {
@@ -353,8 +371,7 @@ unsafe fn room_arg<'b, const N: usize>(
 
 /// `engineAdmit(engine, room, cookie?, nowMs?)`: decides one request; `null` for the steady
 /// admit (admitted, nothing to set), else the decision object. Never blocks. Without a fourth
-/// argument the time is the system clock's (`index.js` leaves `nowMs` out when it is
-/// `undefined`, which spares a type check per call).
+/// argument the time is the system clock's (see [`now_or_clock`]).
 unsafe extern "C" fn engine_admit(
     env: sys::napi_env,
     info: sys::napi_callback_info,
@@ -369,11 +386,7 @@ unsafe extern "C" fn engine_admit(
             let room = room_arg(env, room, &mut room_buf, (&mut utf8_buf, &mut utf8_heap))?;
             let (mut cookie_buf, mut cookie_heap) = ([MaybeUninit::uninit(); STACK], Vec::new());
             let header = header_arg(env, cookie, &mut cookie_buf, &mut cookie_heap)?;
-            let now = if argc < 4 {
-                crate::or_now(None)?
-            } else {
-                now_arg(env, now)?
-            };
+            let now = now_or_clock(env, now, argc >= 4)?;
             let decision = ENGINES
                 .with(handle, |e| e.admit_header_bytes(room, header, now))?
                 .map_err(to_js)?;
@@ -395,11 +408,7 @@ unsafe extern "C" fn room_admit(
             let handle = u32_arg(env, handle, "room")?;
             let (mut cookie_buf, mut cookie_heap) = ([MaybeUninit::uninit(); STACK], Vec::new());
             let header = header_arg(env, cookie, &mut cookie_buf, &mut cookie_heap)?;
-            let now = if argc < 3 {
-                crate::or_now(None)?
-            } else {
-                now_arg(env, now)?
-            };
+            let now = now_or_clock(env, now, argc >= 3)?;
             let decision = ROOMS
                 .with(handle, |r| {
                     r.engine.admit_header_bytes(&r.name, header, now)

@@ -195,9 +195,12 @@ export interface FastifyOptions extends RoutingOptions {
 }
 
 /**
- * A Fastify plugin: `fastify.register(velvetRope.fastify, { engine, room: 'shop' })`. A route
- * names its own room, or turns the waiting room off, in its config:
+ * A Fastify plugin: `await fastify.register(velvetRope.fastify, { engine, room: 'shop' })`. A
+ * route names its own room, or turns the waiting room off, in its config:
  * `{ config: { velvetRope: { room: 'checkout' } } }` or `{ config: { velvetRope: false } }`.
+ * Registered before any route exists, it gives each route a hook of its own; registered after
+ * routes (without `await`), one hook for the whole application that reads each request's
+ * route options. A request no route matches (a 404) is not decided.
  */
 export declare function fastify(instance: unknown, options: FastifyOptions, done: (err?: Error) => void): void
 

@@ -88,11 +88,22 @@ function express (engine, options) {
 }
 
 /**
- * A Fastify plugin: `fastify.register(velvetRope.fastify, { engine, room: 'shop' })`. A
+ * A Fastify plugin: `await fastify.register(velvetRope.fastify, { engine, room: 'shop' })`. A
  * route can name its own room, or turn the waiting room off, with its config:
- * `{ config: { velvetRope: { room: 'checkout' } } }` or `{ config: { velvetRope: false } }`;
- * a room that does not exist fails when the route is declared (or, for routes declared before
- * the plugin loaded, on their requests).
+ * `{ config: { velvetRope: { room: 'checkout' } } }` or `{ config: { velvetRope: false } }`.
+ * A request no route matches (a 404) is not decided.
+ *
+ * How it hooks in depends on what exists when the plugin loads:
+ * - no route yet (the plugin registered with `await`, or the routes declared in plugins
+ *   registered after it): each route gets its own `onRequest` hook as it is declared (the
+ *   `onRoute` way, as `@fastify/rate-limit` does), bound to its room. A request reads no
+ *   route options and a route without a room carries no hook.
+ * - routes already declared (`fastify.register(...)` without `await`, then routes on the
+ *   root: Fastify loads the plugin after them): one application-wide `onRequest` hook that
+ *   reads each request's route options (`request.routeOptions`, an object Fastify builds per
+ *   call: about 1 % of a hello-world request).
+ * A route naming a room that does not exist fails when it is declared (or, for a route
+ * declared before the plugin loaded, on its requests).
  */
 function fastify (instance, options, done) {
   const { engine } = options
@@ -109,20 +120,8 @@ function fastify (instance, options, done) {
     }
   }
 
-  instance.addHook('onRoute', (route) => {
-    const own = route.config ? route.config.velvetRope : undefined
-    if (own && own.room !== undefined) check(own.room, `route ${route.method} ${route.url}`)
-  })
-  // A callback hook, not an async one: no promise per request.
-  instance.addHook('onRequest', function velvetRope (request, reply, next) {
-    const config = request.routeOptions.config
-    const own = config ? config.velvetRope : undefined
-    if (own === false) return next()
-    // An unknown room (a route declared before the plugin loaded) throws UnknownRoomError.
-    const room = own && own.room !== undefined
-      ? engine.room(own.room)
-      : everyPath ? roomFor() : roomFor(pathOf(request.url))
-    if (room === null) return next()
+  /** Decides a request for `room` (not null): on to the route, or the waiting page. */
+  function decide (room, request, reply, next) {
     const d = room.admit(cookieOf(request.raw))
     if (d.admitted) {
       if (d.setCookie) reply.header('set-cookie', d.setCookie)
@@ -132,7 +131,51 @@ function fastify (instance, options, done) {
     reply.code(page.status)
     for (const [name, value] of page.headers) reply.header(name, value)
     reply.send(page.body)
+  }
+
+  // A router over "(empty tree)" has no route: anything else (whatever Fastify prints) takes
+  // the application-wide hook, which is right for every route.
+  const perRoute = instance.printRoutes() === '(empty tree)'
+
+  instance.addHook('onRoute', (route) => {
+    const own = route.config ? route.config.velvetRope : undefined
+    const named = own !== undefined && own !== null && own !== false && own.room !== undefined
+    if (named) check(own.room, `route ${route.method} ${route.url}`)
+    if (!perRoute || own === false) return
+    let hook
+    if (named || everyPath) {
+      const room = named ? engine.room(own.room) : roomFor()
+      if (room === null) return
+      // Callback hooks, not async ones: no promise per request.
+      hook = function velvetRopeRoute (request, reply, next) {
+        decide(room, request, reply, next)
+      }
+    } else {
+      hook = function velvetRopeRoute (request, reply, next) {
+        const room = roomFor(pathOf(request.url))
+        if (room === null) return next()
+        decide(room, request, reply, next)
+      }
+    }
+    // First among the route's own hooks, as an application-wide one would run; a new array
+    // (the route's may be shared with the HEAD route Fastify adds, which gets its own hook).
+    const theirs = route.onRequest
+    route.onRequest = theirs === undefined || theirs === null ? [hook] : [hook].concat(theirs)
   })
+  if (!perRoute) {
+    instance.addHook('onRequest', function velvetRope (request, reply, next) {
+      const route = request.routeOptions
+      if (route.url === undefined) return next() // no route matched: a 404
+      const own = route.config ? route.config.velvetRope : undefined
+      if (own === false) return next()
+      // An unknown room (a route declared before the plugin loaded) throws UnknownRoomError.
+      const room = own && own.room !== undefined
+        ? engine.room(own.room)
+        : everyPath ? roomFor() : roomFor(pathOf(request.url))
+      if (room === null) return next()
+      decide(room, request, reply, next)
+    })
+  }
   instance.addHook('onClose', (_instance, closed) => {
     engine.stopTicking()
     closed()

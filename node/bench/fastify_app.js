@@ -7,7 +7,7 @@
  */
 const velvetRope = require('..')
 
-function app (kind, port) {
+async function app (kind, port) {
   const app = require('fastify')()
   if (kind === 'roomed') {
     // BUCKET_WIDTH_SECS: the room's "minute" (an hour keeps tickets unrenewed through a long
@@ -16,16 +16,20 @@ function app (kind, port) {
     const engine = new velvetRope.Engine(`[settings]\nbucket_width_secs = ${bucket}\n` +
       '[[rooms]]\nname = "shop"\ntotal_active_users = 1000000\n' +
       'new_users_per_minute = 1000000\n[rooms.cookie]\nsecure = false\n')
-    app.register(velvetRope.fastify, { engine, room: 'shop' })
+    // Registered as Fastify's plugins that hook routes are (`await`, then the routes): each
+    // route gets its own hook. `PLUGIN_NOT_AWAITED=1`: the routes first, one hook for all.
+    if (process.env.PLUGIN_NOT_AWAITED === '1') app.register(velvetRope.fastify, { engine, room: 'shop' })
+    else await app.register(velvetRope.fastify, { engine, room: 'shop' })
   }
   app.get('/', async () => ({ hello: 'world' }))
-  app.listen({ port: Number(port), host: '127.0.0.1' })
+  await app.listen({ port: Number(port), host: '127.0.0.1' })
 }
 
 const [kind, ...ports] = process.argv.slice(2)
-if (kind === 'both') {
-  app('plain', ports[0])
-  app('roomed', ports[1])
-} else {
-  app(kind, ports[0])
-}
+const started = kind === 'both'
+  ? Promise.all([app('plain', ports[0]), app('roomed', ports[1])])
+  : app(kind, ports[0])
+started.catch((e) => {
+  console.error(e)
+  process.exit(1)
+})

@@ -30,6 +30,47 @@ test('fastify: a route declared on the root after the plugin is guarded', async 
   await app.close()
 })
 
+test('fastify: registered with await, each route carries its own hook, first of its hooks', async () => {
+  const app = Fastify()
+  await app.register(plugin, { engine: new Engine(ROOMS), room: 'shop' })
+  const ran = []
+  app.get('/', { onRequest: [(_q, _r, next) => { ran.push('theirs'); next() }] }, async () => 'in')
+  app.get('/free', { config: { velvetRope: false } }, async () => 'free')
+  await app.ready()
+  const hooks = app.printRoutes({ includeHooks: true, commonPrefix: false })
+  assert.match(hooks, /└── \/ \(GET\)\n {4}• \(onRequest\) \["velvetRopeRoute\(\)","anonymous\(\)"\]/)
+  assert.doesNotMatch(hooks, /free \(GET\)\n *• \(onRequest\)/, 'a route with the room off has no hook')
+  // The HEAD route Fastify adds has one hook of its own: one visitor, one slot (the room holds one).
+  const head = await app.inject({ method: 'HEAD', url: '/' })
+  assert.equal(head.statusCode, 200)
+  assert.match(head.headers['set-cookie'], /^__vr_shop=/)
+  assert.deepEqual(ran, ['theirs'])
+  const second = await app.inject('/')
+  assert.equal(second.statusCode, 202, 'the room holds one')
+  assert.deepEqual(ran, ['theirs'], 'a waiting visitor never reaches the route\'s own hooks')
+  const again = await app.inject({ url: '/', headers: { cookie: head.headers['set-cookie'].split(';')[0] } })
+  assert.equal(again.statusCode, 200)
+  assert.equal((await app.inject('/free')).statusCode, 200)
+  await app.close()
+})
+
+for (const awaited of [true, false]) {
+  test(`fastify: a request no route matches is not decided (plugin ${awaited ? '' : 'not '}awaited)`, async () => {
+    const app = Fastify()
+    const loading = app.register(plugin, { engine: new Engine(ROOMS), room: 'shop' })
+    if (awaited) await loading
+    app.get('/', async () => 'in')
+    for (let i = 0; i < 3; i++) {
+      const res = await app.inject('/nope')
+      assert.equal(res.statusCode, 404)
+      assert.equal(res.headers['set-cookie'], undefined)
+    }
+    assert.equal((await app.inject('/')).statusCode, 200, 'the 404s took no slot')
+    assert.equal((await app.inject('/')).statusCode, 202)
+    await app.close()
+  })
+}
+
 test('fastify: a route naming an unknown room fails at start-up', async () => {
   const app = Fastify()
   app.register(plugin, { engine: new Engine(ROOMS) })

@@ -93,8 +93,11 @@ export declare function engineReload(engine: number, config: string, isPath: boo
  */
 export declare function engineRenderPage(engine: number, room: string, decision: DecisionObject, accept?: string | undefined | null): PageObject | null
 
-/** A handle to `room` of `engine` (`UnknownRoomError` if the engine has no such room now). */
-export declare function engineRoom(engine: number, room: string): number
+/**
+ * The admit function of `room` of `engine` (`UnknownRoomError` if the engine has no such
+ * room now): `admit(cookie?, nowMs?)`, `engineAdmit` for that room.
+ */
+export declare function engineRoom(engine: number, room: string): (cookie?: string | null, nowMs?: number) => DecisionObject | undefined
 
 /** Names of the configured rooms. */
 export declare function engineRooms(engine: number): Array<string>
@@ -182,9 +185,6 @@ export declare function rateLimiterSetRate(limiter: number, perSecond: number): 
  * if they never can be.
  */
 export declare function rateLimiterTryOrWait(limiter: number, n: number): number | null
-
-/** Frees a room's handle (the package calls it when the `Room` object is collected). */
-export declare function roomFree(room: number): void
 
 /** A room's figures as last published by a tick. */
 export interface RoomStatsObject {

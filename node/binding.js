@@ -866,5 +866,4 @@ module.exports.rateLimiterNew = nativeBinding.rateLimiterNew
 module.exports.rateLimiterRate = nativeBinding.rateLimiterRate
 module.exports.rateLimiterSetRate = nativeBinding.rateLimiterSetRate
 module.exports.rateLimiterTryOrWait = nativeBinding.rateLimiterTryOrWait
-module.exports.roomFree = nativeBinding.roomFree
 module.exports.sharedMemorySize = nativeBinding.sharedMemorySize

@@ -27,9 +27,6 @@ const engines = new FinalizationRegistry((state) => {
   native.engineFree(state.h)
 })
 
-/** Rooms' native handles are freed when the `Room` is collected. */
-const rooms = new FinalizationRegistry((h) => native.roomFree(h))
-
 /**
  * One room of an engine (`engine.room(name)`): what the middleware calls per request. Its
  * `admit` is the engine's for this room, cheaper by the room's name not being read out of a
@@ -37,16 +34,15 @@ const rooms = new FinalizationRegistry((h) => native.roomFree(h))
  * call: after a reload that drops it, its calls throw `UnknownRoomError`.
  */
 class Room {
-  #h
+  #admit
   #engine
   #name
 
   /** Use `engine.room(name)`. */
-  constructor (engine, handle, name) {
+  constructor (engine, admit, name) {
     this.#engine = engine
-    this.#h = handle
+    this.#admit = admit
     this.#name = name
-    rooms.register(this, handle)
   }
 
   /** The room's name. */
@@ -62,9 +58,7 @@ class Room {
   /** `engine.admit(room.name, cookie, nowMs)`. */
   admit (cookie, nowMs) {
     try {
-      return (nowMs === undefined
-        ? native.roomAdmit(this.#h, cookie)
-        : native.roomAdmit(this.#h, cookie, nowMs)) ?? STEADY
+      return (nowMs === undefined ? this.#admit(cookie) : this.#admit(cookie, nowMs)) ?? STEADY
     } catch (e) { throw convert(e) }
   }
 

@@ -8,6 +8,7 @@ use velvet_rope_cluster::Syncer;
 
 use crate::errors::{invalid, to_js, CONFIG};
 use crate::handles::Handles;
+use crate::hot::RoomAdmit;
 
 /// The engines JavaScript holds.
 pub(crate) static ENGINES: LazyLock<Handles<Engine>> = LazyLock::new(|| Handles::new("engine"));
@@ -359,9 +360,10 @@ pub fn shared_memory_size(config: String, is_path: bool) -> napi::Result<f64, &'
     Ok(Engine::shared_region_size(&load(&config, is_path)?) as f64)
 }
 
-/// A room of an engine, as a `Room` object holds it: the engine (kept alive while the handle
-/// is) and the room's name, so the admit path takes one number where it took a handle and a
-/// string (reading the name out of V8 cost about 220 instructions per call).
+/// A room of an engine, as a `Room`'s admit function holds it (see `hot::RoomAdmit`): the
+/// engine (kept alive while the function is) and the room's name, so the admit path takes
+/// neither a handle nor a string where it took both (reading the name out of V8 cost about
+/// 220 instructions per call, looking the handle up about 130).
 pub(crate) struct RoomRef {
     /// The engine deciding for the room.
     pub(crate) engine: Arc<Engine>,
@@ -370,24 +372,16 @@ pub(crate) struct RoomRef {
     pub(crate) name: Box<[u8]>,
 }
 
-/// The rooms JavaScript holds.
-pub(crate) static ROOMS: LazyLock<Handles<RoomRef>> = LazyLock::new(|| Handles::new("room"));
-
-/// A handle to `room` of `engine` (`UnknownRoomError` if the engine has no such room now).
-#[napi]
-pub fn engine_room(engine: u32, room: String) -> napi::Result<u32, &'static str> {
+/// The admit function of `room` of `engine` (`UnknownRoomError` if the engine has no such
+/// room now): `admit(cookie?, nowMs?)`, `engineAdmit` for that room.
+#[napi(ts_return_type = "(cookie?: string | null, nowMs?: number) => DecisionObject | undefined")]
+pub fn engine_room(engine: u32, room: String) -> napi::Result<RoomAdmit, &'static str> {
     let engine = ENGINES.get(engine)?;
     if !engine.rooms().contains(&room) {
         return Err(to_js(velvet_rope::Error::UnknownRoom(room)));
     }
-    ROOMS.insert(RoomRef {
+    Ok(RoomAdmit(RoomRef {
         engine,
         name: room.into_bytes().into_boxed_slice(),
-    })
-}
-
-/// Frees a room's handle (the package calls it when the `Room` object is collected).
-#[napi]
-pub fn room_free(room: u32) {
-    ROOMS.remove(room);
+    }))
 }

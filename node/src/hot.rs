@@ -1,13 +1,15 @@
-//! The calls every request makes, as raw N-API callbacks: `roomAdmit` (and `engineAdmit`,
-//! its form taking the room by name) and `rateLimiterTryAcquire`.
+//! The calls every request makes, as raw N-API callbacks: a room's admit function (made by
+//! `engineRoom`; `engineAdmit` is its form taking the engine and the room by name) and
+//! `rateLimiterTryAcquire`.
 //!
 //! Measured here (Node 20): a raw callback taking one number and returning a boolean costs
-//! 33 ns; the same function through napi-rs's generated wrapper, 148 ns. These two are
-//! therefore written against N-API directly and registered when the module loads; everything
-//! else goes through napi-rs. Each callback catches panics (none crosses into JavaScript) and
+//! 33 ns; the same function through napi-rs's generated wrapper, 148 ns. These are therefore
+//! written against N-API directly (`engineAdmit` and `rateLimiterTryAcquire` registered when
+//! the module loads, a room's admit function made by `engineRoom`); everything else goes
+//! through napi-rs. Each callback catches panics (none crosses into JavaScript) and
 //! throws errors with the same codes as the rest of the module (`errors`).
 
-use std::ffi::CString;
+use std::ffi::{c_void, CString};
 use std::mem::MaybeUninit;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
@@ -17,7 +19,7 @@ use napi::{sys, Env, JsValue};
 use napi_derive::napi;
 use velvet_rope::lease::{Denied, LeaseError};
 
-use crate::engine::{steady_or_object, ENGINES, ROOMS};
+use crate::engine::{steady_or_object, RoomRef, ENGINES};
 use crate::errors::{invalid, lease_to_js, to_js, JsError};
 use crate::lease::LIMITERS;
 
@@ -30,9 +32,8 @@ const ROOM_STACK: usize = 256;
 /// Registers the raw callbacks on the module's exports.
 #[napi(module_exports)]
 pub fn register_hot_calls(exports: Object, env: Env) -> napi::Result<()> {
-    let calls: [(&std::ffi::CStr, sys::napi_callback); 3] = [
+    let calls: [(&std::ffi::CStr, sys::napi_callback); 2] = [
         (c"engineAdmit", Some(engine_admit)),
-        (c"roomAdmit", Some(room_admit)),
         (c"rateLimiterTryAcquire", Some(rate_limiter_try_acquire)),
     ];
     for (name, callback) in calls {
@@ -111,9 +112,23 @@ unsafe fn args_and_count<const N: usize>(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> Result<([sys::napi_value; N], usize), JsError> {
+    // SAFETY: this function's contract.
+    unsafe { args_count_and_data(env, info) }.map(|(argv, argc, _)| (argv, argc))
+}
+
+/// [`args_and_count`], and the data the function was made with (`napi_create_function`).
+///
+/// # Safety
+/// `env` and `info` must be the live call's.
+unsafe fn args_count_and_data<const N: usize>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> Result<([sys::napi_value; N], usize, *mut c_void), JsError> {
     let mut argc = N;
     let mut argv = [ptr::null_mut(); N];
-    // SAFETY: per this function's contract; `argv` has room for `argc` values.
+    let mut data = ptr::null_mut();
+    // SAFETY: per this function's contract; `argv` has room for `argc` values, `data` is
+    // writable.
     let status = unsafe {
         sys::napi_get_cb_info(
             env,
@@ -121,14 +136,14 @@ unsafe fn args_and_count<const N: usize>(
             &mut argc,
             argv.as_mut_ptr(),
             ptr::null_mut(),
-            ptr::null_mut(),
+            &mut data,
         )
     };
     if status != sys::Status::napi_ok {
         return Err(invalid("cannot read the call's arguments"));
     }
     // N-API itself sets the slots past the arguments passed to `undefined`.
-    Ok((argv, argc))
+    Ok((argv, argc, data))
 }
 
 /// The JavaScript type of a value.
@@ -369,9 +384,9 @@ unsafe fn room_arg<'b, const N: usize>(
     unsafe { str_arg(env, v, "room", utf8.0, utf8.1) }
 }
 
-/// `engineAdmit(engine, room, cookie?, nowMs?)`: decides one request; `null` for the steady
-/// admit (admitted, nothing to set), else the decision object. Never blocks. Without a fourth
-/// argument the time is the system clock's (see [`now_or_clock`]).
+/// `engineAdmit(engine, room, cookie?, nowMs?)`: decides one request; `undefined` for the
+/// steady admit (admitted, nothing to set), else the decision object. Never blocks. Without a
+/// fourth argument the time is the system clock's (see [`now_or_clock`]).
 unsafe extern "C" fn engine_admit(
     env: sys::napi_env,
     info: sys::napi_callback_info,
@@ -395,8 +410,9 @@ unsafe extern "C" fn engine_admit(
     }
 }
 
-/// `roomAdmit(room, cookie?, nowMs?)`: `engineAdmit` for a room handle (`engineRoom`): the
-/// same decision, without reading the room's name out of a JavaScript string.
+/// A room's admit function, `admit(cookie?, nowMs?)`: `engineAdmit` for one room, which the
+/// function carries as its data (no handle to look up, no room name to read per call).
+/// Without a second argument the time is the system clock's (see [`now_or_clock`]).
 unsafe extern "C" fn room_admit(
     env: sys::napi_env,
     info: sys::napi_callback_info,
@@ -404,22 +420,80 @@ unsafe extern "C" fn room_admit(
     // SAFETY: `env` and `info` are the live call's, as N-API passes them.
     unsafe {
         guarded(env, || {
-            let ([handle, cookie, now], argc) = args_and_count::<3>(env, info)?;
-            let handle = u32_arg(env, handle, "room")?;
+            let ([cookie, now], argc, data) = args_count_and_data::<2>(env, info)?;
+            // SAFETY: this callback is only ever made by `RoomAdmit::to_napi_value`, with a
+            // `RoomRef` as its data, which lives until the function is collected (its
+            // finalizer frees it): a function being called is not collected.
+            let room = &*data.cast::<RoomRef>();
             let (mut cookie_buf, mut cookie_heap) = ([MaybeUninit::uninit(); STACK], Vec::new());
             let header = header_arg(env, cookie, &mut cookie_buf, &mut cookie_heap)?;
-            let now = now_or_clock(env, now, argc >= 3)?;
-            let decision = ROOMS
-                .with(handle, |r| {
-                    r.engine.admit_header_bytes(&r.name, header, now)
-                })?
+            let now = now_or_clock(env, now, argc >= 2)?;
+            let decision = room
+                .engine
+                .admit_header_bytes(&room.name, header, now)
                 .map_err(to_js)?;
             decision_value(env, decision)
         })
     }
 }
 
-/// A decision as `engineAdmit` returns it: `null` for the steady admit, else the object.
+/// A room as JavaScript receives it from `engineRoom`: its admit function (see
+/// [`room_admit`]), which owns the room until the function is collected.
+pub(crate) struct RoomAdmit(pub(crate) RoomRef);
+
+impl ToNapiValue for RoomAdmit {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        let data = Box::into_raw(Box::new(val.0));
+        let name = c"admit";
+        let mut f = ptr::null_mut();
+        // SAFETY: `env` is the live call's (napi-rs converts a return value within it); the
+        // name is NUL-terminated; `data` stays valid until the finalizer below frees it.
+        let created = unsafe {
+            sys::napi_create_function(
+                env,
+                name.as_ptr(),
+                name.to_bytes().len() as isize,
+                Some(room_admit),
+                data.cast(),
+                &mut f,
+            )
+        } == sys::Status::napi_ok
+            // SAFETY: as above; `f` is the function just made.
+            && unsafe {
+                sys::napi_add_finalizer(
+                    env,
+                    f,
+                    data.cast(),
+                    Some(free_room),
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                )
+            } == sys::Status::napi_ok;
+        if !created {
+            // SAFETY: `data` came from `Box::into_raw` above and no finalizer owns it; a
+            // function made without one is dropped unreachable (never returned, never called).
+            drop(unsafe { Box::from_raw(data) });
+            return Err(napi::Error::from_reason(
+                "cannot make a room's admit function",
+            ));
+        }
+        Ok(f)
+    }
+}
+
+/// Frees a room's data when its admit function is collected.
+unsafe extern "C" fn free_room(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
+    // Dropping the room releases its engine; a panic there stays here.
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: `data` is the `RoomRef` `RoomAdmit::to_napi_value` boxed for this function,
+        // and N-API runs a finalizer once.
+        drop(unsafe { Box::from_raw(data.cast::<RoomRef>()) })
+    }));
+}
+
+/// A decision as `engineAdmit` returns it: `undefined` for the steady admit (a null
+/// `napi_value` returned from a callback is `undefined`: no call to make one), else the
+/// object.
 ///
 /// # Safety
 /// `env` must be the live call's environment.
@@ -428,12 +502,7 @@ unsafe fn decision_value(
     decision: velvet_rope::Decision,
 ) -> Result<sys::napi_value, JsError> {
     match steady_or_object(decision) {
-        None => {
-            let mut out = ptr::null_mut();
-            // SAFETY: per this function's contract; `out` is writable.
-            unsafe { sys::napi_get_null(env, &mut out) };
-            Ok(out)
-        }
+        None => Ok(ptr::null_mut()),
         // SAFETY: per this function's contract.
         Some(d) => unsafe { ToNapiValue::to_napi_value(env, d) }
             .map_err(|e| invalid(format!("cannot build the decision: {e}"))),

@@ -4,9 +4,10 @@
 //! A napi *class* method call costs about ten times a free function call (measured here: ~250
 //! against ~27 ns), and napi-rs's `External` checks each handle under a global lock; so every
 //! operation is a free function taking a numeric handle (see `handles`), and the package's
-//! JavaScript classes (`index.js`) call them. The hot calls (`engineAdmit`,
-//! `rateLimiterTryAcquire`) also read their string arguments into stack buffers (no
-//! allocation) and answer the steady case with `null` (no object to build).
+//! JavaScript classes (`index.js`) call them. The hot calls (a room's admit function,
+//! `engineAdmit`, `rateLimiterTryAcquire`; see `hot`) also read their string arguments into
+//! stack buffers (no allocation) and answer the steady case with `undefined` (no object to
+//! build).
 
 mod engine;
 mod errors;

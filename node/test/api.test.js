@@ -223,6 +223,29 @@ test('a room handle decides as the engine does, and follows reloads', () => {
   assert.equal(shop.admit(undefined, T0 + 5).outcome, 'admit', 'a new room: new counters')
 })
 
+test('a collected room releases its engine (the state file is unmapped)', () => {
+  const file = path.join(tmpdir(), 'state')
+  // In a process of its own, which can force collections.
+  const script = `
+    const fs = require('node:fs')
+    const { Engine } = require(${JSON.stringify(path.resolve(__dirname, '..'))})
+    const mapped = () => fs.readFileSync('/proc/self/maps', 'utf8').includes(${JSON.stringify(file)})
+    ;(() => {
+      const room = new Engine(${JSON.stringify(room())}, { sharedMemory: ${JSON.stringify(file)} }).room('shop')
+      if (!room.admit(undefined).admitted || !mapped()) process.exit(3)
+    })()
+    ;(async () => {
+      for (let i = 0; i < 50 && mapped(); i++) {
+        globalThis.gc()
+        await new Promise((resolve) => setTimeout(resolve, 10))
+      }
+      process.exit(mapped() ? 4 : 0)
+    })()`
+  const run = require('node:child_process').spawnSync(process.execPath, ['--expose-gc', '-e', script],
+    { encoding: 'utf8' })
+  assert.equal(run.status, 0, `exit ${run.status} (3: not mapped while used; 4: still mapped) ${run.stderr}`)
+})
+
 test('stats, tick and reload', () => {
   const e = new Engine(room({ total: 3 }), { nowMs: T0 })
   e.admit('shop', undefined, T0)

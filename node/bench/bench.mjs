@@ -39,8 +39,17 @@ const visitors = many.slice(0, 2000).map((c) => ({
   // Fastify builds routeOptions in a getter on each access; so does the stand-in.
   get routeOptions () { return { method: 'GET', url: '/', config: { url: '/', method: 'GET' } } }
 }))
+// The Fastify plugin both ways: registered after a route (one application-wide hook), and
+// before any (the hook it gives each route as the route is declared).
 const hooks = {}
-vr.fastify({ addHook: (name, fn) => { hooks[name] = fn } }, { engine, room: 'shop' }, () => {})
+const fastifyStandIn = (routes) => ({ printRoutes: () => routes, addHook: (name, fn) => { hooks[name] = fn } })
+vr.fastify(fastifyStandIn('└── / (GET)\n'), { engine, room: 'shop' }, () => {})
+const appWideHook = hooks.onRequest
+engine.stopTicking()
+vr.fastify(fastifyStandIn('(empty tree)'), { engine, room: 'shop' }, () => {})
+const route = { method: 'GET', url: '/' }
+hooks.onRoute(route)
+const routeHook = route.onRequest[0]
 engine.stopTicking()
 const expressMw = vr.express(engine, { room: 'shop' })
 engine.stopTicking()
@@ -56,9 +65,13 @@ summary(() => {
       v = (v + 1) % visitors.length
       next(visitors[v], reply)
     })
-    bench('fastify plugin onRequest hook', () => {
+    bench('fastify plugin, the route\'s own hook (registered before the routes)', () => {
       v = (v + 1) % visitors.length
-      hooks.onRequest(visitors[v], reply, next)
+      routeHook(visitors[v], reply, next)
+    })
+    bench('fastify plugin, the application-wide hook (registered after)', () => {
+      v = (v + 1) % visitors.length
+      appWideHook(visitors[v], reply, next)
     })
     bench('express middleware', () => {
       v = (v + 1) % visitors.length
@@ -74,7 +87,7 @@ summary(() => {
       i = (i + 1) % many.length
       return engine.admit('shop', many[i])
     })
-    bench('room.admit (engine.room handle), valid cookie, 10,000 visitors in turn', () => {
+    bench('room.admit (engine.room), valid cookie, 10,000 visitors in turn', () => {
       i = (i + 1) % many.length
       return shop.admit(many[i])
     })

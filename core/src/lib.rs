@@ -37,11 +37,15 @@ pub mod admission;
 pub mod clock;
 pub mod config;
 mod counters;
+pub mod env;
 pub mod error;
+mod fork_safe_lock;
 mod hash;
 pub mod lease;
 mod random;
 pub mod shares;
+#[cfg(feature = "simulation")]
+pub mod simulation;
 mod sync;
 pub mod ticket;
 

@@ -47,6 +47,12 @@ pub(crate) fn fork_generation() -> u64 {
 /// Fills `out` with fresh random bytes.
 #[inline]
 pub(crate) fn fill(out: &mut [u8]) {
+    #[cfg(feature = "simulation")]
+    if let Some(h) = crate::simulation::hooks() {
+        if h.random(out) {
+            return;
+        }
+    }
     let generation = fork_generation();
     let drew = RNG.try_with(|cell| {
         let mut slot = cell.borrow_mut();

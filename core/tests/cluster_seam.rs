@@ -1,6 +1,6 @@
 //! The seam to the cluster tier: with a `[cluster]` table a room enforces the allowances it is
-//! granted (exactly, as it enforces its limits alone), its fallback share before the first
-//! grant and after one lapses, and reports what it holds.
+//! granted (exactly, as it enforces its limits alone), a lapsed grant until the store could
+//! have given it away, its fallback share only after that, and reports what it holds.
 
 use velvet_rope::admission::cluster::ClusterGrant;
 use velvet_rope::{Engine, Outcome};
@@ -40,13 +40,29 @@ fn grant(seq: u64, until: u64, total: u64) -> ClusterGrant {
     }
 }
 
+/// A lease and a session (the room's default five one-minute buckets) after `t`.
+const HOLD: u64 = 5000 + 5 * 60_000;
+
 #[test]
-fn before_a_grant_the_fallback_share_holds() {
+fn before_a_first_grant_nothing_then_the_fallback_share() {
     let e = engine("fallback_share = 0.3", "fifo");
-    assert_eq!(admit_new(&e, 10, T0), 3);
-    let none = engine("", "fifo");
     assert_eq!(
-        admit_new(&none, 10, T0),
+        admit_new(&e, 10, T0),
+        0,
+        "the store may be about to answer, or hold a grant this host never heard of"
+    );
+    e.tick(T0 + HOLD - 1);
+    assert_eq!(e.stats("r").unwrap().free_slots, 0);
+    e.tick(T0 + HOLD + 1);
+    assert_eq!(
+        admit_new(&e, 10, T0 + HOLD + 1),
+        3,
+        "then the fallback share"
+    );
+    let none = engine("", "fifo");
+    none.tick(T0 + HOLD + 1);
+    assert_eq!(
+        admit_new(&none, 10, T0 + HOLD + 1),
         0,
         "no share set and no grant: nobody new"
     );
@@ -62,6 +78,7 @@ fn a_grant_is_enforced_exactly_then_lapses_to_the_fallback() {
     let report = e.cluster_report("r", T0 + 50).unwrap().unwrap();
     assert_eq!(report.active, 4);
     assert_eq!(report.reserved_total, 4);
+    assert!(report.held);
     // A smaller allowance cannot take back who is in: it is enforced as what is held.
     assert!(e.cluster_grant("r", &grant(2, T0 + 5000, 1)).unwrap());
     e.tick(T0 + 60);
@@ -77,11 +94,41 @@ fn a_grant_is_enforced_exactly_then_lapses_to_the_fallback() {
     assert!(!e.cluster_grant("r", &grant(1, T0 + 5000, 10)).unwrap());
     e.tick(T0 + 90);
     assert_eq!(admit_new(&e, 5, T0 + 100), 0);
-    // Lapsed: the fallback share (20 % of 10 = 2 active), and the 4 in are more already.
-    e.tick(T0 + 6000);
-    assert_eq!(admit_new(&e, 5, T0 + 6010), 0);
-    let lapsed = e.cluster_report("r", T0 + 6020).unwrap().unwrap();
+    // Lapsed, and past what the store reserves: the fallback share (20 % of 10 = 2 active),
+    // and the 4 in are more already.
+    e.tick(T0 + HOLD + 10);
+    assert_eq!(admit_new(&e, 5, T0 + HOLD + 20), 0);
+    let lapsed = e.cluster_report("r", T0 + HOLD + 30).unwrap().unwrap();
     assert_eq!((lapsed.reserved_total, lapsed.seq), (4, 2));
+    assert!(!lapsed.held, "the store may have given it away by now");
+}
+
+/// Item 1 of the exactness review: a host whose grant lapsed (the store stalled past its
+/// lease) enforced `fallback_share x limit` at once, while the store still reserved only its
+/// last grant for it and handed everyone else the rest (149 in a room of 100). Until the store
+/// could have given that reservation away, a host admits only within its last grant.
+#[test]
+fn a_lapsed_grant_is_enforced_until_the_store_could_give_it_away() {
+    let e = engine("fallback_share = 1.0", "fifo");
+    let mut g = grant(1, T0 + 5000, 6);
+    g.fallback_ppm = 1_000_000;
+    assert!(e.cluster_grant("r", &g).unwrap());
+    e.tick(T0 + 10);
+    assert_eq!(admit_new(&e, 2, T0 + 20), 2);
+    // The store stalls: the lease ends at T0 + 5 s.
+    e.tick(T0 + 6000);
+    assert_eq!(
+        admit_new(&e, 10, T0 + 6010),
+        4,
+        "the last grant's 6, not the fallback's 10"
+    );
+    let report = e.cluster_report("r", T0 + 6020).unwrap().unwrap();
+    assert_eq!(report.reserved_total, 6);
+    assert!(report.held);
+    // A lease and a session after the grant's report: the fallback share (the whole room
+    // here). Nobody has left: the 6 are still in, so 4 more.
+    e.tick(T0 + HOLD + 1);
+    assert_eq!(admit_new(&e, 10, T0 + HOLD + 2), 4);
 }
 
 #[test]
@@ -95,19 +142,59 @@ fn passthrough_rooms_take_no_part() {
 #[test]
 fn one_process_syncs_a_room_at_a_time() {
     let e = engine("", "fifo");
-    assert!(e.cluster_sync_turn("r", T0, 1000, 2500).unwrap());
+    let turn = e.cluster_sync_turn("r", T0, 1000, 2500).unwrap();
+    assert!(turn.is_some());
     assert!(
-        !e.cluster_sync_turn("r", T0 + 1500, 1000, 2500).unwrap(),
+        e.cluster_sync_turn("r", T0 + 1500, 1000, 2500)
+            .unwrap()
+            .is_none(),
         "busy"
     );
-    e.cluster_sync_done("r", T0 + 1600).unwrap();
+    e.cluster_sync_done("r", turn.unwrap(), T0 + 1600).unwrap();
     assert!(
-        !e.cluster_sync_turn("r", T0 + 2000, 1000, 2500).unwrap(),
+        e.cluster_sync_turn("r", T0 + 2000, 1000, 2500)
+            .unwrap()
+            .is_none(),
         "too soon"
     );
-    assert!(e.cluster_sync_turn("r", T0 + 2600, 1000, 2500).unwrap());
-    // A syncing process that stopped mid-sync is taken over once its turn's time is past.
-    assert!(e
+    let stopped = e.cluster_sync_turn("r", T0 + 2600, 1000, 2500).unwrap();
+    assert!(stopped.is_some());
+    // A syncing process that stopped mid-sync is taken over once its turn's time is past...
+    let successor = e
         .cluster_sync_turn("r", T0 + 2600 + 2500 + 1000, 1000, 2500)
-        .unwrap());
+        .unwrap();
+    assert!(successor.is_some());
+    // ... and when it wakes up and ends its turn, the successor's turn goes on.
+    e.cluster_sync_done("r", stopped.unwrap(), T0 + 6200)
+        .unwrap();
+    assert!(
+        e.cluster_sync_turn("r", T0 + 6300, 1000, 2500)
+            .unwrap()
+            .is_none(),
+        "the successor is still syncing"
+    );
+    e.cluster_sync_done("r", successor.unwrap(), T0 + 6400)
+        .unwrap();
+    assert!(e
+        .cluster_sync_turn("r", T0 + 7400, 1000, 2500)
+        .unwrap()
+        .is_some());
+}
+
+/// Demand is measured per host: a report says what the host (any process) admitted since
+/// its last report, and how long ago that was.
+#[test]
+fn reports_measure_admissions_since_the_hosts_last_report() {
+    let e = engine("", "fifo");
+    assert!(e.cluster_grant("r", &grant(1, T0 + 5000, 10)).unwrap());
+    e.tick(T0 + 10);
+    let first = e.cluster_report("r", T0 + 20).unwrap().unwrap();
+    assert_eq!((first.admitted_since_report, first.ms_since_report), (0, 0));
+    assert_eq!(admit_new(&e, 3, T0 + 30), 3);
+    e.tick(T0 + 40);
+    let second = e.cluster_report("r", T0 + 1020).unwrap().unwrap();
+    assert_eq!(
+        (second.admitted_since_report, second.ms_since_report),
+        (3, 1000)
+    );
 }

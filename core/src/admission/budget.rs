@@ -21,6 +21,7 @@
 //! is simply moved to the bound, and claims can never pass it.
 
 use crate::counters::slot_pool::SlotPool;
+use crate::env::{self, FaultPoint};
 
 /// Free slots a `passthrough` room keeps topped up to (it admits everyone; claims still count).
 pub(crate) const PASSTHROUGH_FREE: u64 = 1 << 30;
@@ -146,8 +147,11 @@ pub(crate) fn random(free: u64, queue_length: u64) -> (Split, u64) {
 /// Moves the pools towards `want` without letting the slots granted (net of revokes) pass
 /// `limit`: slots are revoked first, from whichever pool holds more than wanted (a revoke takes
 /// only slots still free), then granted, waiters first, within what the limit leaves.
-/// `granted` is the ledger before; what was granted minus what was revoked is returned, for
-/// the caller to add to the ledger. `start` spreads grants.
+/// `granted` is the ledger before (read from the pools, see `slot_pool`); the ledger after is
+/// returned. `start` spreads grants; `go_on` is asked before each grant (an advance whose lock
+/// was taken over while it was stopped grants nothing more). A crash anywhere in between
+/// leaves the pools' ledger saying exactly what was granted: every grant is recorded in the
+/// same atomic add that makes it.
 pub(crate) fn apply(
     waiters: SlotPool<'_>,
     open: SlotPool<'_>,
@@ -155,25 +159,26 @@ pub(crate) fn apply(
     limit: u64,
     want: Split,
     start: usize,
-) -> i64 {
+    mut go_on: impl FnMut() -> bool,
+) -> u64 {
     let pools = [(waiters, want.waiters), (open, want.open)];
     let deltas = pools.map(|(pool, want)| i128::from(want) - i128::from(pool.free()));
-    let mut net: i128 = 0;
+    let mut ledger = i128::from(granted);
     for ((pool, _), d) in pools.iter().zip(deltas) {
         if d < 0 {
-            net -= i128::from(pool.revoke((-d) as u64));
+            ledger -= i128::from(pool.revoke((-d) as u64));
         }
     }
-    let mut room = i128::from(limit) - i128::from(granted) - net;
+    env::fault_point(FaultPoint::AdvanceRevoked);
     for ((pool, _), d) in pools.iter().zip(deltas) {
+        let room = i128::from(limit) - ledger;
         let add = d.min(room).max(0);
         if add > 0 {
-            pool.grant(add as u64, start);
-            net += add;
-            room -= add;
+            ledger += i128::from(pool.grant_while(add as u64, start, &mut go_on));
+            env::fault_point(FaultPoint::AdvanceGranted);
         }
     }
-    net as i64
+    ledger.clamp(0, i128::from(u64::MAX)) as u64
 }
 
 /// The free slots a tick can hand out: what the limit leaves beyond the ledger, plus what the
@@ -277,7 +282,12 @@ mod tests {
         let (wp, op) = (SlotPool::new(&w), SlotPool::new(&o));
         let mut g = 0u64;
         let step = |g: &mut u64, limit, want| {
-            *g = (*g as i64 + apply(wp, op, *g, limit, want, 0)) as u64;
+            *g = apply(wp, op, *g, limit, want, 0, || true);
+            assert_eq!(
+                *g as u32,
+                wp.ledger32().wrapping_add(op.ledger32()),
+                "the pools are the ledger"
+            );
         };
         step(
             &mut g,

@@ -16,15 +16,20 @@
 //! what the host reported it enforces, and grants others only from the rest. The exactness
 //! argument is written out in the `velvet-rope-cluster` crate.
 //!
-//! An allowance is good until a time written with it (a lease). A host that could not renew it
-//! in time (the store unreachable or stalled) falls back to a configured share of the limits.
-//! Before its first grant, a host enforces that same fallback.
+//! An allowance is good until a time written with it (a lease): the host's clock when it sent
+//! the report, plus the lease. The store keeps what it granted reserved for at least a lease
+//! and a session after it answered, so a host whose allowance lapsed (the store unreachable or
+//! stalled) goes on enforcing it, and nothing more, until the store could have given it
+//! away: a session after the lease ended. Only then does it fall back to a configured share of
+//! the limits, uncoordinated. A host that never had a grant waits as long from its first
+//! clustered tick before it falls back.
 
 use crate::admission::room::Room;
 use crate::clock::Millis;
 use crate::config::QueueingMethod;
 use crate::counters::process_lock::Held;
 use crate::counters::tick_block::{Cell, TickBlock};
+use crate::env;
 
 /// What a host tells the store about one room at a sync (built by [`crate::Engine::cluster_report`]
 /// from what the room's last tick published).
@@ -54,6 +59,14 @@ pub struct HostReport {
     pub reserved_minute_next: u64,
     /// Live waiters by arrival bucket (FIFO rooms; empty buckets left out), oldest first.
     pub waiters: Vec<(u64, u64)>,
+    /// Whether the host may still rely on its last grant being reserved by the store (it is
+    /// within a lease and a session of the report that got it): a store that holds nothing
+    /// for the host then lost its state (see the cluster crate).
+    pub held: bool,
+    /// Admissions at the host (any of its processes) since the host's last report.
+    pub admitted_since_report: u64,
+    /// Milliseconds since the host's last report (0 for its first).
+    pub ms_since_report: u64,
 }
 
 /// What the store grants a host for one room (written by [`crate::Engine::cluster_grant`]).
@@ -80,6 +93,40 @@ pub struct ClusterGrant {
     pub fallback_ppm: u64,
 }
 
+/// Where a host stands with the cluster tier for one room (see [`crate::Engine::cluster_state`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClusterState {
+    /// The sequence number of the grant it holds (0: none yet).
+    pub seq: u64,
+    /// Until when its grant's lease runs (engine clock, ms; 0: none yet).
+    pub until: Millis,
+    /// The allowance of active visitors it was granted.
+    pub total: u64,
+    /// Whether it may still rely on the store reserving its grant (within a lease and a
+    /// session of the report that got it).
+    pub held: bool,
+    /// Whether it enforces its fallback share: no grant the store may still reserve, after a
+    /// lease and a session (uncoordinated: outside the exactness guarantee).
+    pub fallback: bool,
+}
+
+/// Where `room` stands at `now` (see [`ClusterState`]).
+pub(crate) fn state(room: &Room, now: Millis) -> ClusterState {
+    let tb = room.counters.tick_block();
+    let until = tb.get(Cell::GrantUntil);
+    let held = until != 0 && now <= until.saturating_add(room.session_ms());
+    let since = tb.get(Cell::ClusterSince);
+    let waited =
+        since != 0 && now > since.saturating_add(room.cluster_lease_ms + room.session_ms());
+    ClusterState {
+        seq: tb.get(Cell::GrantSeq),
+        until,
+        total: tb.get(Cell::GrantTotal),
+        held,
+        fallback: !held && (until != 0 || waited),
+    }
+}
+
 /// The limits one advance enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Allowance {
@@ -97,7 +144,8 @@ pub(crate) struct Allowance {
 const PPM: u64 = 1_000_000;
 
 /// The limits an advance of `room` at `bucket` and `now` enforces: the room's own when it is
-/// not clustered, else the current grant, else the fallback share.
+/// not clustered; else the current grant; else, while the store may still reserve the last
+/// grant (a session after its lease), that grant and nothing more; else the fallback share.
 pub(crate) fn allowance(room: &Room, tb: &TickBlock<'_>, bucket: u64, now: Millis) -> Allowance {
     let cfg = &room.cfg;
     let Some(default_ppm) = room.cluster_fallback_ppm.filter(|_| clustered(room)) else {
@@ -109,7 +157,8 @@ pub(crate) fn allowance(room: &Room, tb: &TickBlock<'_>, bucket: u64, now: Milli
         };
     };
     let until = tb.get(Cell::GrantUntil);
-    if until != 0 && now <= until {
+    let hold = room.session_ms();
+    if until != 0 && now <= until.saturating_add(hold) {
         let granted_for = tb.get(Cell::GrantBucket);
         let (minute, minute_next) = if granted_for == bucket {
             (tb.get(Cell::GrantMinute), tb.get(Cell::GrantMinuteNext))
@@ -118,11 +167,26 @@ pub(crate) fn allowance(room: &Room, tb: &TickBlock<'_>, bucket: u64, now: Milli
         } else {
             (0, 0)
         };
+        // Past its lease the grant's frontier is stale: the host orders its own queue.
+        let global_fifo =
+            (now <= until).then(|| (tb.get(Cell::GrantFrontier), tb.get(Cell::GrantBehind)));
         return Allowance {
             total: tb.get(Cell::GrantTotal),
             minute,
             minute_next,
-            global_fifo: Some((tb.get(Cell::GrantFrontier), tb.get(Cell::GrantBehind))),
+            global_fifo,
+        };
+    }
+    let since = tb.get(Cell::ClusterSince);
+    let waited = since != 0 && now > since.saturating_add(room.cluster_lease_ms + hold);
+    if until == 0 && !waited {
+        // No grant yet, and the store may still hold a grant this host never heard of (or be
+        // about to answer): nothing until the first grant, or a lease and a session.
+        return Allowance {
+            total: 0,
+            minute: 0,
+            minute_next: 0,
+            global_fifo: None,
         };
     }
     let ppm = match tb.get(Cell::FallbackPpm) {
@@ -175,29 +239,28 @@ pub(crate) fn clustered(room: &Room) -> bool {
 /// The room's tick lock, waited for a bounded 200 ms (it is held for microseconds, unless its
 /// holder stopped). Sync only: requests and ticks never wait for it.
 fn tick_lock<'a>(tb: &TickBlock<'a>) -> Option<Held<'a>> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(200);
-    loop {
-        if let Some(held) = tb.try_lock() {
-            return Some(held);
-        }
-        if std::time::Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(std::time::Duration::from_micros(100));
-    }
+    let mut held = None;
+    env::wait_until(
+        std::time::Duration::from_millis(200),
+        std::time::Duration::from_micros(100),
+        || {
+            held = tb.try_lock();
+            held.is_some()
+        },
+    );
+    held
 }
 
 /// What the room reports at a sync (see [`HostReport`]), as of its last tick and `now`: read
-/// under the tick lock, so that no advance is half published. `None` when the lock could not
-/// be had in time (this sync skips the room).
+/// under the tick lock, so that no advance is half published. Marks the report as the host's
+/// last (what the next report's admissions are counted from): call it only with the room's
+/// sync turn. `None` when the lock could not be had in time (this sync skips the room).
 pub(crate) fn report(room: &Room, now: Millis) -> Option<HostReport> {
     let tb = room.counters.tick_block();
     let _held = tick_lock(&tb)?;
     let bucket = tb.get(Cell::AppliedBucket);
-    let grant_current = {
-        let until = tb.get(Cell::GrantUntil);
-        until != 0 && now <= until
-    };
+    let until = tb.get(Cell::GrantUntil);
+    let grant_current = until != 0 && now <= until;
     let granted_for = tb.get(Cell::GrantBucket);
     let granted_minute = |b: u64| {
         if !grant_current {
@@ -225,6 +288,18 @@ pub(crate) fn report(room: &Room, now: Millis) -> Option<HostReport> {
         .map(|b| (b, lanes.live((b % q) as usize, epoch)))
         .filter(|&(_, n)| n > 0)
         .collect();
+    let admitted_total = tb.get(Cell::AdmittedTotal);
+    let last_at = tb.get(Cell::SyncAt);
+    let (admitted_since_report, ms_since_report) = if last_at == 0 {
+        (0, 0)
+    } else {
+        (
+            admitted_total.saturating_sub(tb.get(Cell::SyncAdmitted)),
+            now.saturating_sub(last_at),
+        )
+    };
+    tb.set(Cell::SyncAdmitted, admitted_total);
+    tb.set(Cell::SyncAt, now.max(1));
     Some(HostReport {
         incarnation: room.incarnation,
         seq: tb.get(Cell::GrantSeq),
@@ -239,6 +314,9 @@ pub(crate) fn report(room: &Room, now: Millis) -> Option<HostReport> {
             .get(Cell::AppliedMinuteNext)
             .max(granted_minute(bucket + 1)),
         waiters,
+        held: until != 0 && now <= until.saturating_add(room.session_ms()),
+        admitted_since_report,
+        ms_since_report,
     })
 }
 
@@ -268,24 +346,52 @@ pub(crate) fn grant(room: &Room, g: &ClusterGrant) -> bool {
     true
 }
 
+/// This process's turn to sync a room (see [`sync_turn`]): the mark it left in the room's
+/// counters, which only it may clear.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncTurn {
+    mark: u64,
+}
+
+/// Bits of a turn mark that hold a time (the rest hold the process id of a busy turn's
+/// holder): ms since the Unix epoch, enough until 2109.
+const TURN_TIME_BITS: u32 = 42;
+const TURN_TIME: u64 = (1 << TURN_TIME_BITS) - 1;
+
 /// Whether this process takes the turn, at `now`, to sync `room` with the store: the first
 /// caller at least `interval_ms` (less a tenth, for timer jitter) after the last turn ended,
 /// among all processes sharing the room's counters (one compare-and-swap). The turn is marked
-/// busy for `busy_ms` (the longest a sync may take) until [`sync_done`] ends it, so two
-/// processes never sync one room at once. `now` is the engine's clock, which every process of
-/// a host reads alike; a mark in the future beyond `busy_ms` (the clock stepped back) is taken
-/// over, as is the turn of a process that died or stopped mid-sync once `busy_ms` is past.
-pub(crate) fn sync_turn(room: &Room, now: Millis, interval_ms: u64, busy_ms: u64) -> bool {
+/// busy, with this process's id, for `busy_ms` (the longest a sync may take) until
+/// [`sync_done`] ends it, so two processes never sync one room at once while both keep time.
+/// `now` is the engine's clock, which every process of a host reads alike. A mark in the
+/// future beyond `busy_ms` (the clock stepped back) is taken over, as is the turn of a process
+/// that died mid-sync (at once) or stopped mid-sync (once `busy_ms` is past). A process
+/// stopped past `busy_ms` may still send its report after its successor's: the store answers
+/// a report older than the last grant to its host with what it already reserves for the
+/// host (see the cluster crate), so an overlap never lowers a reservation.
+pub(crate) fn sync_turn(
+    room: &Room,
+    now: Millis,
+    interval_ms: u64,
+    busy_ms: u64,
+) -> Option<SyncTurn> {
     let tb = room.counters.tick_block();
     let last = tb.get(Cell::SyncTurn);
+    let (holder, at) = ((last >> TURN_TIME_BITS) as u32, last & TURN_TIME);
     let gap = interval_ms - interval_ms / 10;
-    let due = last == 0 || last > now + busy_ms + 1 || now + 1 >= last + gap;
-    due && tb.compare_exchange(Cell::SyncTurn, last, now + 1 + busy_ms)
+    let due = last == 0
+        || at > now + busy_ms + 1
+        || now + 1 >= at + gap
+        || (holder != 0 && !env::process_alive(holder));
+    let mark = (u64::from(env::pid()) << TURN_TIME_BITS) | ((now + 1 + busy_ms) & TURN_TIME);
+    (due && tb.compare_exchange(Cell::SyncTurn, last, mark)).then_some(SyncTurn { mark })
 }
 
-/// Ends this process's turn at `now`: the next is due an interval later.
-pub(crate) fn sync_done(room: &Room, now: Millis) {
-    room.counters.tick_block().set(Cell::SyncTurn, now + 1);
+/// Ends this process's turn at `now`: the next is due an interval later. A turn another
+/// process took over (this one overran `busy_ms`) is left alone.
+pub(crate) fn sync_done(room: &Room, turn: SyncTurn, now: Millis) {
+    let tb = room.counters.tick_block();
+    tb.compare_exchange(Cell::SyncTurn, turn.mark, (now + 1) & TURN_TIME);
 }
 
 /// Millionths of `share` (a number in `[0, 1]`).

@@ -9,12 +9,13 @@
 //! counters (matched by name) or refusing the change.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use crate::admission::cluster::{self, ClusterGrant, HostReport};
+use crate::admission::cluster::{self, ClusterGrant, ClusterState, HostReport, SyncTurn};
 use crate::admission::decision::{Decision, RoomStats};
+use crate::admission::governance;
 use crate::admission::keys::keyring_for;
 use crate::admission::page::{self, Page};
 use crate::admission::room::Room;
@@ -27,9 +28,12 @@ use crate::config::Config;
 use crate::counters::directory::HEADER_BYTES;
 use crate::counters::room_layout::RoomLayout;
 use crate::error::{Error, Result};
+use crate::fork_safe_lock::{ForkSafeLock, Guard};
 use crate::ticket::Keyring;
 
 /// State of `tick` and `reload` inside this process (cross-process state is in the regions).
+/// Behind a lock a forked child can take over (a pre-fork server forks while a ticker thread
+/// ticks): its fields are only ever replaced whole, so a copy left mid-tick is usable.
 struct Lifecycle {
     storage: Storage,
     last_now: Millis,
@@ -38,7 +42,7 @@ struct Lifecycle {
 /// The admission engine. Cheap to share (`Arc<Engine>`); every method takes `&self`.
 pub struct Engine {
     current: ArcSwap<Snapshot>,
-    lifecycle: Mutex<Lifecycle>,
+    lifecycle: ForkSafeLock<Lifecycle>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -135,7 +139,7 @@ impl Engine {
         let snapshot = build(&mut lifecycle, config, None, now)?;
         Ok(Self {
             current: ArcSwap::from_pointee(snapshot),
-            lifecycle: Mutex::new(lifecycle),
+            lifecycle: ForkSafeLock::new(lifecycle),
         })
     }
 
@@ -158,10 +162,8 @@ impl Engine {
     /// this process is ticking, this call returns at once (that tick publishes).
     pub fn tick(&self, now: Millis) {
         let now = now.min(MAX_NOW_MS);
-        let mut lifecycle = match self.lifecycle.try_lock() {
-            Ok(guard) => guard,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return,
+        let Some(mut lifecycle) = self.lifecycle.try_lock() else {
+            return;
         };
         let now = now.max(lifecycle.last_now);
         lifecycle.last_now = now;
@@ -171,10 +173,10 @@ impl Engine {
         self.current.store(Arc::new(next));
     }
 
-    fn lock(&self) -> MutexGuard<'_, Lifecycle> {
-        // A panic while ticking leaves counters consistent (each is atomic), so a poisoned lock
-        // is safe to take over.
-        self.lifecycle.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> Guard<'_, Lifecycle> {
+        // A panic while ticking leaves counters consistent (each is atomic); the guard is
+        // released as it unwinds.
+        self.lifecycle.lock()
     }
 
     /// The running configuration.
@@ -282,28 +284,54 @@ impl Engine {
     /// Whether this process takes the turn, at `now`, to sync `room` with the cluster's store:
     /// one process at a time among those sharing the room's counters, once per `interval_ms`;
     /// the turn stays this process's for at most `busy_ms`, or until
-    /// [`Engine::cluster_sync_done`] (another process takes over when it stops).
+    /// [`Engine::cluster_sync_done`] (another process takes over when it stops). Only an
+    /// engine whose configuration governs the room (the newest to attach its counters) takes
+    /// turns: the others would report under limits the room no longer follows.
     pub fn cluster_sync_turn(
         &self,
         room: &str,
         now: Millis,
         interval_ms: u64,
         busy_ms: u64,
-    ) -> Result<bool> {
+    ) -> Result<Option<SyncTurn>> {
         let snap = self.current.load();
+        let room = &snap.room(room)?.room;
+        if !governance::is_governing(room) {
+            return Ok(None);
+        }
         Ok(cluster::sync_turn(
-            &snap.room(room)?.room,
+            room,
             now.min(MAX_NOW_MS),
             interval_ms.max(1),
             busy_ms,
         ))
     }
 
-    /// Ends this process's turn to sync `room` (see [`Engine::cluster_sync_turn`]).
-    pub fn cluster_sync_done(&self, room: &str, now: Millis) -> Result<()> {
+    /// Ends this process's `turn` to sync `room` (see [`Engine::cluster_sync_turn`]).
+    pub fn cluster_sync_done(&self, room: &str, turn: SyncTurn, now: Millis) -> Result<()> {
         let snap = self.current.load();
-        cluster::sync_done(&snap.room(room)?.room, now.min(MAX_NOW_MS));
+        cluster::sync_done(&snap.room(room)?.room, turn, now.min(MAX_NOW_MS));
         Ok(())
+    }
+
+    /// Where this host stands with the cluster tier for `room` at `now`: the grant it holds,
+    /// whether the store still reserves it, whether it falls back (see
+    /// [`ClusterState`]). `None` for a room that takes no part.
+    pub fn cluster_state(&self, room: &str, now: Millis) -> Result<Option<ClusterState>> {
+        let snap = self.current.load();
+        let room = &snap.room(room)?.room;
+        if !cluster::clustered(room) {
+            return Ok(None);
+        }
+        Ok(Some(cluster::state(room, now.min(MAX_NOW_MS))))
+    }
+
+    /// Whether this engine's configuration governs `room`'s counters, which several engines
+    /// may share (see the README, "One configuration per room"): only the newest
+    /// configuration to attach them advances them.
+    pub fn governs(&self, room: &str) -> Result<bool> {
+        let snap = self.current.load();
+        Ok(governance::is_governing(&snap.room(room)?.room))
     }
 
     /// The keyring sealing this engine's tickets (for tests and tools).

@@ -6,6 +6,7 @@ pub(crate) mod cookie_finder;
 mod decide;
 pub(crate) mod decision;
 pub(crate) mod engine;
+mod governance;
 mod keys;
 pub(crate) mod page;
 mod room;

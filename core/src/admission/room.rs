@@ -29,9 +29,21 @@ pub(crate) struct Room {
     pub(crate) refresh_secs: u32,
     /// The counters' incarnation, which tickets they counted carry.
     pub(crate) incarnation: u32,
-    /// With a `[cluster]` table: the share of the limits (millionths) enforced before the
-    /// first grant and after one lapses, unless a sync set another (see `cluster`).
+    /// With a `[cluster]` table: the share of the limits (millionths) enforced once a host
+    /// has gone a lease and a session without a grant, unless a sync set another (see
+    /// `cluster`).
     pub(crate) cluster_fallback_ppm: Option<u64>,
+    /// With a `[cluster]` table: how long a grant is good without a sync (ms).
+    pub(crate) cluster_lease_ms: u64,
+    /// A fingerprint of this configuration of the room (see `governance`).
+    pub(crate) config_hash: u64,
+}
+
+impl Room {
+    /// A session's length in ms: how long a visitor stays active after its last request.
+    pub(crate) fn session_ms(&self) -> u64 {
+        u64::from(self.cfg.session_duration) * self.bucket_ms
+    }
 }
 
 impl Room {
@@ -64,6 +76,8 @@ impl Room {
                 c.fallback_share
                     .map_or(0, crate::admission::cluster::share_ppm)
             }),
+            cluster_lease_ms: config.cluster.as_ref().map_or(0, |c| c.lease_ms),
+            config_hash: crate::admission::governance::fingerprint(cfg, config),
             counters,
         }
     }

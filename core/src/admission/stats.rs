@@ -47,6 +47,7 @@ pub(crate) fn room_stats_json(room: &Room) -> serde_json::Value {
         "memory_bytes": st.memory_bytes,
         "total_active_users": room.cfg.total_active_users,
         "new_users_per_minute": room.cfg.new_users_per_minute,
+        "governing": crate::admission::governance::is_governing(room),
         "ticket_rejections": {
             "bad_encoding": r.bad_encoding,
             "unknown_key": r.unknown_key,

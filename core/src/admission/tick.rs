@@ -13,26 +13,37 @@
 //! counted again after that: the jump costs at most what it admitted.
 //!
 //! Two advances can overlap only when a stopped holder of the lock resumes after being taken
-//! over (see `process_lock`). The ledger and the folded admissions are therefore moved by
-//! adding what each advance granted, revoked or folded, never by storing a value read before:
-//! an overlapping advance can repeat work, never rewind the ledger.
+//! over (see `process_lock`). The ledger is the pools themselves (see `slot_pool`), and the
+//! folded admissions are moved by adding what each advance folded, never by storing a value
+//! read before; a holder checks that it still holds the lock before each grant, so a resumed
+//! holder stops at its next grant (a holder stopped for `LIVE_HOLDER_TIMEOUT_MS` between that
+//! check and the add after it can add once more what it had computed: the one overlap left).
+//! A process that dies mid-advance leaves pools whose ledger says exactly what it granted.
+//!
+//! Only engines of the configuration that governs the room advance it (see `governance`).
 
 use std::sync::Arc;
 
 use crate::admission::budget::{self, Figures, Split, PASSTHROUGH_FREE};
 use crate::admission::cluster;
+use crate::admission::governance;
 use crate::admission::room::Room;
 use crate::admission::snapshot::{RoomName, RoomView};
 use crate::clock::Millis;
 use crate::config::QueueingMethod;
-use crate::counters::slot_pool::home_shard;
+use crate::counters::process_lock::Held;
+use crate::counters::slot_pool::{home_shard, widen_ledger};
 use crate::counters::tick_block::{Cell, TickBlock};
+use crate::env::{self, FaultPoint};
 
-/// Advances `room` if this process gets its tick lock (never waits for it), then views it.
+/// Advances `room` if this process gets its tick lock (never waits for it) and its
+/// configuration governs the room, then views it.
 pub(crate) fn tick_room(room: &Arc<Room>, now: Millis) -> RoomView {
     let tb = room.counters.tick_block();
-    if let Some(_held) = tb.try_lock() {
-        advance(room, &tb, now);
+    if let Some(held) = tb.try_lock() {
+        if governance::governs(room, &tb) {
+            advance(room, &tb, now, &held);
+        }
     }
     observe(room, &tb, now)
 }
@@ -41,19 +52,32 @@ pub(crate) fn tick_room(room: &Arc<Room>, now: Millis) -> RoomView {
 /// room no process has advanced yet (counters just laid out, nothing granted) is waited for, a
 /// bounded two seconds, while another process runs its first advance. Otherwise visitors
 /// arriving in that moment would find no slots and queue ahead of the whole room. Engine
-/// construction only: requests and ticks never wait.
+/// construction only: requests and ticks never wait. The engine's configuration takes the
+/// room over (see `governance`): it is the newest.
 pub(crate) fn first_tick_room(room: &Arc<Room>, now: Millis) -> RoomView {
     let tb = room.counters.tick_block();
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    loop {
-        if let Some(_held) = tb.try_lock() {
-            advance(room, &tb, now);
-            break;
-        }
-        if tb.get(Cell::Bucket) != 0 || std::time::Instant::now() > until {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_micros(200));
+    let mut done = false;
+    env::wait_until(
+        std::time::Duration::from_secs(2),
+        std::time::Duration::from_micros(200),
+        || {
+            if let Some(held) = tb.try_lock() {
+                governance::claim(room, &tb);
+                if tb.get(Cell::Bucket) == 0 && room.cfg.restart_learning {
+                    // Counters made anew: learn for a session (see `RoomConfig`).
+                    tb.set(
+                        Cell::LearnUntil,
+                        now.saturating_add(room.session_ms()).max(1),
+                    );
+                }
+                advance(room, &tb, now, &held);
+                done = true;
+            }
+            done || tb.get(Cell::Bucket) != 0
+        },
+    );
+    if !done {
+        governance::claim(room, &tb);
     }
     observe(room, &tb, now)
 }
@@ -79,11 +103,15 @@ fn bucket_and_epoch(room: &Room, tb: &TickBlock<'_>, now: Millis) -> (u64, u64) 
     (bucket, epoch)
 }
 
-/// Folds counts, moves the ledger and the frontier, publishes. One process at a time.
-pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis) {
+/// Folds counts, moves the ledger and the frontier, publishes. One process at a time (the
+/// holder of the room's tick lock, `held`).
+pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis, held: &Held<'_>) {
     let cfg = &room.cfg;
     let counters = &room.counters;
     let (bucket, epoch) = bucket_and_epoch(room, tb, now);
+    if cluster::clustered(room) && tb.get(Cell::ClusterSince) == 0 {
+        tb.set(Cell::ClusterSince, now.max(1));
+    }
 
     // Open the bucket and the next one (admissions are booked to one of them), and the epoch
     // and the next one, before saying so.
@@ -113,16 +141,21 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis) {
     };
     let waiters = counters.waiter_pool();
     let open = counters.open_pool();
-    let granted = tb.get(Cell::Granted);
-    let held = waiters.free() + open.free();
+    // The ledger, from the pools (exact whatever claims run meanwhile).
+    let granted = widen_ledger(
+        tb.get(Cell::Granted),
+        waiters.ledger32().wrapping_add(open.ledger32()),
+    );
+    env::fault_point(FaultPoint::AdvanceRead);
+    let held_slots = waiters.free() + open.free();
     let limit = if cfg.queueing_method == QueueingMethod::Passthrough {
         granted
             .saturating_add(PASSTHROUGH_FREE)
-            .saturating_sub(held)
+            .saturating_sub(held_slots)
     } else {
         budget::claim_limit(&figures)
     };
-    let free = budget::free_slots(limit, granted, held);
+    let free = budget::free_slots(limit, granted, held_slots);
 
     // Live waiters per arrival bucket, oldest first.
     let q = counters.layout().queue_slots as u64;
@@ -133,7 +166,8 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis) {
     let queue_length: u64 = live.iter().sum();
     let mut frontier = tb.get(Cell::Frontier);
     let mut threshold = 0;
-    let want = if cfg.queue_all {
+    let learning = now < tb.get(Cell::LearnUntil);
+    let want = if cfg.queue_all || learning {
         Split::default()
     } else {
         match cfg.queueing_method {
@@ -159,8 +193,14 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis) {
             },
         }
     };
-    let net = budget::apply(waiters, open, granted, limit, want, home_shard());
-    let ledger = tb.add(Cell::Granted, net);
+    let ledger = budget::apply(waiters, open, granted, limit, want, home_shard(), || {
+        held.still_held()
+    });
+    if !held.still_held() {
+        // Taken over while stopped: the successor publishes.
+        return;
+    }
+    tb.set(Cell::Granted, ledger);
     if cluster::clustered(room) {
         cluster::publish_applied(tb, &allow, &figures, ledger, bucket);
     }
@@ -193,6 +233,7 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis) {
     tb.set(Cell::AdmittedTotal, figures.admitted_ever);
     tb.set(Cell::QueueLength, queue_length);
     tb.set(Cell::FreeSlots, waiters.free() + open.free());
+    env::fault_point(FaultPoint::AdvancePublished);
 }
 
 /// A view of a room from its published state and its live-waiter table.

@@ -31,6 +31,12 @@ pub struct ClusterConfig {
     /// unreachable for `lease_ms`): a number in `[0, 1]`, or unset for one over the number of
     /// hosts last seen (the seed's per-host division).
     pub fallback_share: Option<f64>,
+    /// Replicas that must hold a grant before a host applies it (Redis `WAIT`): with the store
+    /// replicated asynchronously, a failover to a replica that missed the last writes would
+    /// otherwise forget grants hosts are using, and hand their room out again. Set it to the
+    /// number of replicas a failover may promote from; 0 (the default) for a store that is not
+    /// replicated (a restart without its data is found out and learned from, see the README).
+    pub replicas: u32,
 }
 
 impl Default for ClusterConfig {
@@ -43,6 +49,7 @@ impl Default for ClusterConfig {
             lease_ms: 5000,
             timeout_ms: 500,
             fallback_share: None,
+            replicas: 0,
         }
     }
 }
@@ -90,6 +97,12 @@ impl ClusterConfig {
             return Err(Error::invalid(
                 "cluster.timeout_ms",
                 "must be positive and at most lease_ms",
+            ));
+        }
+        if self.replicas > 16 {
+            return Err(Error::invalid(
+                "cluster.replicas",
+                "must be at most 16 (the replicas a grant waits for)",
             ));
         }
         if let Some(s) = self.fallback_share {

@@ -115,6 +115,13 @@ pub struct RoomConfig {
     /// Title of the waiting page.
     #[serde(default = "default_title")]
     pub page_title: String,
+    /// Learn for one session after the room's counters are made anew (a restart without a
+    /// state file, a new state file, a room added by a reload): visitors holding a valid
+    /// admission ticket are counted in as they come back, and everyone else waits, so that the
+    /// room never holds its returning visitors plus a roomful of new ones (Doorman's learning
+    /// mode). A brand-new room learns too: its first visitors wait one session. Default false.
+    #[serde(default)]
+    pub restart_learning: bool,
 }
 
 fn default_session() -> u32 {
@@ -162,6 +169,7 @@ impl RoomConfig {
             queue_buckets: default_queue_buckets(),
             max_live_waiters: default_max_live_waiters(),
             page_title: default_title(),
+            restart_learning: false,
         }
     }
 

@@ -30,7 +30,7 @@ use crate::sync::{AtomicU64, Ordering};
 pub const MAX_ROOMS: usize = 256;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"vrENGINE");
-const VERSION: u64 = 2;
+const VERSION: u64 = 3;
 const ENTRY_WORDS: usize = 16;
 const ENTRIES_AT: usize = 16;
 /// Bytes of the header, directory included.
@@ -120,31 +120,40 @@ impl Directory {
         self.header.u64s(0, HEADER_BYTES / 8)
     }
 
-    /// The region's ephemeral ticket key, made by the first process that asks.
+    /// The region's ephemeral ticket key, made by the first process that asks. The process
+    /// making it holds the key's state word as a [`ProcessLock`] while it writes, then marks
+    /// it ready: a process that dies writing it (or is stopped for the lock's timeout) is taken
+    /// over by the next that asks, which writes a whole key of its own, so a state file is
+    /// never left with a key nobody can finish. The writer checks that it still holds the word
+    /// before each word of the key.
     pub(crate) fn shared_key(&self) -> Result<[u8; 32]> {
-        const EMPTY: u64 = 0;
-        const WRITING: u64 = 1;
-        const READY: u64 = 2;
+        const READY: u64 = u64::MAX;
         let w = self.words();
         let state = &w[W_KEY_STATE];
         let key_words = &w[W_KEY..W_KEY + 4];
-        if state
-            .compare_exchange(EMPTY, WRITING, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
+        let ready = || state.load(Ordering::Acquire) == READY;
+        let write = || {
+            if ready() {
+                return true;
+            }
+            let Some(held) = ProcessLock::new(state).try_lock_unless(READY) else {
+                return false;
+            };
+            let mut complete = true;
             for k in key_words {
-                k.store(crate::random::u64(), Ordering::Relaxed);
+                if !held.still_held() {
+                    complete = false;
+                    break;
+                }
+                k.store(crate::random::u64(), Ordering::Release);
             }
-            state.store(READY, Ordering::Release);
-        }
-        let until = Instant::now() + ATTACH_WAIT;
-        while state.load(Ordering::Acquire) != READY {
-            if Instant::now() > until {
-                return Err(Error::Region(
-                    "the region's ticket key was never written".into(),
-                ));
-            }
-            std::hint::spin_loop();
+            crate::env::fault_point(crate::env::FaultPoint::KeyWritten);
+            complete && held.publish(READY)
+        };
+        if !crate::env::wait_until(ATTACH_WAIT, Duration::from_micros(200), write) {
+            return Err(Error::Region(
+                "the region's ticket key was never written (another process holds it)".into(),
+            ));
         }
         let mut key = [0u8; 32];
         for (chunk, k) in key.chunks_mut(8).zip(key_words) {
@@ -169,18 +178,16 @@ impl Directory {
         }
         let w = self.words();
         let lock = ProcessLock::new(&w[W_LOCK]);
-        let until = Instant::now() + ATTACH_WAIT;
-        let _held = loop {
-            if let Some(held) = lock.try_lock() {
-                break held;
-            }
-            if Instant::now() > until {
-                return Err(Error::Region(
-                    "another process holds the region's directory".into(),
-                ));
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        };
+        let mut held = None;
+        if !crate::env::wait_until(ATTACH_WAIT, Duration::from_micros(200), || {
+            held = lock.try_lock();
+            held.is_some()
+        }) {
+            return Err(Error::Region(
+                "another process holds the region's directory".into(),
+            ));
+        }
+        let _held = held;
         let (offset, size) = self.find_or_add(name, needed.size())?;
         // SAFETY: `find_or_add` only returns places inside the region (checked), at multiples
         // of 128 bytes from the 128-aligned base; the region's contract covers the rest.

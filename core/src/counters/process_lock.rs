@@ -36,6 +36,7 @@ const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
 /// A view over a lock word.
 pub(crate) struct ProcessLock<'a> {
     word: &'a AtomicU64,
+    private: bool,
 }
 
 /// A held [`ProcessLock`]; released when dropped.
@@ -45,8 +46,31 @@ pub(crate) struct Held<'a> {
     token: u64,
 }
 
+impl Held<'_> {
+    /// Whether this process still holds the lock (it was not taken over while it was
+    /// stopped). Checked before each step that must not be repeated by two holders.
+    pub(crate) fn still_held(&self) -> bool {
+        self.word.load(Ordering::Acquire) == self.token
+    }
+
+    /// Leaves `value` in the lock word in place of this holder's mark (a lock word that ends
+    /// as a state, such as "written"), if this process still holds it. Whether it did.
+    pub(crate) fn publish(self, value: u64) -> bool {
+        let ok = self
+            .word
+            .compare_exchange(self.token, value, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        std::mem::forget(self);
+        ok
+    }
+}
+
 impl Drop for Held<'_> {
     fn drop(&mut self) {
+        if crate::env::crashing() {
+            // A crashed process releases nothing; its successor takes the lock over.
+            return;
+        }
         // Only our own token is released: a successor that took the lock over keeps it.
         let _ = self
             .word
@@ -60,24 +84,49 @@ fn token(pid: u32, now_ms: u64) -> u64 {
 }
 
 impl<'a> ProcessLock<'a> {
-    /// Wraps the lock word.
+    /// Wraps the lock word of memory other processes may map.
     pub(crate) fn new(word: &'a AtomicU64) -> Self {
-        Self { word }
+        Self {
+            word,
+            private: false,
+        }
+    }
+
+    /// Wraps the lock word of memory this process owns: no other process maps it, so a
+    /// holder of another process id held it in the process this one was forked from, on a
+    /// thread that does not exist here, and is taken over at once.
+    pub(crate) fn private(word: &'a AtomicU64) -> Self {
+        Self {
+            word,
+            private: true,
+        }
     }
 
     /// Takes the lock if it is free, or held by a dead process, or held for longer than
-    /// [`LIVE_HOLDER_TIMEOUT_MS`]. Never waits.
+    /// [`LIVE_HOLDER_TIMEOUT_MS`], or (private memory) held by another process. Never waits.
     pub(crate) fn try_lock(&self) -> Option<Held<'a>> {
+        self.try_lock_unless(0)
+    }
+
+    /// As [`ProcessLock::try_lock`], except that a word holding `done` (a value no lock mark
+    /// takes, nonzero) is left alone: the lock guarded something that is finished.
+    pub(crate) fn try_lock_unless(&self, done: u64) -> Option<Held<'a>> {
         let held = self.word.load(Ordering::Acquire);
+        if done != 0 && held == done {
+            return None;
+        }
         let now_ms = monotonic_ms() & TIME_MASK;
+        let me = crate::env::pid();
         if held != 0 {
             let taken = held & TIME_MASK;
+            let holder = (held >> TIME_BITS) as u32;
             let expired = taken > now_ms || now_ms - taken >= LIVE_HOLDER_TIMEOUT_MS;
-            if !expired && process_alive((held >> TIME_BITS) as u32) {
+            let forked = self.private && holder != me;
+            if !expired && !forked && process_alive(holder) {
                 return None;
             }
         }
-        let mine = token(std::process::id(), now_ms);
+        let mine = token(me, now_ms);
         self.word
             .compare_exchange(held, mine, Ordering::AcqRel, Ordering::Acquire)
             .ok()?;
@@ -90,30 +139,12 @@ impl<'a> ProcessLock<'a> {
 
 /// The host's monotonic clock, in milliseconds (shared by every process of the host).
 pub(crate) fn monotonic_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC is always available on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64) * 1000 + (ts.tv_nsec as u64) / 1_000_000
+    crate::env::monotonic_ms()
 }
 
-/// Whether a process with this id exists (or might: any answer but "no such process" counts
-/// as alive, so a process of another user is never taken for dead).
+/// Whether a process with this id exists (see `env::process_alive`).
 fn process_alive(pid: u32) -> bool {
-    if pid == std::process::id() {
-        return true;
-    }
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    crate::env::process_alive(pid)
 }
 
 #[cfg(all(test, not(velvet_rope_loom)))]

@@ -64,6 +64,12 @@ impl Region {
         })
     }
 
+    /// Whether this process owns the memory (no other process maps it; a forked child has a
+    /// copy of its own).
+    pub(crate) fn is_owned(&self) -> bool {
+        self._owned.is_some()
+    }
+
     /// Length in bytes.
     pub(crate) fn len(&self) -> usize {
         self.len

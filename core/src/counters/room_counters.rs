@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::sync::{AtomicU64, Ordering};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"vrROOM\x00\x03");
-const LAYOUT_VERSION: u64 = 3;
+const LAYOUT_VERSION: u64 = 4;
 
 /// Header words: magic, version, 8 layout words, incarnation, ready (written last).
 const H_LAYOUT: usize = 2;
@@ -171,7 +171,10 @@ impl RoomCounters {
     /// The state `tick` carries between ticks (shared by every process using the region).
     #[inline]
     pub(crate) fn tick_block(&self) -> TickBlock<'_> {
-        TickBlock::new(self.region.u64s(self.offsets.tick, CELLS))
+        TickBlock::new(
+            self.region.u64s(self.offsets.tick, CELLS),
+            self.region.is_owned(),
+        )
     }
 
     /// The live-waiter table.

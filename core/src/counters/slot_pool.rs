@@ -14,11 +14,22 @@
 //!   below zero): a slot is either claimed or revoked, never both.
 //!
 //! So at every instant `claims made so far <= slots granted - slots revoked`, whatever claims run
-//! concurrently with a tick. The tick keeps the running total of what it granted (see
-//! `admission::budget`) and moves it towards a target computed from figures that no racing
-//! claim can make wrong; that is what makes the room's limits exact under concurrent ticks. The
-//! previous design wrote each shard's new share one by one and took claims made meanwhile back
-//! as debt, which could not always be repaid: a tick during a rush over-admitted.
+//! concurrently with a tick. The tick moves the ledger towards a target computed from figures
+//! that no racing claim can make wrong (see `admission::budget`); that is what makes the room's
+//! limits exact under concurrent ticks. The previous design wrote each shard's new share one
+//! by one and took claims made meanwhile back as debt, which could not always be repaid: a
+//! tick during a rush over-admitted.
+//!
+//! **The ledger lives in the shards.** Each shard's word holds two counts: its free slots (low
+//! 32 bits) and the claims made from it (high 32 bits, modulo 2^32). A claim moves one from the
+//! first to the second in its one compare-and-swap, and a slot given back moves it back, so
+//! `free + claims` of a shard changes only when a tick grants or revokes, and by exactly that:
+//! the sum over the shards (modulo 2^32; [`SlotPool::ledger32`]) is the pool's ledger,
+//! granted minus revoked, read exactly whatever claims run meanwhile. A grant and its record
+//! are one atomic add, so a process that dies in the middle of a tick leaves a ledger that
+//! says what it really granted (a ledger kept in a word of its own, written before or after
+//! the grant, would be wrong by what the dead tick was granting: slots handed out twice, or
+//! lost for good).
 //!
 //! Memory orders: a successful claim is `AcqRel`. Its acquire half synchronises with the
 //! `Release` of the grant or revoke that last wrote the shard, so a claimer that took a slot a
@@ -74,20 +85,41 @@ impl<'a> SlotPool<'a> {
     /// Gives back a slot claimed from `shard` that was not used after all (a sibling request
     /// with the same ticket was admitted first).
     pub(crate) fn unclaim(&self, shard: usize) {
-        self.shards[shard % self.shards.len()].fetch_add(1, Ordering::AcqRel);
+        self.shards[shard % self.shards.len()].fetch_add(UNCLAIM, Ordering::AcqRel);
+    }
+
+    /// Adds `n` free slots, spread evenly over the shards starting at shard `start`. Each
+    /// shard's part is one atomic add, its record in the ledger included; `go_on` is asked
+    /// before each (an advance that lost its lock while stopped stops granting).
+    pub(crate) fn grant_while(&self, n: u64, start: usize, mut go_on: impl FnMut() -> bool) -> u64 {
+        let len = self.shards.len() as u64;
+        let (each, extra) = (n / len, n % len);
+        let mut granted = 0;
+        for k in 0..len {
+            let add = (each + u64::from(k < extra)).min(MAX_SHARD_GRANT);
+            if add > 0 {
+                if !go_on() {
+                    break;
+                }
+                let i = ((start as u64 + k) % len) as usize;
+                self.shards[i].fetch_add(add, Ordering::AcqRel);
+                granted += add;
+            }
+        }
+        granted
     }
 
     /// Adds `n` free slots, spread evenly over the shards starting at shard `start`.
     pub(crate) fn grant(&self, n: u64, start: usize) {
-        let len = self.shards.len() as u64;
-        let (each, extra) = (n / len, n % len);
-        for k in 0..len {
-            let add = each + u64::from(k < extra);
-            if add > 0 {
-                let i = ((start as u64 + k) % len) as usize;
-                self.shards[i].fetch_add(add, Ordering::AcqRel);
-            }
-        }
+        self.grant_while(n, start, || true);
+    }
+
+    /// The pool's ledger, modulo 2^32: slots granted minus slots revoked since the shards were
+    /// zero. Exact at any instant: claims and slots given back do not change it.
+    pub(crate) fn ledger32(&self) -> u32 {
+        self.shards.iter().fold(0u32, |sum, s| {
+            sum.wrapping_add(shard_ledger(s.load(Ordering::Acquire)))
+        })
     }
 
     /// Takes back up to `n` free slots; returns how many it took. Slots claimed meanwhile are
@@ -102,7 +134,7 @@ impl<'a> SlotPool<'a> {
                 }
                 let mut cur = shard.load(Ordering::Acquire);
                 loop {
-                    let take = cur.min(n - taken);
+                    let take = (cur & FREE).min(n - taken);
                     if take == 0 {
                         break;
                     }
@@ -130,8 +162,24 @@ impl<'a> SlotPool<'a> {
 
     /// Free slots across all shards (a racy sum: exact when nothing runs concurrently).
     pub(crate) fn free(&self) -> u64 {
-        self.shards.iter().map(|s| s.load(Ordering::Acquire)).sum()
+        self.shards
+            .iter()
+            .map(|s| s.load(Ordering::Acquire) & FREE)
+            .sum()
     }
+}
+
+/// The most one grant adds to one shard: free counts stay far below 2^32 (a room's limits are
+/// at most 2^20 visitors, a `passthrough` room keeps 2^30 free over all its shards).
+const MAX_SHARD_GRANT: u64 = 1 << 31;
+
+/// The 64-bit ledger that `observed` (a pool's [`SlotPool::ledger32`], or the sum of several)
+/// continues from `previous` (the 64-bit ledger as last known): the one congruent to it
+/// modulo 2^32 nearest `previous`. Exact while the ledger moved by less than 2^31 since
+/// `previous` was read (a tick moves it by at most a room's limits).
+pub(crate) fn widen_ledger(previous: u64, observed: u32) -> u64 {
+    let delta = observed.wrapping_sub(previous as u32) as i32;
+    previous.wrapping_add(delta as i64 as u64)
 }
 
 /// The `k`-th shard a caller whose home is `home` tries, of `n`. With `n` a power of two (the
@@ -158,15 +206,34 @@ fn probe(home: usize, k: usize, n: usize) -> usize {
     }
 }
 
+/// The free slots of a shard's word (low half).
+const FREE: u64 = 0xFFFF_FFFF;
+/// Added to a shard's word by a claim: one free slot less, one claim more (the free count is
+/// at least one, so nothing borrows; the claims wrap modulo 2^32 out of the word).
+const CLAIM: u64 = (1 << 32) - 1;
+/// Added by a slot given back: one free slot more, one claim less.
+const UNCLAIM: u64 = CLAIM.wrapping_neg();
+
+/// A shard word's ledger: its free slots plus the claims made from it (modulo 2^32).
+#[inline]
+fn shard_ledger(word: u64) -> u32 {
+    ((word & FREE) as u32).wrapping_add((word >> 32) as u32)
+}
+
 /// One claim from one shard: a compare-and-swap that takes a slot if there is one.
 #[inline]
 fn claim_from(shard: &AtomicU64) -> bool {
     let mut cur = shard.load(Ordering::Relaxed);
     loop {
-        if cur == 0 {
+        if cur & FREE == 0 {
             return false;
         }
-        match shard.compare_exchange_weak(cur, cur - 1, Ordering::AcqRel, Ordering::Relaxed) {
+        match shard.compare_exchange_weak(
+            cur,
+            cur.wrapping_add(CLAIM),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        ) {
             Ok(_) => return true,
             Err(actual) => cur = actual,
         }

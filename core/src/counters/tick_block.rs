@@ -19,9 +19,10 @@ pub(crate) enum Cell {
     Bucket,
     /// The newest refresh epoch opened.
     Epoch,
-    /// Slots granted to the two pools, net of revokes, since the counters were made. Only
-    /// ever moved by adding what an advance granted or revoked (never stored), so an advance
-    /// that overlaps another (a stopped holder whose lock was taken over) cannot rewind it.
+    /// Slots granted to the two pools, net of revokes, since the counters were made, as of
+    /// the last advance. The pools themselves are the ledger (each shard counts what it
+    /// granted, see `slot_pool`): this cell only carries the high bits their 32-bit sums
+    /// cannot, so it may lag them by what a crashed advance granted.
     Granted,
     /// Admissions booked to buckets whose ring slots were recycled.
     AdmittedClosed,
@@ -80,6 +81,23 @@ pub(crate) enum Cell {
     /// a lower one arrived late and is dropped; reported, so a store that lost or rolled back
     /// its state is found out).
     GrantSeq,
+    /// Cluster: the host's admissions since the counters were made, at its last sync (any
+    /// process's): what the next sync's demand is measured from.
+    SyncAdmitted,
+    /// Cluster: when (engine clock, ms) that sync read them.
+    SyncAt,
+    /// Cluster: when (engine clock, ms) the room first advanced as a clustered room: before
+    /// its first grant a host waits a lease and a session before it falls back.
+    ClusterSince,
+    /// A fingerprint of the configuration that governs the room (the newest to attach, see
+    /// `admission::governance`): only engines of that configuration advance it.
+    ConfigHash,
+    /// When (the host's monotonic clock, ms) an engine of the governing configuration last
+    /// advanced the room: a configuration whose engines all stopped is taken over.
+    ConfigBeat,
+    /// Until when (engine clock, ms) the room learns after its counters were made anew (the
+    /// room's `restart_learning`): ticket holders are counted in, new visitors wait.
+    LearnUntil,
 }
 
 impl TickBlock<'_> {
@@ -92,18 +110,20 @@ impl TickBlock<'_> {
 }
 
 /// Number of cells reserved (room to grow without a layout change).
-pub(crate) const CELLS: usize = 32;
+pub(crate) const CELLS: usize = 48;
 
 /// A view over a room's tick block.
 pub(crate) struct TickBlock<'a> {
     cells: &'a [AtomicU64],
+    private: bool,
 }
 
 impl<'a> TickBlock<'a> {
-    /// Wraps the cells.
-    pub(crate) fn new(cells: &'a [AtomicU64]) -> Self {
+    /// Wraps the cells; `private` when no other process maps them (see
+    /// [`ProcessLock::private`]).
+    pub(crate) fn new(cells: &'a [AtomicU64], private: bool) -> Self {
         debug_assert_eq!(cells.len(), CELLS);
-        Self { cells }
+        Self { cells, private }
     }
 
     /// One cell's value.
@@ -127,6 +147,11 @@ impl<'a> TickBlock<'a> {
     /// Takes the advance lock, or `None` at once if another live process holds it. Released
     /// when the returned value is dropped.
     pub(crate) fn try_lock(&self) -> Option<Held<'a>> {
-        ProcessLock::new(&self.cells[Cell::Lock as usize]).try_lock()
+        let word = &self.cells[Cell::Lock as usize];
+        if self.private {
+            ProcessLock::private(word).try_lock()
+        } else {
+            ProcessLock::new(word).try_lock()
+        }
     }
 }

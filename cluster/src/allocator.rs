@@ -3,10 +3,33 @@
 //! the in-process store's copy, and the two are checked against each other on the same
 //! sequence of reports (`tests/stores_agree.rs`).
 //!
-//! Per host the store keeps its last report, what it granted, and two deadlines: `exp` (the
-//! lease: until then its allowances stay reserved and it counts as present) and `gone` (until
-//! then its allowance of active visitors stays reserved: it may still hold that many, see the
-//! crate documentation).
+//! Per host the store keeps its last report, what it granted and under which sequence number,
+//! and two deadlines: `exp` (the lease: until then its allowances stay reserved and it counts
+//! as present) and `gone` (until then its allowance of active visitors stays reserved: it may
+//! still hold that many, see the crate documentation).
+//!
+//! # The store's clock
+//!
+//! Deadlines are kept on the store's *effective* clock: the store's own (`TIME`), except that
+//! it never goes back (a clock stepped back holds still until it catches up) and never moves
+//! forward by more than a lease between two calls (a longer gap counts as one lease). A
+//! forward step is so at most a lease, and that is covered by a margin: a silent host's
+//! allowance of active visitors stays reserved a lease longer than the host itself relies on
+//! it. So one clock step can make the store keep reservations longer, never drop one a host
+//! still relies on. (A gap of more than a lease with no call at all, every host silent, also
+//! counts as one lease: reservations then outlast it, erring on the side of fewer admissions.)
+//!
+//! # What the store trusts
+//!
+//! - A report older than the last grant to its host (a process that stalled between reading it
+//!   and sending it, after another process of the host synced; or a reply the host never got)
+//!   changes nothing but the lease: the host is granted back exactly what the store already
+//!   reserves for it, so an overlap of two syncs never lowers a reservation.
+//! - A host holding a grant newer than the store's record of it, or one that relies on a
+//!   reservation the store does not have, shows that the store lost writes (restarted without
+//!   persistence, rolled back to a snapshot, failed over to a replica that missed them): the
+//!   store learns (for a lease, or longer if a host may take longer to report: see
+//!   [`Params::learn`]), granting nobody more than it reports holding.
 
 use std::collections::BTreeMap;
 
@@ -28,9 +51,12 @@ pub struct Entry {
     /// Its reservation of admissions in the bucket before the report's (kept when a host moves
     /// on to a new bucket, for hosts whose clocks are still in the old one).
     pub prev: u64,
-    /// End of its lease (store clock, ms).
+    /// The sequence number of the last grant to this host.
+    #[serde(default)]
+    pub seq: u64,
+    /// End of its lease (store's effective clock, ms).
     pub exp: u64,
-    /// End of its reservation of active visitors (store clock, ms).
+    /// End of its reservation of active visitors (store's effective clock, ms).
     pub gone: u64,
 }
 
@@ -58,33 +84,74 @@ impl Entry {
 /// A room's state in the store.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RoomState {
-    /// When the store started learning (store clock, ms): grants do not grow for a lease after
-    /// that. Set when the state is made, and again when a host shows it holds a grant the
-    /// state does not know (the store lost or rolled back its state).
+    /// When the store started learning (effective clock, ms): grants do not grow for a lease
+    /// after that. Set when the state is made, and again when a host shows that the store lost
+    /// writes (see the module documentation).
     pub born: Option<u64>,
     /// The global FIFO frontier.
     pub frontier: u64,
-    /// The last sequence number handed out (room-wide, increasing): a host reporting a higher
-    /// one holds a grant this state never made.
+    /// The last sequence number handed out (room-wide, increasing).
     pub seq: u64,
+    /// The effective clock at the last call (ms).
+    pub clock: Option<u64>,
+    /// The store's clock minus the effective clock (ms).
+    pub skew: i64,
     /// Hosts by store name (see `store_host`).
     pub entries: BTreeMap<String, Entry>,
 }
 
-/// Answers `host`'s `report` at store time `now`, updating `state`.
-pub fn allocate(state: &mut RoomState, host: &str, r: &Report, p: &Params, now: u64) -> Reply {
+impl RoomState {
+    /// The effective clock for a call at store time `raw` (see the module documentation).
+    fn effective_now(&mut self, raw: u64, lease: u64) -> u64 {
+        let now = match self.clock {
+            None => {
+                self.skew = 0;
+                raw
+            }
+            Some(last) => {
+                let eff = i128::from(raw) - i128::from(self.skew);
+                if eff < i128::from(last) {
+                    self.skew = (i128::from(raw) - i128::from(last)) as i64;
+                    last
+                } else if eff > i128::from(last) + i128::from(lease) {
+                    self.skew = (i128::from(raw) - i128::from(last) - i128::from(lease)) as i64;
+                    last + lease
+                } else {
+                    eff as u64
+                }
+            }
+        };
+        self.clock = Some(now);
+        now
+    }
+}
+
+/// Answers `host`'s `report` at store time `raw_now`, updating `state`.
+pub fn allocate(state: &mut RoomState, host: &str, r: &Report, p: &Params, raw_now: u64) -> Reply {
+    let now = state.effective_now(raw_now, p.lease);
     state.entries.retain(|h, e| h == host || e.gone >= now);
-    let mine = state.entries.get(host);
-    // A host holding a grant this state never made: the store lost its state (restarted, or
-    // reloaded an old snapshot). Learn anew.
-    let stale = r.seq > state.seq;
+    let mine = state.entries.get(host).cloned();
+    // Writes the store lost: a grant newer than its record, or a reservation it does not hold.
+    let lost = r.seq > state.seq
+        || match &mine {
+            Some(e) => r.seq > e.seq,
+            None => r.held != 0,
+        };
     let born = *state.born.get_or_insert(now);
-    let born = if stale { now } else { born };
+    let born = if lost { now } else { born };
     state.born = Some(born);
-    let learning = now.saturating_sub(born) < p.lease;
+    let learning = now.saturating_sub(born) < p.learning_ms();
     let seq = state.seq.max(r.seq) + 1;
     state.seq = seq;
-    let prev = mine.map_or(0, |e| e.reserved_minute(r.b.wrapping_sub(1)));
+    // A report older than the last grant to its host: computed on the store's newer record of
+    // the host, and answered with what the store already reserves for it.
+    let stale = mine.as_ref().filter(|e| r.seq < e.seq);
+    let r = stale.map_or(r, |e| &e.report);
+    let prev = match (stale, &mine) {
+        (Some(e), _) => e.prev,
+        (None, Some(e)) => e.reserved_minute(r.b.wrapping_sub(1)),
+        (None, None) => 0,
+    };
     let mut frontier = state.frontier;
 
     let (mut others, mut om0, mut om1) = (0u64, 0u64, 0u64);
@@ -190,6 +257,13 @@ pub fn allocate(state: &mut RoomState, host: &str, r: &Report, p: &Params, now: 
         gm0 = gm0.min(r.am0);
         gm1 = gm1.min(r.am1);
     }
+    if let Some(e) = stale {
+        (gt, gm0, gm1) = (
+            e.reserved_total(),
+            e.reserved_minute(r.b),
+            e.reserved_minute(r.b.wrapping_add(1)),
+        );
+    }
     state.entries.insert(
         host.to_owned(),
         Entry {
@@ -198,8 +272,9 @@ pub fn allocate(state: &mut RoomState, host: &str, r: &Report, p: &Params, now: 
             gm0,
             gm1,
             prev,
+            seq,
             exp: now + p.lease,
-            gone: now + p.lease + p.hold,
+            gone: now + p.lease + p.hold + p.lease,
         },
     );
     state.frontier = frontier;
@@ -215,18 +290,21 @@ pub fn allocate(state: &mut RoomState, host: &str, r: &Report, p: &Params, now: 
         known,
         learning: u64::from(learning),
         free,
+        stale: u64::from(stale.is_some()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     const P: Params = Params {
         total: 200,
         minute: 200,
         lease: 1000,
         hold: 5000,
+        learn: 0,
     };
 
     fn report(active: u64, at: u64, traffic: u64) -> Report {
@@ -241,18 +319,41 @@ mod tests {
         }
     }
 
+    /// A room's state and its hosts' last grants, as hosts report them.
+    #[derive(Default, Clone)]
+    struct Room {
+        s: RoomState,
+        seq: HashMap<String, u64>,
+    }
+
+    impl Room {
+        /// `host` reports `r` (with its last grant's number) at `t`.
+        fn sync(&mut self, host: &str, r: &Report, t: u64) -> Reply {
+            let mut r = r.clone();
+            r.seq = self.seq.get(host).copied().unwrap_or(0);
+            let reply = allocate(&mut self.s, host, &r, &P, t);
+            self.seq.insert(host.to_owned(), reply.seq);
+            reply
+        }
+
+        /// A room made at 0 by a host that holds nothing: past learning from 1000 on (keep
+        /// calls at most a lease apart, or the store's clock counts the gap as one lease).
+        fn learned() -> Self {
+            let mut room = Self::default();
+            room.sync("x", &report(0, 0, 0), 0);
+            room
+        }
+    }
+
     /// Past learning: grants never add up to more than the limits, whoever asks first.
     #[test]
     fn grants_never_exceed_the_limits() {
-        let mut s = RoomState::default();
-        allocate(&mut s, "a", &report(0, 0, 0), &P, 0);
-        let t = 2000;
+        let mut room = Room::learned();
         let mut total = 0;
         for (i, h) in ["a", "b", "c", "d"].iter().enumerate() {
             let mut r = report(0, 0, 50);
             r.demand = 100 * (i as u64 + 1);
-            let reply = allocate(&mut s, h, &r, &P, t);
-            total += reply.gt;
+            total += room.sync(h, &r, 1000).gt;
         }
         assert!(total <= 200, "granted {total}");
         assert_eq!(total, 200, "the room is handed out when asked for");
@@ -263,13 +364,13 @@ mod tests {
     /// first round hands the room to whoever asks first among those with traffic).
     #[test]
     fn shares_follow_traffic() {
-        let mut s = RoomState::default();
-        allocate(&mut s, "sj", &report(0, 0, 0), &P, 0);
+        let mut room = Room::default();
+        room.sync("sj", &report(0, 0, 0), 0);
         let mut sj = None;
-        for t in [2000, 2100] {
-            allocate(&mut s, "london", &report(0, 0, 30), &P, t);
-            allocate(&mut s, "anywhere", &report(50, 50, 150), &P, t);
-            sj = Some(allocate(&mut s, "sj", &report(0, 0, 20), &P, t));
+        for t in [1000, 2000, 2100] {
+            room.sync("london", &report(0, 0, 30), t);
+            room.sync("anywhere", &report(50, 50, 150), t);
+            sj = Some(room.sync("sj", &report(0, 0, 20), t));
         }
         let sj = sj.unwrap();
         assert_eq!(sj.free, 150);
@@ -280,62 +381,61 @@ mod tests {
     /// While learning, a host keeps what it reported and gets nothing more.
     #[test]
     fn learning_does_not_grow_grants() {
-        let mut s = RoomState::default();
+        let mut room = Room::default();
         let mut r = report(3, 7, 10);
         r.demand = 50;
-        let reply = allocate(&mut s, "a", &r, &P, 100);
+        let reply = room.sync("a", &r, 100);
         assert_eq!(reply.learning, 1);
         assert_eq!(reply.gt, 7);
-        let reply = allocate(&mut s, "a", &r, &P, 1200);
+        let reply = room.sync("a", &r, 1200);
         assert_eq!(reply.learning, 0);
         assert_eq!(reply.gt, 200, "the whole room: the only host, with traffic");
     }
 
-    /// A silent host's allowance stays reserved until `gone`, then returns.
+    /// A silent host's allowance stays reserved until `gone` (a lease, a session and the
+    /// margin for the store's clock), then returns.
     #[test]
     fn a_silent_host_is_held_then_released() {
-        let mut s = RoomState::default();
-        allocate(&mut s, "x", &report(0, 0, 0), &P, 0);
+        let mut room = Room::learned();
         let mut big = report(0, 0, 10);
         big.demand = 150;
-        let got = allocate(&mut s, "a", &big, &P, 1500).gt;
+        let got = room.sync("a", &big, 1000).gt;
         assert!(got >= 150);
         let mut b = report(0, 0, 10);
         b.demand = 200;
-        assert_eq!(allocate(&mut s, "b", &b, &P, 3000).gt, 200 - got);
-        assert_eq!(
-            allocate(&mut s, "b", &b, &P, 1500 + 1000 + 5000 + 1).gt,
-            200
-        );
+        let gone = 1000 + P.lease + P.hold + P.lease;
+        let mut t = 1000;
+        while t < gone {
+            assert_eq!(room.sync("b", &b, t).gt, 200 - got, "at {t}");
+            t += 500;
+        }
+        assert_eq!(room.sync("b", &b, gone + 1).gt, 200);
     }
 
     /// FIFO across hosts: the frontier stops at the bucket whose waiters fill the free slots,
     /// whichever host they wait at.
     #[test]
     fn frontier_is_global() {
-        let mut s = RoomState::default();
-        let t = 2000;
+        let mut room = Room::default();
         let mut early = report(0, 0, 0);
         early.b = 0;
-        allocate(&mut s, "a", &early, &P, 0);
+        room.sync("a", &early, 0);
+        room.sync("b", &early, 1000);
+        let t = 2000;
         let mut a = report(200, 200, 10);
         a.live = vec![(3, 6)];
-        assert_eq!(
-            allocate(&mut s, "a", &a, &P, t).frontier,
-            0,
-            "full: nobody enters"
-        );
+        assert_eq!(room.sync("a", &a, t).frontier, 0, "full: nobody enters");
         let mut b = report(0, 0, 10);
         b.live = vec![(4, 6), (5, 1)];
-        assert_eq!(allocate(&mut s, "b", &b, &P, t).frontier, 0);
+        assert_eq!(room.sync("b", &b, t).frontier, 0);
         (a.active, a.at, a.am0, a.am1) = (190, 190, 190, 190);
-        let reply = allocate(&mut s, "a", &a, &P, t);
+        let reply = room.sync("a", &a, t);
         assert_eq!((reply.free, reply.frontier), (10, 4));
         assert_eq!(
             reply.behind, 8,
             "b's seven wait with no allowance yet (one behind)"
         );
-        let reply = allocate(&mut s, "b", &b, &P, t);
+        let reply = room.sync("b", &b, t);
         assert_eq!(reply.frontier, 4);
         assert_eq!(
             reply.behind, 0,
@@ -351,13 +451,12 @@ mod tests {
     /// holdings stay reserved until they lapse, whatever the new counters report.
     #[test]
     fn a_restarted_host_does_not_wipe_its_old_holdings() {
-        let mut s = RoomState::default();
-        allocate(&mut s, "x", &report(0, 0, 0), &P, 0);
-        let old = allocate(&mut s, "a#00000001", &report(60, 60, 10), &P, 2000);
+        let mut room = Room::learned();
+        let old = room.sync("a#00000001", &report(60, 60, 10), 1000);
         assert!(old.gt >= 60);
         let mut fresh = report(0, 0, 10);
         fresh.demand = 500;
-        let new = allocate(&mut s, "a#00000002", &fresh, &P, 2100);
+        let new = room.sync("a#00000002", &fresh, 1100);
         assert!(
             new.gt <= 200 - old.gt,
             "{} granted beside {}",
@@ -371,36 +470,111 @@ mod tests {
     /// back its state, and learns anew (grants do not grow for a lease).
     #[test]
     fn a_rolled_back_store_learns_anew() {
-        let mut s = RoomState::default();
-        allocate(&mut s, "a", &report(0, 0, 0), &P, 0);
+        let mut room = Room::learned();
         let mut r = report(5, 5, 10);
         r.demand = 50;
-        let first = allocate(&mut s, "a", &r, &P, 2000);
+        let first = room.sync("a", &r, 1000);
         assert_eq!(first.learning, 0);
-        let snapshot = s.clone();
-        r.seq = allocate(&mut s, "a", &r, &P, 2100).seq;
-        let mut rolled_back = snapshot;
-        let reply = allocate(&mut rolled_back, "a", &r, &P, 2200);
+        let snapshot = room.s.clone();
+        room.sync("a", &r, 1100);
+        room.s = snapshot;
+        let reply = room.sync("a", &r, 1200);
         assert_eq!(reply.learning, 1);
         assert_eq!(reply.gt, r.at, "no growth while learning");
-        assert!(reply.seq > r.seq, "sequence numbers go on from the host's");
+        assert!(reply.seq > room.seq["x"], "sequence numbers go on");
+    }
+
+    /// Item 2 of the exactness review: the room's sequence is shared by every host, so after
+    /// a rollback other hosts' syncs reuse the lost numbers, and a host reporting one of them
+    /// looked like nothing was lost. The store keeps each host's last grant and compares.
+    #[test]
+    fn a_rollback_is_found_even_after_others_reused_its_numbers() {
+        let mut room = Room::learned();
+        let mut a = report(0, 0, 10);
+        a.demand = 50;
+        room.sync("a", &a, 1000);
+        let snapshot = room.s.clone();
+        // A's grant of 50 (its number the room's newest), then the store fails over to a
+        // replica that never got it.
+        let lost = room.sync("a", &a, 1100);
+        assert!(lost.gt >= 50);
+        room.s = snapshot;
+        // C syncs until the room's sequence is past A's lost grant.
+        let mut c = report(0, 0, 10);
+        c.demand = 1;
+        while room.s.seq < lost.seq {
+            room.sync("c", &c, 1200);
+        }
+        (a.active, a.at, a.am0, a.am1) = (50, lost.gt, lost.gm0, lost.gm1);
+        let reply = room.sync("a", &a, 1300);
+        assert_eq!(
+            reply.learning, 1,
+            "A's grant is newer than the store's record of A"
+        );
+        assert!(
+            (a.active..=lost.gt).contains(&reply.gt),
+            "no growth, and what A holds stays A's: {reply:?}"
+        );
+    }
+
+    /// A host that relies on its last grant being reserved, at a store with no entry for it:
+    /// the store lost that entry.
+    #[test]
+    fn a_host_relying_on_a_reservation_the_store_lacks_makes_it_learn() {
+        let mut room = Room::learned();
+        let mut r = report(10, 40, 10);
+        r.held = 1;
+        let reply = room.sync("newcomer", &r, 1000);
+        assert_eq!(reply.learning, 1);
+        assert_eq!(reply.gt, 40);
+        r.held = 0;
+        let mut room = Room::learned();
+        assert_eq!(room.sync("newcomer", &r, 1000).learning, 0);
+    }
+
+    /// Item 3 of the exactness review: two processes of one host synced at once; the one
+    /// that stalled sent its old report after its successor's grant was applied, and the
+    /// store replaced the host's entry with the smaller reservation (189 in a room of 100).
+    /// A report older than the last grant to its host is answered with what the store already
+    /// reserves for it, and the reservation stays.
+    #[test]
+    fn a_report_older_than_the_hosts_last_grant_never_lowers_its_reservation() {
+        let mut room = Room::learned();
+        let mut old = report(10, 10, 10);
+        old.demand = 1;
+        room.sync("a", &old, 1000);
+        let stalled_seq = room.seq["a"];
+        // The successor's report: busy, a large grant, applied.
+        let mut busy = report(10, 10, 10);
+        busy.demand = 150;
+        let big = room.sync("a", &busy, 1100);
+        assert!(big.gt >= 150);
+        // The stalled process's report arrives.
+        let mut stale = old.clone();
+        stale.seq = stalled_seq;
+        let reply = allocate(&mut room.s, "a", &stale, &P, 1200);
+        assert_eq!(reply.stale, 1);
+        assert_eq!(reply.gt, big.gt, "granted back what is reserved");
+        // Another host gets only the rest.
+        let mut b = report(0, 0, 10);
+        b.demand = 200;
+        assert_eq!(room.sync("b", &b, 1300).gt, 200 - big.gt);
     }
 
     /// A host whose clock moved on to the next bucket keeps its reservation for the bucket it
     /// left, for hosts still in it.
     #[test]
     fn moving_on_keeps_the_last_buckets_reservation() {
-        let mut s = RoomState::default();
-        allocate(&mut s, "x", &report(0, 0, 0), &P, 0);
+        let mut room = Room::learned();
         let mut a = report(0, 150, 10);
         (a.admitted, a.am0, a.am1) = (150, 150, 0);
-        let held = allocate(&mut s, "a", &a, &P, 2000).gm0.max(150);
+        let held = room.sync("a", &a, 1000).gm0.max(150);
         a.b = 11;
         (a.admitted, a.am0) = (0, 0);
-        allocate(&mut s, "a", &a, &P, 2100);
+        room.sync("a", &a, 1100);
         let mut b = report(0, 0, 10);
         b.demand = 200;
-        let reply = allocate(&mut s, "b", &b, &P, 2200);
+        let reply = room.sync("b", &b, 1200);
         assert_eq!(
             reply.gm0,
             200 - held,
@@ -411,27 +585,66 @@ mod tests {
     /// A host whose clock runs ahead cannot drag the frontier past the others' bucket.
     #[test]
     fn a_clock_ahead_does_not_drag_the_frontier() {
-        let mut s = RoomState::default();
+        let mut room = Room::default();
         let mut x = report(0, 0, 0);
         x.b = 0;
-        allocate(&mut s, "x", &x, &P, 0);
+        room.sync("x", &x, 0);
         let mut late = report(0, 0, 10);
         late.b = 5;
-        allocate(&mut s, "late", &late, &P, 2000);
+        room.sync("late", &late, 800);
+        room.sync("late", &late, 1600);
         let mut ahead = report(0, 0, 10);
         ahead.b = 900;
-        assert_eq!(allocate(&mut s, "ahead", &ahead, &P, 2000).frontier, 5);
+        assert_eq!(
+            room.sync("ahead", &ahead, 1600).frontier,
+            5,
+            "x's lease is over: it is not present"
+        );
     }
 
-    /// A host coming back after its entry lapsed holds no grant newer than the room's
-    /// sequence: it does not send the room into learning.
+    /// A host coming back after its entry lapsed relies on nothing: it does not send the room
+    /// into learning.
     #[test]
     fn a_returning_host_does_not_make_the_room_learn() {
-        let mut s = RoomState::default();
-        allocate(&mut s, "x", &report(0, 0, 0), &P, 0);
-        let mut r = report(0, 0, 10);
-        r.seq = allocate(&mut s, "a", &r, &P, 2000).seq;
-        let back = allocate(&mut s, "a", &r, &P, 2000 + 1000 + 5000 + 10);
+        let mut room = Room::learned();
+        room.sync("a", &report(0, 0, 10), 1000);
+        let mut t = 1000;
+        while t < 1000 + P.lease + P.hold + P.lease + 10 {
+            t += 500;
+            room.sync("x", &report(0, 0, 0), t);
+        }
+        let back = room.sync("a", &report(0, 0, 10), t);
         assert_eq!(back.learning, 0);
+    }
+
+    /// Item 6 of the exactness review: a forward jump of the store's clock dropped every
+    /// silent host's reservation at once. The store's effective clock moves at most a lease
+    /// per call, which the margin on `gone` covers; backwards it holds still.
+    #[test]
+    fn the_stores_clock_stepping_never_drops_a_reservation_early() {
+        let mut room = Room::learned();
+        let mut big = report(0, 0, 10);
+        big.demand = 150;
+        let got = room.sync("a", &big, 1000).gt;
+        let mut b = report(0, 0, 10);
+        b.demand = 200;
+        // The host relies on its grant until 1000 + lease + hold (its clock); the store's
+        // clock jumps an hour ahead just before.
+        let relied_until = 1000 + P.lease + P.hold;
+        let mut t = 1000;
+        while t < relied_until - 500 {
+            t += 500;
+            assert_eq!(room.sync("b", &b, t).gt, 200 - got);
+        }
+        let jump = 3_600_000;
+        assert_eq!(
+            room.sync("b", &b, t + jump).gt,
+            200 - got,
+            "an hour's step moves a lease"
+        );
+        assert_eq!(room.sync("b", &b, t + jump + 100).gt, 200 - got);
+        // Stepped back an hour: nothing moves.
+        assert_eq!(room.sync("b", &b, t).gt, 200 - got);
+        assert_eq!(room.s.clock, Some(t + P.lease + 100));
     }
 }

@@ -53,12 +53,15 @@ struct Record {
 }
 
 impl Record {
-    /// What this client may be using at `now`.
+    /// What this client may be using at `now`: its grant while its lease runs, and any earlier
+    /// grant whose lease still runs. A client that stopped refreshing (a leaf that restarted
+    /// under a new id, a process that died) holds nothing once its lease is over.
     fn reserved(&self, now: u64) -> f64 {
+        let current = if self.exp > now { self.has } else { 0.0 };
         self.held
             .iter()
             .filter(|h| h.1 > now)
-            .fold(self.has, |m, h| m.max(h.0))
+            .fold(current, |m, h| m.max(h.0))
     }
 
     /// The earlier grants still running at `now`, this record's own included, without the
@@ -166,19 +169,30 @@ impl RedisLeaseRoot {
 }
 
 /// WATCH, read and compute (`body` fills the atomic pipeline), MULTI/EXEC; again when another
-/// client wrote `key` in between, at most [`ATTEMPTS`] times.
+/// client wrote `key` in between, at most [`ATTEMPTS`] times, after a random pause that grows
+/// with each attempt (1 to 2^k ms, at most 64, and never past `budget` in all): clients that
+/// collided once do not collide again in lockstep.
 fn transaction<T>(
     con: &mut redis::Connection,
     key: &str,
+    budget: Duration,
     mut body: impl FnMut(&mut redis::Connection, &mut redis::Pipeline) -> redis::RedisResult<Option<T>>,
 ) -> redis::RedisResult<T> {
-    for _ in 0..ATTEMPTS {
+    use rand::Rng;
+    let deadline = std::time::Instant::now() + budget;
+    for attempt in 0..ATTEMPTS {
         redis::cmd("WATCH").arg(key).exec(con)?;
         let mut pipe = redis::pipe();
         pipe.atomic();
         if let Some(done) = body(con, &mut pipe)? {
             return Ok(done);
         }
+        let most = 1u64 << attempt.min(6);
+        let pause = Duration::from_micros(rand::thread_rng().gen_range(1000..=most * 1000));
+        if std::time::Instant::now() + pause > deadline {
+            break;
+        }
+        std::thread::sleep(pause);
     }
     redis::cmd("UNWATCH").exec(con)?;
     Err(redis::RedisError::from((
@@ -230,7 +244,7 @@ impl LeaseSource for RedisLeaseRoot {
             .max(lease_ms + CLOCK_MARGIN_MS);
         let (grant, clients) = self
             .with_conn(|con| {
-                transaction(con, &key, |con, pipe| {
+                transaction(con, &key, self.timeout, |con, pipe| {
                     let now_store = store_now(con)?;
                     let fields: BTreeMap<String, String> = con.hgetall(&key)?;
                     let born = fields

@@ -106,6 +106,8 @@ mod memory_store;
 mod periodic;
 mod protocol;
 mod redis_store;
+#[cfg(feature = "simulation")]
+pub mod sim;
 mod store;
 mod syncer;
 

@@ -13,10 +13,13 @@ struct Stop {
 }
 
 /// A running periodic job. Dropping it wakes the thread, which stops after the job it may be
-/// running, and joins it.
+/// running, and joins it. In a process forked after it started (a pre-fork server's worker)
+/// the thread does not exist: dropping it there touches nothing the thread might have held at
+/// the fork and joins nothing (see [`Periodic::running_here`]).
 pub(crate) struct Periodic {
     stop: Arc<Stop>,
     thread: Option<JoinHandle<()>>,
+    pid: u32,
 }
 
 impl Periodic {
@@ -52,12 +55,29 @@ impl Periodic {
                 ))
             })
             .ok();
-        Self { stop, thread }
+        Self {
+            stop,
+            thread,
+            pid: std::process::id(),
+        }
+    }
+
+    /// Whether the thread runs in this process (not in a process this one was forked from).
+    pub(crate) fn running_here(&self) -> bool {
+        self.pid == std::process::id() && self.thread.is_some()
     }
 }
 
 impl Drop for Periodic {
     fn drop(&mut self) {
+        if self.pid != std::process::id() {
+            // Forked: the thread (and whatever locks it held at the fork) belongs to the
+            // parent. Leave all of it alone.
+            if let Some(t) = self.thread.take() {
+                std::mem::forget(t);
+            }
+            return;
+        }
         *self.stop.stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
         self.stop.wake.notify_all();
         if let Some(t) = self.thread.take() {

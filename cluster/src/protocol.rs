@@ -30,6 +30,10 @@ pub struct Report {
     pub am1: u64,
     /// Live waiters by arrival bucket.
     pub live: Vec<(u64, u64)>,
+    /// 1 when the host relies on its last grant still being reserved (it is within a lease
+    /// and a session of the report that got it): a store with no entry for it lost writes.
+    #[serde(default)]
+    pub held: u64,
 }
 
 impl Report {
@@ -47,6 +51,7 @@ impl Report {
             am0: r.reserved_minute,
             am1: r.reserved_minute_next,
             live: r.waiters.clone(),
+            held: u64::from(r.held),
         }
     }
 }
@@ -63,6 +68,18 @@ pub struct Params {
     /// How long a silent host's allowance of active visitors stays reserved after its lease
     /// ends (ms): the session length, for its visitors stay active that long.
     pub hold: u64,
+    /// How long the store learns after it lost writes (ms): at least a lease, and the longest
+    /// a host that reaches the store may take to report (a sync interval and a turn whose
+    /// holder stopped). 0: a lease.
+    #[serde(default)]
+    pub learn: u64,
+}
+
+impl Params {
+    /// How long the store learns (see [`Params::learn`]).
+    pub fn learning_ms(&self) -> u64 {
+        self.learn.max(self.lease)
+    }
 }
 
 /// The store's answer to one report.
@@ -91,6 +108,11 @@ pub struct Reply {
     pub learning: u64,
     /// Free slots in the whole room (what the frontier moved on).
     pub free: u64,
+    /// 1 when the report was older than the last grant to its host (a process that stalled
+    /// past its turn, or a reply the host never got): the grant is what the store already
+    /// reserved for the host.
+    #[serde(default)]
+    pub stale: u64,
 }
 
 impl Reply {

@@ -20,6 +20,7 @@ pub struct RedisStore {
     script: redis::Script,
     prefix: String,
     timeout: Duration,
+    replicas: u32,
     commands: u64,
 }
 
@@ -45,8 +46,16 @@ impl RedisStore {
             script: redis::Script::new(SYNC_SCRIPT),
             prefix: prefix.to_owned(),
             timeout,
+            replicas: 0,
             commands: 0,
         })
+    }
+
+    /// Makes every sync wait (`WAIT`, within the timeout) until `replicas` replicas hold its
+    /// writes; a grant fewer acknowledge is refused as [`StoreError::NotReplicated`].
+    pub fn with_replicas(mut self, replicas: u32) -> Self {
+        self.replicas = replicas;
+        self
     }
 
     /// The hash holding `room`'s state.
@@ -103,14 +112,42 @@ impl Store for RedisStore {
             Some(conn) => invocation.invoke(conn),
             None => return Err(StoreError::Unreachable("no connection".into())),
         };
-        match result {
-            Ok(text) => serde_json::from_str(&text)
-                .map_err(|e| StoreError::Protocol(format!("{e} in {text:?}"))),
+        let text = match result {
+            Ok(text) => text,
             Err(e) => {
                 self.conn = None;
-                Err(self.error(e))
+                return Err(self.error(e));
+            }
+        };
+        let reply: Reply = serde_json::from_str(&text)
+            .map_err(|e| StoreError::Protocol(format!("{e} in {text:?}")))?;
+        if self.replicas > 0 {
+            // The script's writes reach the replicas as one transaction; WAIT returns how many
+            // hold everything this connection wrote.
+            self.commands += 1;
+            let wait = redis::cmd("WAIT")
+                .arg(self.replicas)
+                .arg((self.timeout.as_millis() as u64 / 2).max(1))
+                .query::<u32>(
+                    self.conn
+                        .as_mut()
+                        .ok_or_else(|| StoreError::Unreachable("no connection".into()))?,
+                );
+            match wait {
+                Ok(acked) if acked >= self.replicas => {}
+                Ok(acked) => {
+                    return Err(StoreError::NotReplicated {
+                        acked,
+                        wanted: self.replicas,
+                    })
+                }
+                Err(e) => {
+                    self.conn = None;
+                    return Err(self.error(e));
+                }
             }
         }
+        Ok(reply)
     }
 
     fn commands(&self) -> u64 {

@@ -15,6 +15,15 @@ pub enum StoreError {
     /// The store answered something this version does not understand.
     #[error("store answered unexpectedly: {0}")]
     Protocol(String),
+    /// The store answered, but fewer replicas than configured acknowledged the grant in time:
+    /// it is not applied (a failover could forget it). The store keeps it reserved.
+    #[error("only {acked} of {wanted} replicas acknowledged the grant in time: not applied")]
+    NotReplicated {
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas configured (`cluster.replicas`).
+        wanted: u32,
+    },
 }
 
 /// A store the cluster's hosts share: it answers one host's report on one room atomically

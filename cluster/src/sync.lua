@@ -2,19 +2,44 @@
 -- same order, as `allocate` in allocator.rs; tests/stores_agree.rs holds the two to the same
 -- answers).
 --
--- KEYS[1]  the room's hash: fields `born`, `frontier`, `seq`, and `h:<host>` (JSON entries)
+-- KEYS[1]  the room's hash: fields `born`, `frontier`, `seq`, `clock`, `skew`, and `h:<host>`
+--          (JSON entries)
 -- ARGV[1]  the host's store name (id and counters' incarnation)
--- ARGV[2]  its report (JSON: seq, b, active, admitted, traffic, demand, at, am0, am1, live)
--- ARGV[3]  the room's limits and lease terms (JSON: total, minute, lease, hold)
+-- ARGV[2]  its report (JSON: seq, b, active, admitted, traffic, demand, at, am0, am1, live,
+--          held)
+-- ARGV[3]  the room's limits and lease terms (JSON: total, minute, lease, hold, learn)
 -- Returns the reply (JSON: seq, gt, b, gm0, gm1, frontier, behind, hosts, known, learning,
--- free).
+-- free, stale).
 
 local key = KEYS[1]
 local me = 'h:' .. ARGV[1]
 local r = cjson.decode(ARGV[2])
 local p = cjson.decode(ARGV[3])
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local raw = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+r.held = r.held or 0
+
+-- The effective clock: never back, never forward by more than a lease between two calls
+-- (see allocator.rs).
+local last = redis.call('HGET', key, 'clock')
+local skew = tonumber(redis.call('HGET', key, 'skew') or '0')
+local now
+if last == false then
+  skew = 0
+  now = raw
+else
+  last = tonumber(last)
+  local eff = raw - skew
+  if eff < last then
+    skew = raw - last
+    now = last
+  elseif eff > last + p.lease then
+    skew = raw - last - p.lease
+    now = last + p.lease
+  else
+    now = eff
+  end
+end
 
 local function reserved_minute(e, b)
   local er = e.report
@@ -46,18 +71,31 @@ for i = 1, #fields, 2 do
   end
 end
 
--- A host holding a grant this state never made: the store lost its state (restarted, or
--- reloaded an old snapshot). Learn anew.
+-- Writes the store lost: a grant newer than its record, or a reservation it does not hold.
 local room_seq = tonumber(redis.call('HGET', key, 'seq') or '0')
-local stale = r.seq > room_seq
+local lost = r.seq > room_seq
+if mine ~= nil then
+  lost = lost or r.seq > (mine.seq or 0)
+else
+  lost = lost or r.held ~= 0
+end
 local born = tonumber(redis.call('HGET', key, 'born') or now)
-if stale then
+if lost then
   born = now
 end
-local learning = now - born < p.lease
+local learning = now - born < math.max(p.lease, p.learn or 0)
 local seq = math.max(room_seq, r.seq) + 1
+-- A report older than the last grant to its host: computed on the store's newer record of
+-- the host, and answered with what the store already reserves for it.
+local stale = nil
+if mine ~= nil and r.seq < (mine.seq or 0) then
+  stale = mine
+  r = mine.report
+end
 local prev = 0
-if mine ~= nil then
+if stale ~= nil then
+  prev = stale.prev
+elseif mine ~= nil then
   prev = reserved_minute(mine, r.b - 1)
 end
 local frontier = tonumber(redis.call('HGET', key, 'frontier') or '0')
@@ -182,16 +220,22 @@ if learning then
   gm0 = math.min(gm0, r.am0)
   gm1 = math.min(gm1, r.am1)
 end
+if stale ~= nil then
+  gt = math.max(stale.report.at, stale.gt)
+  gm0 = reserved_minute(stale, r.b)
+  gm1 = reserved_minute(stale, r.b + 1)
+end
 
 local entry = {
-  report = r, gt = gt, gm0 = gm0, gm1 = gm1, prev = prev,
-  exp = now + p.lease, gone = now + p.lease + p.hold,
+  report = r, gt = gt, gm0 = gm0, gm1 = gm1, prev = prev, seq = seq,
+  exp = now + p.lease, gone = now + p.lease + p.hold + p.lease,
 }
-redis.call('HSET', key, me, cjson.encode(entry), 'frontier', frontier, 'born', born, 'seq', seq)
-redis.call('PEXPIRE', key, 2 * (p.lease + p.hold))
+redis.call('HSET', key, me, cjson.encode(entry), 'frontier', frontier, 'born', born, 'seq', seq,
+  'clock', now, 'skew', skew)
+redis.call('PEXPIRE', key, 2 * (p.lease + p.hold + p.lease))
 
 return cjson.encode({
   seq = seq, gt = gt, b = r.b, gm0 = gm0, gm1 = gm1, frontier = frontier,
   behind = behind - math.min(own_behind, behind) + uncovered, hosts = hosts, known = known,
-  learning = learning and 1 or 0, free = free,
+  learning = learning and 1 or 0, free = free, stale = stale ~= nil and 1 or 0,
 })

@@ -6,7 +6,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use velvet_rope::admission::cluster::HostReport;
 use velvet_rope::config::ClusterConfig;
+use velvet_rope::env::{fault_point, FaultPoint};
 use velvet_rope::{Clock, Engine, Millis, SystemClock};
 
 use crate::periodic::Periodic;
@@ -119,7 +121,8 @@ impl Syncer {
             &c.redis_url,
             &c.key_prefix,
             Duration::from_millis(c.timeout_ms),
-        )?;
+        )?
+        .with_replicas(c.replicas);
         Ok(Some(Self::start(
             engine,
             Box::new(store),
@@ -145,6 +148,13 @@ impl Syncer {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+
+    /// Whether the loop's thread runs in this process: false in a child forked after the loop
+    /// started (a pre-fork server's worker), where it should be started again
+    /// ([`Syncer::from_engine`]); dropping the parent's there is harmless.
+    pub fn running_here(&self) -> bool {
+        self._thread.running_here()
+    }
 }
 
 /// The sync loop's body: what one interval does. [`Syncer`] runs it on a thread; a simulation
@@ -154,7 +164,6 @@ pub struct SyncRound {
     store: Box<dyn Store>,
     options: SyncOptions,
     status: Arc<Mutex<SyncStatus>>,
-    last_admitted: std::collections::HashMap<String, u64>,
     most_hosts: std::collections::HashMap<String, u64>,
 }
 
@@ -174,7 +183,6 @@ impl SyncRound {
             store,
             options,
             status: Arc::new(Mutex::new(SyncStatus::default())),
-            last_admitted: Default::default(),
             most_hosts: Default::default(),
         }
     }
@@ -197,45 +205,54 @@ impl SyncRound {
         }
         let interval_ms = self.options.interval.as_millis() as u64;
         let lease_ms = self.options.lease.as_millis() as u64;
-        // The longest a sync of one room may take: a connection and a script call (one more
-        // call to load the script into a restarted store), and the wait for the tick lock.
+        // The longest a sync of one room may take: a connection, a script call (one more call
+        // to load the script into a restarted store) and a WAIT, and the wait for the tick
+        // lock.
         let busy_ms = 4 * self.options.timeout.as_millis() as u64 + 500;
         let bucket_ms = u64::from(config.settings.bucket_width_secs) * 1000;
         // Tick first, so that a report is of the bucket open now (a grant is for it and the
         // next one).
         self.engine.tick(self.options.clock.now_ms());
         for room in &config.rooms {
+            // The lease runs from before the turn is even taken: it ends before the store's
+            // reservation does, whatever this process's delays.
             let sent_at: Millis = self.options.clock.now_ms();
-            let Ok(Some(report)) = self.engine.cluster_report(&room.name, sent_at) else {
+            let Ok(Some(turn)) =
+                self.engine
+                    .cluster_sync_turn(&room.name, sent_at, interval_ms, busy_ms)
+            else {
                 continue;
             };
-            if !self
-                .engine
-                .cluster_sync_turn(&room.name, sent_at, interval_ms, busy_ms)
-                .unwrap_or(false)
-            {
-                continue;
-            }
-            let admitted = self
-                .engine
-                .stats(&room.name)
-                .map(|s| s.admitted_total)
-                .unwrap_or(0);
-            let before = self.last_admitted.insert(room.name.clone(), admitted);
-            let since = before.map_or(0, |b| admitted.saturating_sub(b));
-            // Ask, beyond the share, for twice what the last interval admitted (one interval
-            // ahead of need, one to cover the next answer's delay), and at least one.
-            let demand = (2 * since).max(1);
+            // The report is read once the turn is this process's, so it is the host's newest.
+            let report = match self.engine.cluster_report(&room.name, sent_at) {
+                Ok(Some(report)) => report,
+                _ => {
+                    let _ = self.engine.cluster_sync_done(
+                        &room.name,
+                        turn,
+                        self.options.clock.now_ms(),
+                    );
+                    continue;
+                }
+            };
+            fault_point(FaultPoint::SyncReported);
             let params = Params {
                 total: room.total_active_users,
                 minute: room.new_users_per_minute,
                 lease: lease_ms,
                 hold: u64::from(room.session_duration) * bucket_ms,
+                // A host that reaches the store reports within an interval, or a turn
+                // whose holder stopped, and an interval: the store learns that long.
+                learn: interval_ms + busy_ms + interval_ms,
             };
             let host = store_host(&self.options.host_id, report.incarnation);
-            let result = self
-                .store
-                .sync(&room.name, &host, &Report::of(&report, demand), &params);
+            let result = self.store.sync(
+                &room.name,
+                &host,
+                &Report::of(&report, demand(&report, interval_ms)),
+                &params,
+            );
+            fault_point(FaultPoint::SyncAnswered);
             self.record(&room.name, result.as_ref().map(|r| r.hosts));
             let unreachable = match result {
                 Ok(reply) => {
@@ -248,14 +265,15 @@ impl SyncRound {
                     let ppm = (share.clamp(0.0, 1.0) * 1e6).round() as u64;
                     let grant = reply.grant(sent_at + lease_ms, ppm);
                     let _ = self.engine.cluster_grant(&room.name, &grant);
+                    fault_point(FaultPoint::SyncGranted);
                     false
                 }
-                Err(StoreError::Protocol(_)) => false,
+                Err(StoreError::Protocol(_)) | Err(StoreError::NotReplicated { .. }) => false,
                 Err(_) => true,
             };
             let _ = self
                 .engine
-                .cluster_sync_done(&room.name, self.options.clock.now_ms());
+                .cluster_sync_done(&room.name, turn, self.options.clock.now_ms());
             if unreachable {
                 // The other rooms would wait out the same timeout: they try next round.
                 break;
@@ -293,4 +311,19 @@ impl SyncRound {
             }
         }
     }
+}
+
+/// What a host asks for beyond its share: twice its admissions per sync interval since its
+/// last report (one interval ahead of need, one to cover the next answer's delay), measured
+/// over the host's processes and scaled to one interval (a process taking its first turn in a
+/// while asks for the host's rate, not for everything since), and at least one.
+fn demand(report: &HostReport, interval_ms: u64) -> u64 {
+    let per_interval = if report.ms_since_report == 0 {
+        0
+    } else {
+        let span = report.ms_since_report.max(interval_ms);
+        ((u128::from(report.admitted_since_report) * u128::from(interval_ms)) / u128::from(span))
+            as u64
+    };
+    (2 * per_interval).max(1)
 }

@@ -92,7 +92,7 @@ fn stalled_killed_and_restarted_store() {
         .iter()
         .map(|h| host(&redis.url(), h))
         .collect();
-    std::thread::sleep(Duration::from_millis(800));
+    std::thread::sleep(Duration::from_millis(common::LEARNING_MS));
     let mut waiting = Vec::new();
     let mut total = 0;
     // Half the room fills while the store answers.

@@ -28,6 +28,7 @@ fn random_report(rng: &mut rand::rngs::StdRng) -> Report {
         am0: rng.gen_range(0..60),
         am1: rng.gen_range(0..60),
         live,
+        held: 0,
     }
 }
 
@@ -44,6 +45,7 @@ fn the_script_and_the_allocator_agree() {
         minute: 150,
         lease: 3_600_000,
         hold: 3_600_000,
+        learn: 4_000_000,
     };
     let rooms = ["x", "y"];
     let mut states: Vec<RoomState> = rooms
@@ -62,14 +64,24 @@ fn the_script_and_the_allocator_agree() {
             .unwrap();
     }
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let hosts = ["h1", "h2", "h3", "h4"];
-    for i in 0..400 {
+    let hosts = ["h1", "h2", "h3", "h4", "h5"];
+    // Each host's last grant per room, as hosts report it.
+    let mut last_seq = std::collections::HashMap::<(usize, &str), u64>::new();
+    let (mut stale, mut lost) = (0, 0);
+    for i in 0..600 {
         let r = rng.gen_range(0..rooms.len());
         let host = hosts[rng.gen_range(0..hosts.len())];
         let mut report = random_report(&mut rng);
-        if i >= 350 && rng.gen_bool(0.2) {
+        let seq = last_seq.get(&(r, host)).copied().unwrap_or(0);
+        report.seq = seq;
+        match rng.gen_range(0..20) {
+            // A report older than the host's last grant (a stalled process, a lost reply).
+            0 | 1 if seq > 0 => report.seq = rng.gen_range(0..seq),
             // A host holding a grant the store does not know of: both learn anew.
-            report.seq = rng.gen_range(1..1000);
+            2 if i >= 450 => report.seq = seq + rng.gen_range(1..1000),
+            // A host relying on a reservation (a store that has none for it lost writes).
+            3 => report.held = 1,
+            _ => {}
         }
         let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
         let now = secs * 1000 + micros / 1000;
@@ -80,10 +92,14 @@ fn the_script_and_the_allocator_agree() {
             "call {i}: {host} on {} with {report:?}",
             rooms[r]
         );
+        stale += got.stale;
+        lost += u64::from(got.learning == 1 && i >= 450);
+        last_seq.insert((r, host), got.seq);
     }
+    assert!(stale > 10 && lost > 5, "stale {stale}, learning {lost}");
     assert_eq!(
         store.commands(),
-        401,
+        601,
         "one connection, then one call per sync"
     );
 }

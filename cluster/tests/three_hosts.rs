@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use velvet_rope::Outcome;
 
-use common::{host_config, now, Host, RedisServer};
+use common::{host_config, now, Host, RedisServer, LEARNING_MS};
 
 /// Skewed traffic (70 / 20 / 10 %) of 300 new visitors against a room of 30, waiters
 /// refreshing as browsers do: exactly 30 are admitted across the hosts (directly or from the
@@ -22,8 +22,8 @@ fn skewed_traffic_admits_exactly_the_limit() {
         .iter()
         .map(|h| Arc::new(Host::new(&host_config(&redis.url(), h, room, ""))))
         .collect();
-    // The store starts learning (it knows nobody's holdings): nothing grows for a lease.
-    std::thread::sleep(Duration::from_millis(800));
+    // The store starts learning (it knows nobody's holdings): nothing grows meanwhile.
+    std::thread::sleep(Duration::from_millis(LEARNING_MS));
 
     let admitted = Arc::new(AtomicU64::new(0));
     let queued = Arc::new(AtomicU64::new(0));
@@ -141,7 +141,7 @@ fn fifo_holds_across_hosts() {
         .iter()
         .map(|h| Arc::new(Host::new(&host_config(&redis.url(), h, room, ""))))
         .collect();
-    std::thread::sleep(Duration::from_millis(800));
+    std::thread::sleep(Duration::from_millis(LEARNING_MS));
 
     // Arrival bucket and host of each visitor, and when it got in.
     struct Visitor {

@@ -82,7 +82,7 @@ test('two hosts admit exactly the room through Redis', async () => {
   const redis = await redisServer()
   try {
     const hosts = [host(redis.port, 'node-a'), host(redis.port, 'node-b')]
-    await sleep(800) // a store that knows nobody learns for a lease first
+    await sleep(1800) // a store that knows nobody learns first (1.5 s with these settings)
     let admitted = 0
     let waiters = []
     for (let i = 0; i < 20; i++) {

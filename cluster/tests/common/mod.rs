@@ -113,6 +113,11 @@ impl Drop for RedisServer {
     }
 }
 
+/// How long a store that knows nobody learns with these hosts' settings (a sync interval, a
+/// turn whose holder stopped: four timeouts and half a second, and an interval), and a
+/// little more.
+pub const LEARNING_MS: u64 = 100 + (4 * 200 + 500) + 100 + 300;
+
 /// The configuration of one host of a test cluster.
 pub fn host_config(url: &str, host: &str, room: &str, extra: &str) -> String {
     format!(

@@ -1,0 +1,1041 @@
+//! The simulated world: hosts and their processes, the crowd, the faults, the checks, and the
+//! scheduler that runs them in virtual time, one step at a time.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, RngCore, SeedableRng};
+use velvet_rope::admission::cluster::ClusterState;
+use velvet_rope::ticket::{Keyring, RoomId, TicketState};
+use velvet_rope::{Config, Engine, Outcome as Decided};
+
+use super::faults::{self, Fault, ProcessFault};
+use super::network::Network;
+use super::process::{
+    run_inline, HostClock, Plan, ProcessHooks, ProcessThread, RandomSource, Resume, Shared,
+    SimStore, VirtualTime, Work, Yield,
+};
+use super::truth::Truth;
+use super::{Outcome, Scenario};
+use crate::syncer::{SyncOptions, SyncRound};
+
+/// The virtual clock's start: 2027-01-15, a whole number of minutes.
+const T0: u64 = 1_800_000_000_000;
+const ROOM: &str = "r";
+
+/// 128-byte aligned memory for a host's counters.
+#[repr(C, align(128))]
+#[derive(Clone, Copy)]
+struct Block([u8; 128]);
+
+/// What a process is doing on its own thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Task {
+    /// Starting (building its engine).
+    Start,
+    /// A sync round.
+    Round,
+}
+
+struct Process {
+    hooks: Arc<ProcessHooks>,
+    /// Bumped at every restart: events for an earlier life are dropped.
+    life: u64,
+    engine: Option<Arc<Engine>>,
+    round: Option<Arc<Mutex<SyncRound>>>,
+    thread: Option<ProcessThread>,
+    /// Work in progress on its thread, waiting for a resume.
+    busy: Option<Task>,
+    /// Stopped at a fault point (it serves nothing meanwhile).
+    stopped: bool,
+    alive: bool,
+    /// The engine a start is building.
+    building: Arc<Mutex<Option<Arc<Engine>>>>,
+}
+
+struct Host {
+    offset: Arc<AtomicI64>,
+    region: Box<[Block]>,
+    config: Config,
+    processes: Vec<Process>,
+    /// Beyond the guarantee (it admitted on its fallback share, or its clock stepped): what
+    /// it may hold uncoordinated counts in the bound.
+    beyond: bool,
+    /// When it last restarted with counters made anew: until a lease and a session later,
+    /// only the store remembers what its previous counters hold.
+    restarted: Option<u64>,
+}
+
+enum Event {
+    Arrival,
+    Request(usize),
+    Round(usize, usize, u64),
+    Resume(usize, usize, u64, Resume),
+    /// The store's answer to a write that waited for the replica (lost if the store failed
+    /// over first).
+    Reply(usize, usize, u64, Resume, u64),
+    Restart(usize, usize),
+    Fault(Fault),
+    StallEnds,
+    LearningCheck,
+    Prune,
+}
+
+struct Scheduled {
+    at: u64,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+enum Mood {
+    Waiting { until: u64 },
+    Admitted { visits: u32 },
+}
+
+struct Visitor {
+    host: usize,
+    cookie: Option<String>,
+    mood: Mood,
+}
+
+/// The shared random source the processes draw from (ticket ids, nonces, incarnations).
+struct Randomness(Mutex<StdRng>);
+
+pub(crate) struct World {
+    s: Scenario,
+    rng: StdRng,
+    now: u64,
+    shared: Arc<Shared>,
+    random: Arc<Randomness>,
+    hosts: Vec<Host>,
+    events: BinaryHeap<Reverse<Scheduled>>,
+    seq: u64,
+    next_pid: u32,
+    visitors: Vec<Visitor>,
+    truth: Truth,
+    keyring: Option<Arc<Keyring>>,
+    room_id: RoomId,
+    /// Host traffic weights (moved around by the seed).
+    weights: Vec<f64>,
+    /// A store that lost writes hosts were using: a roomful in the bound.
+    store_lost: bool,
+    forward_steps: Vec<u64>,
+    wiped_at: Option<u64>,
+    out: Outcome,
+    trace: VecDeque<String>,
+}
+
+impl World {
+    pub(crate) fn new(s: &Scenario, seed: u64) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut faults = s.faults.clone();
+        faults.extend(faults::draw(s, &mut rng));
+        let time = VirtualTime {
+            now: Arc::new(AtomicU64::new(0)),
+        };
+        let shared = Arc::new(Shared {
+            time: time.clone(),
+            dead: Mutex::new(HashSet::new()),
+            network: Mutex::new(Network::new(s.hosts, s.replicas, s.timeout_ms, T0)),
+        });
+        let random = Arc::new(Randomness(Mutex::new(StdRng::seed_from_u64(
+            seed ^ 0x5eed_5eed_5eed_5eed,
+        ))));
+        let hosts = (0..s.hosts)
+            .map(|h| {
+                let config = Config::from_text(&host_config(s, h)).expect("a valid configuration");
+                let size = Engine::shared_region_size(&config).div_ceil(128);
+                Host {
+                    // Hosts' clocks differ by up to a fifth of a second.
+                    offset: Arc::new(AtomicI64::new(rng.gen_range(-200..=200))),
+                    region: vec![Block([0; 128]); size].into_boxed_slice(),
+                    config,
+                    processes: Vec::new(),
+                    beyond: false,
+                    restarted: None,
+                }
+            })
+            .collect();
+        let mut w = Self {
+            s: s.clone(),
+            now: 0,
+            shared,
+            random,
+            hosts,
+            events: BinaryHeap::new(),
+            seq: 0,
+            next_pid: 4_000_000,
+            visitors: Vec::new(),
+            truth: Truth::new(s.hosts, s.session),
+            keyring: None,
+            room_id: RoomId::new(ROOM),
+            weights: vec![1.0; s.hosts],
+            store_lost: false,
+            forward_steps: Vec::new(),
+            wiped_at: None,
+            out: Outcome {
+                seed,
+                ..Outcome::default()
+            },
+            trace: VecDeque::new(),
+            rng,
+        };
+        w.reweigh();
+        for f in faults {
+            w.out.faults.push(format!("{f:?}"));
+            w.schedule(f.at(), Event::Fault(f));
+        }
+        for h in 0..s.hosts {
+            for p in 0..s.processes {
+                let fresh = w.new_process();
+                w.hosts[h].processes.push(fresh);
+                w.start(h, p);
+            }
+        }
+        w.schedule(0, Event::Arrival);
+        w.schedule(5000, Event::Prune);
+        w
+    }
+
+    fn new_process(&mut self) -> Process {
+        self.next_pid += 1;
+        Process {
+            hooks: Arc::new(ProcessHooks {
+                pid: self.next_pid,
+                shared: self.shared.clone(),
+                plan: Mutex::new(None),
+                struck: Mutex::new(None),
+                random: Some(self.random_source()),
+            }),
+            life: 0,
+            engine: None,
+            round: None,
+            thread: None,
+            busy: None,
+            stopped: false,
+            alive: true,
+            building: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    fn random_source(&self) -> RandomSource {
+        let r = self.random.clone();
+        Arc::new(move |out: &mut [u8]| {
+            r.0.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .fill_bytes(out)
+        })
+    }
+
+    fn schedule(&mut self, at: u64, event: Event) {
+        self.seq += 1;
+        self.events.push(Reverse(Scheduled {
+            at,
+            seq: self.seq,
+            event,
+        }));
+    }
+
+    fn note(&mut self, line: String) {
+        if self.s.trace == 0 {
+            return;
+        }
+        if self.trace.len() == self.s.trace {
+            self.trace.pop_front();
+        }
+        self.trace.push_back(format!("{:>7} ms  {line}", self.now));
+    }
+
+    fn host_now(&self, h: usize) -> u64 {
+        (T0 as i64 + self.now as i64 + self.hosts[h].offset.load(Ordering::SeqCst)).max(0) as u64
+    }
+
+    fn buckets(&self) -> Vec<u64> {
+        let w = u64::from(self.s.bucket_secs) * 1000;
+        (0..self.s.hosts).map(|h| self.host_now(h) / w).collect()
+    }
+
+    fn clock(&self, h: usize) -> Arc<HostClock> {
+        Arc::new(HostClock {
+            time: self.shared.time.clone(),
+            t0: T0,
+            offset: self.hosts[h].offset.clone(),
+        })
+    }
+
+    /// Runs the simulation to its end.
+    pub(crate) fn run(mut self) -> Outcome {
+        while let Some(Reverse(next)) = self.events.pop() {
+            if next.at > self.s.run_ms || self.out.violation.is_some() {
+                break;
+            }
+            self.now = next.at;
+            self.shared.time.now.store(self.now, Ordering::SeqCst);
+            self.out.steps += 1;
+            self.step(next.event);
+            self.check();
+        }
+        self.finish()
+    }
+
+    fn finish(mut self) -> Outcome {
+        // Every process blocked mid-call is crashed out of it first (it holds its round).
+        for h in 0..self.hosts.len() {
+            for p in 0..self.hosts[h].processes.len() {
+                if self.hosts[h].processes[p].busy.is_some() {
+                    self.kill(h, p);
+                }
+            }
+        }
+        for host in &self.hosts {
+            for p in &host.processes {
+                if let Some(r) = &p.round {
+                    if let Ok(r) = r.try_lock() {
+                        let st = r.status();
+                        self.out.syncs += st.syncs;
+                        self.out.sync_failures += st.failures;
+                    }
+                }
+            }
+        }
+        self.out.trace = self.trace.drain(..).collect();
+        self.out.stale_reports = self
+            .shared
+            .network
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .stale_reports;
+        let hosts = std::mem::take(&mut self.hosts);
+        for mut host in hosts {
+            for p in &mut host.processes {
+                p.thread = None;
+                p.round = None;
+                p.engine = None;
+            }
+            host.processes.clear();
+            drop(host.region);
+        }
+        self.out
+    }
+
+    fn step(&mut self, event: Event) {
+        match event {
+            Event::Arrival => self.arrival(),
+            Event::Request(v) => self.request(v),
+            Event::Round(h, p, life) => self.round(h, p, life),
+            Event::Resume(h, p, life, r) => {
+                if self.hosts[h].processes[p].life == life && self.hosts[h].processes[p].alive {
+                    self.hosts[h].processes[p].stopped = false;
+                    self.resume(h, p, r);
+                }
+            }
+            Event::Reply(h, p, life, r, write) => {
+                if self.hosts[h].processes[p].life == life && self.hosts[h].processes[p].alive {
+                    let survived = self
+                        .shared
+                        .network
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .survived(write);
+                    let r = if survived {
+                        r
+                    } else {
+                        Resume::Store(Err(crate::store::StoreError::Unreachable(
+                            "the store failed over".into(),
+                        )))
+                    };
+                    self.resume(h, p, r);
+                }
+            }
+            Event::Restart(h, p) => {
+                let fresh = self.new_process();
+                let old = std::mem::replace(&mut self.hosts[h].processes[p], fresh);
+                self.hosts[h].processes[p].life = old.life + 1;
+                self.start(h, p);
+            }
+            Event::Fault(f) => self.fault(f),
+            Event::StallEnds => {
+                let n = self
+                    .shared
+                    .network
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .resume(self.now);
+                self.note(format!("store resumes: {n} held requests applied"));
+            }
+            Event::LearningCheck => self.learning_check(),
+            Event::Prune => {
+                let b = self.buckets();
+                self.truth.prune(&b);
+                self.schedule(self.now + 5000, Event::Prune);
+            }
+        }
+    }
+
+    // ---- processes -------------------------------------------------------------------------
+
+    /// Whether work of process `p` of host `h` must run on its own thread: a stop is armed
+    /// for it, the store would keep it waiting, or a process of its host is stopped (it may
+    /// hold a lock this one waits for).
+    fn needs_thread(&self, h: usize, p: usize) -> bool {
+        let proc = &self.hosts[h].processes[p];
+        let stop_armed = matches!(
+            *proc.hooks.plan.lock().unwrap_or_else(|e| e.into_inner()),
+            Some(Plan {
+                fault: ProcessFault::Stop { .. },
+                ..
+            })
+        );
+        let blocks = self
+            .shared
+            .network
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .would_block(h, self.now);
+        let mate_stopped = self.hosts[h]
+            .processes
+            .iter()
+            .any(|q| q.alive && (q.stopped || q.busy.is_some()));
+        stop_armed || blocks || mate_stopped
+    }
+
+    fn dispatch(&mut self, h: usize, p: usize, task: Task, work: Work) {
+        let threaded = task == Task::Start || self.needs_thread(h, p);
+        let y = if threaded {
+            let proc = &mut self.hosts[h].processes[p];
+            let thread = proc
+                .thread
+                .get_or_insert_with(|| ProcessThread::start(proc.hooks.clone()));
+            thread.run(work);
+            let y = thread
+                .yields
+                .recv()
+                .unwrap_or(Yield::Panicked("a process thread ended".to_owned()));
+            proc.busy = Some(task);
+            y
+        } else {
+            let hooks = self.hosts[h].processes[p].hooks.clone();
+            self.hosts[h].processes[p].busy = Some(task);
+            run_inline(&hooks, work)
+        };
+        self.on_yield(h, p, y);
+    }
+
+    fn resume(&mut self, h: usize, p: usize, r: Resume) {
+        let Some(thread) = &self.hosts[h].processes[p].thread else {
+            return;
+        };
+        if thread.resume.send(r).is_err() {
+            return;
+        }
+        let y = thread
+            .yields
+            .recv()
+            .unwrap_or(Yield::Panicked("a process thread ended".to_owned()));
+        self.on_yield(h, p, y);
+    }
+
+    fn on_yield(&mut self, h: usize, p: usize, y: Yield) {
+        let life = self.hosts[h].processes[p].life;
+        let task = match y {
+            Yield::Done | Yield::Crashed | Yield::Panicked(_) => {
+                self.hosts[h].processes[p].busy.take()
+            }
+            _ => None,
+        };
+        match y {
+            Yield::Done => {
+                if task == Some(Task::Start) {
+                    self.started(h, p);
+                }
+                let phase = if task == Some(Task::Start) {
+                    self.rng.gen_range(0..self.s.sync_interval_ms)
+                } else {
+                    self.s.sync_interval_ms
+                };
+                self.schedule(self.now + phase, Event::Round(h, p, life));
+            }
+            Yield::Crashed => {
+                let pid = self.hosts[h].processes[p].hooks.pid;
+                let at = *self.hosts[h].processes[p]
+                    .hooks
+                    .struck
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                self.note(format!(
+                    "host {h} process {p} (pid {pid}) crashed at {at:?}"
+                ));
+                self.out.crashes += 1;
+                self.kill(h, p);
+                let delay = self.rng.gen_range(200..1500);
+                self.schedule(self.now + delay, Event::Restart(h, p));
+            }
+            Yield::Panicked(m) => {
+                self.out.violation = Some(format!("host {h} process {p} panicked: {m}"));
+            }
+            Yield::Wait(ms) => {
+                let stopped = self.hosts[h].processes[p]
+                    .hooks
+                    .struck
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+                if let Some(plan) = stopped {
+                    self.note(format!(
+                        "host {h} process {p} stopped at {:?} for {ms} ms",
+                        plan.point
+                    ));
+                    self.hosts[h].processes[p].stopped = true;
+                }
+                self.schedule(self.now + ms, Event::Resume(h, p, life, Resume::Go));
+            }
+            Yield::Store(req) => {
+                let sent = req.sent;
+                let d = self
+                    .shared
+                    .network
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .call(req, self.now);
+                self.note(format!(
+                    "host {h} process {p} sync sent at {sent}: {} reply at {} {:?}",
+                    if d.queued {
+                        "held by the stalled store,"
+                    } else {
+                        ""
+                    },
+                    d.reply_at,
+                    d.result
+                        .as_ref()
+                        .map(|r| (r.seq, r.gt, r.learning, r.stale))
+                ));
+                let r = Resume::Store(d.result);
+                if d.reply_at <= self.now {
+                    self.resume(h, p, r);
+                } else if let Some(write) = d.write {
+                    self.schedule(d.reply_at, Event::Reply(h, p, life, r, write));
+                } else {
+                    self.schedule(d.reply_at, Event::Resume(h, p, life, r));
+                }
+            }
+        }
+    }
+
+    /// A process is gone: its pid dead, its thread (if blocked mid-call) crashed out.
+    fn kill(&mut self, h: usize, p: usize) {
+        let proc = &mut self.hosts[h].processes[p];
+        if !proc.alive {
+            return;
+        }
+        proc.alive = false;
+        self.shared
+            .dead
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(proc.hooks.pid);
+        if proc.busy.take().is_some() {
+            if let Some(t) = &proc.thread {
+                // Blocked mid-call: it crashes out of it (and releases nothing).
+                if t.resume.send(Resume::Crash).is_ok() {
+                    let _ = t.yields.recv();
+                }
+            }
+        }
+        proc.thread = None;
+        proc.round = None;
+        proc.engine = None;
+    }
+
+    /// Starts process `p` of host `h`: an engine over the host's counters, and its sync loop.
+    fn start(&mut self, h: usize, p: usize) {
+        let config = self.hosts[h].config.clone();
+        let base = self.hosts[h].region.as_mut_ptr().cast::<u8>() as usize;
+        let len = self.hosts[h].region.len() * 128;
+        let now = self.host_now(h);
+        let slot = self.hosts[h].processes[p].building.clone();
+        let work: Work = Box::new(move || {
+            // SAFETY: the host's region is 128-byte aligned, `len` bytes, zeroed when made,
+            // and outlives every engine over it (engines are dropped before their host's
+            // region); only velvet-rope engines use it.
+            let engine = unsafe { Engine::new_shared(config, now, base as *mut u8, len) }
+                .expect("an engine over the host's counters");
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(engine));
+        });
+        self.dispatch(h, p, Task::Start, work);
+    }
+
+    fn started(&mut self, h: usize, p: usize) {
+        let engine = self.hosts[h].processes[p]
+            .building
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .expect("a started engine");
+        if self.keyring.is_none() {
+            self.keyring = Some(engine.keyring());
+        }
+        let options = SyncOptions {
+            host_id: format!("h{h}"),
+            interval: Duration::from_millis(self.s.sync_interval_ms),
+            lease: Duration::from_millis(self.s.lease_ms),
+            timeout: Duration::from_millis(self.s.timeout_ms),
+            fallback_share: Some(self.s.fallback_share),
+            clock: self.clock(h),
+            log: Arc::new(|_| {}),
+        };
+        let store = SimStore {
+            shared: self.shared.clone(),
+            host_index: h,
+            commands: 0,
+        };
+        let round = SyncRound::new(engine.clone(), Box::new(store), options);
+        let proc = &mut self.hosts[h].processes[p];
+        proc.engine = Some(engine);
+        proc.round = Some(Arc::new(Mutex::new(round)));
+        let pid = proc.hooks.pid;
+        self.note(format!("host {h} process {p} (pid {pid}) started"));
+    }
+
+    fn round(&mut self, h: usize, p: usize, life: u64) {
+        let proc = &self.hosts[h].processes[p];
+        if proc.life != life || !proc.alive {
+            return;
+        }
+        if proc.busy.is_some() || proc.stopped {
+            // Its sync thread is still in the last round: the next starts after it.
+            self.schedule(self.now + self.s.sync_interval_ms, Event::Round(h, p, life));
+            return;
+        }
+        let Some(round) = proc.round.clone() else {
+            return;
+        };
+        self.dispatch(
+            h,
+            p,
+            Task::Round,
+            Box::new(move || round.lock().unwrap_or_else(|e| e.into_inner()).round()),
+        );
+    }
+
+    // ---- visitors --------------------------------------------------------------------------
+
+    fn reweigh(&mut self) {
+        for w in &mut self.weights {
+            *w = self.rng.gen_range(0.05..1.0);
+        }
+    }
+
+    fn arrival(&mut self) {
+        let total: f64 = self.weights.iter().sum();
+        let mut x = self.rng.gen_range(0.0..total);
+        let mut host = 0;
+        for (h, w) in self.weights.iter().enumerate() {
+            if x < *w {
+                host = h;
+                break;
+            }
+            x -= w;
+        }
+        self.visitors.push(Visitor {
+            host,
+            cookie: None,
+            mood: Mood::Waiting { until: 0 },
+        });
+        self.request(self.visitors.len() - 1);
+        if self.rng.gen_bool(0.002) {
+            self.reweigh();
+        }
+        // Bursts: the rate swings between a tenth and three times the scenario's.
+        let phase = (self.now / 4000) % 4;
+        let rate = self.s.arrivals_per_sec * [0.1, 1.0, 3.0, 0.6][phase as usize];
+        let gap = (-(1.0 - self.rng.gen::<f64>()).ln() / rate * 1000.0).max(1.0) as u64;
+        self.schedule(self.now + gap, Event::Arrival);
+    }
+
+    /// A serving process of host `h` (alive, started, not stopped), if any.
+    fn server(&mut self, h: usize) -> Option<usize> {
+        let serving: Vec<usize> = self.hosts[h]
+            .processes
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| q.alive && !q.stopped && q.engine.is_some())
+            .map(|(i, _)| i)
+            .collect();
+        if serving.is_empty() {
+            return None;
+        }
+        Some(serving[self.rng.gen_range(0..serving.len())])
+    }
+
+    fn request(&mut self, v: usize) {
+        let h = self.visitors[v].host;
+        let Some(p) = self.server(h) else {
+            // Nobody answers: the browser tries again.
+            self.schedule(self.now + 1000, Event::Request(v));
+            return;
+        };
+        let engine = self.hosts[h].processes[p]
+            .engine
+            .clone()
+            .expect("a serving process has an engine");
+        let hooks = self.hosts[h].processes[p].hooks.clone();
+        let now = self.host_now(h);
+        let cookie = self.visitors[v].cookie.clone();
+        let d = {
+            let _installed = velvet_rope::simulation::install(hooks);
+            engine
+                .admit(ROOM, cookie.as_deref(), now)
+                .expect("the room exists")
+        };
+        if let Some(c) = &d.set_cookie {
+            self.visitors[v].cookie = Some(c.split(';').next().unwrap_or_default().to_owned());
+        }
+        let first_request = cookie.is_none();
+        match d.outcome {
+            Decided::Admit => {
+                if d.set_cookie.is_some() {
+                    self.seat(v, h, &engine);
+                }
+                let visits = match self.visitors[v].mood {
+                    Mood::Admitted { visits } => visits,
+                    Mood::Waiting { .. } => self.rng.gen_range(1..12),
+                };
+                if visits > 1 {
+                    self.visitors[v].mood = Mood::Admitted { visits: visits - 1 };
+                    let gap = self.rng.gen_range(300..1500);
+                    self.schedule(self.now + gap, Event::Request(v));
+                }
+            }
+            Decided::Queue | Decided::Reject => {
+                if first_request {
+                    self.out.queued += 1;
+                    let patience = self.rng.gen_range(3000..30_000);
+                    self.visitors[v].mood = Mood::Waiting {
+                        until: self.now + patience,
+                    };
+                }
+                let until = match self.visitors[v].mood {
+                    Mood::Waiting { until } => until,
+                    Mood::Admitted { .. } => self.now + 10_000,
+                };
+                if self.now < until {
+                    let gap = self.rng.gen_range(900..1100);
+                    self.schedule(self.now + gap, Event::Request(v));
+                }
+            }
+        }
+    }
+
+    /// Visitor `v` was handed an admission ticket at host `h`: its seat, from the ticket.
+    fn seat(&mut self, v: usize, h: usize, engine: &Arc<Engine>) {
+        let Some(cookie) = self.visitors[v].cookie.clone() else {
+            return;
+        };
+        let value = cookie.split_once('=').map_or("", |(_, v)| v);
+        let keyring = self.keyring.get_or_insert_with(|| engine.keyring()).clone();
+        let Ok(t) = keyring.open_any_time(value, &self.room_id) else {
+            self.out.violation = Some(format!(
+                "visitor {v}: the engine handed out a ticket it cannot open"
+            ));
+            return;
+        };
+        if t.state != TicketState::Admitted {
+            return;
+        }
+        let buckets = self.buckets();
+        if let Some(n) = self.truth.admitted(v, h, u64::from(t.counted), &buckets) {
+            self.out.admitted += 1;
+            self.out.max_per_bucket = self.out.max_per_bucket.max(n);
+            // A host admitting on its fallback share is beyond the guarantee.
+            if let Ok(Some(state)) = engine.cluster_state(ROOM, self.host_now(h)) {
+                self.fallback_seen(h, &state);
+            }
+            self.bounds();
+            if n > self.s.per_minute + self.out.bound_per_bucket {
+                self.out.violation = Some(format!(
+                    "bucket {} admitted {n}, over {} (bound {})",
+                    t.counted, self.s.per_minute, self.out.bound_per_bucket
+                ));
+            }
+            self.note(format!(
+                "visitor {v} admitted at host {h} in bucket {}",
+                t.counted
+            ));
+        }
+    }
+
+    fn fallback_seen(&mut self, h: usize, state: &ClusterState) {
+        if state.fallback && !self.hosts[h].beyond {
+            self.hosts[h].beyond = true;
+            self.note(format!(
+                "host {h} holds seats on its fallback share, its grant past what the store \
+                 reserves (beyond the guarantee)"
+            ));
+        }
+    }
+
+    // ---- faults ----------------------------------------------------------------------------
+
+    fn fault(&mut self, f: Fault) {
+        self.note(format!("fault: {f:?}"));
+        let now = self.now;
+        let shared = self.shared.clone();
+        let mut net = shared.network.lock().unwrap_or_else(|e| e.into_inner());
+        match f {
+            Fault::StoreDown { ms, .. } => {
+                net.down_until = net.down_until.max(now + ms);
+                drop(net);
+            }
+            Fault::StoreStall { ms, .. } => {
+                let until = net.stalled_until.max(now + ms);
+                net.stalled_until = until;
+                drop(net);
+                self.schedule(until, Event::StallEnds);
+            }
+            Fault::StoreWipe { .. } => {
+                net.wipe();
+                drop(net);
+                self.wiped_at = Some(now);
+                self.schedule(now + 1, Event::LearningCheck);
+            }
+            Fault::StoreFailover { .. } => {
+                let lost = net.failover(now);
+                drop(net);
+                if lost > 0 && self.s.replicas == 0 {
+                    self.note(format!(
+                        "failover lost {lost} writes hosts may use (no replicas configured)"
+                    ));
+                    self.store_lost = true;
+                }
+            }
+            Fault::ReplicaLag { ms, lag, .. } => {
+                net.lag_until = now + ms;
+                net.lag = lag;
+                drop(net);
+            }
+            Fault::StoreClockStep { by, .. } => {
+                net.clock_offset += by;
+                drop(net);
+                if by > 0 {
+                    let window = self.s.lease_ms + self.s.hold_ms() + self.s.lease_ms;
+                    self.forward_steps.retain(|&t| t + window > now);
+                    self.forward_steps.push(now);
+                    if self.forward_steps.len() > 1 {
+                        self.note("two forward steps of the store's clock within a hold".into());
+                        self.store_lost = true;
+                    }
+                }
+            }
+            Fault::HostPartition { host, ms, .. } => {
+                let u = &mut net.partitioned_until[host];
+                *u = (*u).max(now + ms);
+                drop(net);
+            }
+            Fault::HostClockStep { host, by, .. } => {
+                drop(net);
+                self.hosts[host].offset.fetch_add(by, Ordering::SeqCst);
+                self.hosts[host].beyond = true;
+            }
+            Fault::Process {
+                host,
+                process,
+                point,
+                fault,
+                ..
+            } => {
+                drop(net);
+                let proc = &self.hosts[host].processes[process];
+                if proc.alive {
+                    *proc.hooks.plan.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(Plan { point, fault });
+                }
+            }
+            Fault::HostRestart { host, .. } => {
+                drop(net);
+                for p in 0..self.s.processes {
+                    self.kill(host, p);
+                }
+                let len = self.hosts[host].region.len();
+                self.hosts[host].region = vec![Block([0; 128]); len].into_boxed_slice();
+                self.hosts[host].restarted = Some(now);
+                for p in 0..self.s.processes {
+                    let fresh = self.new_process();
+                    let old = std::mem::replace(&mut self.hosts[host].processes[p], fresh);
+                    self.hosts[host].processes[p].life = old.life + 1;
+                    self.start(host, p);
+                }
+            }
+        }
+        self.bounds();
+    }
+
+    /// A lease after a wiped store relearned: every host serving visitors must have been
+    /// heard by then, or what it holds may be handed out again.
+    fn learning_check(&mut self) {
+        if self.wiped_at.is_none() {
+            return;
+        }
+        let learn = self.s.learn_ms();
+        let (born, heard) = {
+            let net = self
+                .shared
+                .network
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            (net.born_at, net.heard_in_learning(learn, self.now))
+        };
+        let Some(heard) = heard else {
+            // Learning has not started, or not ended: look again when it ends (just before
+            // anything else then), or soon.
+            let at = born.map_or(self.now + 10, |b| (b + learn - 1).max(self.now + 1));
+            self.schedule(at, Event::LearningCheck);
+            return;
+        };
+        let wiped = self.wiped_at.take().unwrap_or(0);
+        // A host's previous counters (restarted without a state file in the last lease and
+        // session, or since the wipe) have no process left to report them to the relearning
+        // store: what their visitors hold is forgotten until their sessions end.
+        let memory = 2 * self.s.lease_ms + self.s.hold_ms();
+        for h in 0..self.hosts.len() {
+            if self.hosts[h].restarted.is_some_and(|t| t + memory > wiped) {
+                self.note(format!(
+                    "host {h}'s previous counters lived only in the wiped store"
+                ));
+                self.hosts[h].beyond = true;
+            }
+        }
+        for (h, heard) in heard.into_iter().enumerate() {
+            let serving = self.hosts[h].processes.iter().any(|p| p.alive);
+            if serving && !heard && !self.store_lost {
+                self.note(format!(
+                    "host {h} not heard within the wiped store's learning lease"
+                ));
+                self.store_lost = true;
+            }
+        }
+        self.bounds();
+    }
+
+    /// The bound over the limits the faults so far allow.
+    fn bounds(&mut self) {
+        let part = |limit: u64| (limit as f64 * self.s.fallback_share).floor() as u64;
+        let granted = self
+            .shared
+            .network
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .most_granted
+            .clone();
+        let (mut total, mut minute) = (0, 0);
+        for (host, granted) in self.hosts.iter().zip(granted) {
+            if host.beyond {
+                total += granted.0.max(part(self.s.total));
+                minute += granted.1.max(part(self.s.per_minute));
+            }
+        }
+        if self.store_lost {
+            total += self.s.total;
+            minute += self.s.per_minute;
+        }
+        self.out.bound = total;
+        self.out.bound_per_bucket = minute;
+    }
+
+    fn check(&mut self) {
+        if self.out.violation.is_some() {
+            return;
+        }
+        let buckets = self.buckets();
+        // A host whose visitors hold seats past the time the store may have dropped its
+        // reservation (a lease and a session without a sync) is beyond the guarantee.
+        for (h, &bucket) in buckets.iter().enumerate() {
+            if self.hosts[h].beyond || self.truth.active_at(h, bucket) == 0 {
+                continue;
+            }
+            let engine = self.hosts[h]
+                .processes
+                .iter()
+                .find_map(|p| p.engine.clone().filter(|_| p.alive));
+            if let Some(e) = engine {
+                if let Ok(Some(state)) = e.cluster_state(ROOM, self.host_now(h)) {
+                    if state.fallback {
+                        self.fallback_seen(h, &state);
+                        self.bounds();
+                    }
+                }
+            }
+        }
+        let active = self.truth.active(&buckets);
+        self.out.max_active = self.out.max_active.max(active);
+        if active > self.s.total + self.out.bound {
+            self.out.violation = Some(format!(
+                "{active} visitors in a room of {} (bound over it {})",
+                self.s.total, self.out.bound
+            ));
+        }
+    }
+}
+
+/// The configuration of host `h`.
+fn host_config(s: &Scenario, h: usize) -> String {
+    format!(
+        r#"
+[settings]
+bucket_width_secs = {bucket}
+shards = 2
+
+[tickets]
+keys = [{{ id = 1, secret = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=" }}]
+
+[cluster]
+redis_url = "redis://simulated"
+host_id = "h{h}"
+sync_interval_ms = {interval}
+lease_ms = {lease}
+timeout_ms = {timeout}
+fallback_share = {fallback}
+replicas = {replicas}
+
+[[rooms]]
+name = "{ROOM}"
+total_active_users = {total}
+new_users_per_minute = {minute}
+session_duration = {session}
+refresh_interval = 1
+max_live_waiters = 1024
+queue_buckets = 64
+[rooms.cookie]
+secure = false
+"#,
+        bucket = s.bucket_secs,
+        interval = s.sync_interval_ms,
+        lease = s.lease_ms,
+        timeout = s.timeout_ms,
+        fallback = s.fallback_share,
+        replicas = s.replicas,
+        total = s.total,
+        minute = s.per_minute,
+        session = s.session,
+    )
+}

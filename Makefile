@@ -56,6 +56,8 @@ test-nginx: redis-env
 	@echo "== make test: the nginx module against Debian's nginx (installs nginx and nginx-dev if missing)"
 	bindings/nginx/build.sh
 	python3 bindings/nginx/tests/test_nginx.py
+	@echo "== make test: subrequests (SSI, add_before_body, auth_request, mirror) into waiting rooms"
+	python3 bindings/nginx/tests/test_nginx_subrequests.py
 	@echo "== make test: two nginx instances sharing one room through redis-server"
 	python3 bindings/nginx/tests/test_nginx_cluster.py
 

@@ -275,6 +275,25 @@ vr_result vr_engine_admit(const vr_engine *engine,
                           uint64_t now_ms,
                           vr_decision *decision_out);
 
+// Decides one request only if that hands the visitor nothing new: for a host that could not
+// deliver a new ticket, such as an nginx subrequest whose client response is already on its
+// way. A visitor holding a valid admission ticket of `room` is decided as by
+// `vr_engine_admit` (admitted; its count renewed if due: a renewed `set_cookie` that never
+// reaches the visitor is harmless); in a `passthrough` room every visitor passes, uncounted.
+// Writes `*decided_out`; `*decision_out` only when it is true. When false, nothing was
+// counted, claimed or queued: the visitor is not admitted to the room.
+//
+// # Safety
+// Pointers valid for their lengths; `decided_out` and `decision_out` writable.
+vr_result vr_engine_admit_holder(const vr_engine *engine,
+                                 const char *room,
+                                 size_t room_len,
+                                 const char *cookie_header,
+                                 size_t cookie_header_len,
+                                 uint64_t now_ms,
+                                 bool *decided_out,
+                                 vr_decision *decision_out);
+
 // Folds the counters into a new snapshot. Call about once a second; safe from any thread
 // and process at once (one advances, the others read what it published; none waits).
 // `VR_INVALID_ARGUMENT` for a `now_ms` past 2106 (microseconds passed for milliseconds).

@@ -34,6 +34,14 @@
  *     cannot skip it), and before try_files, mirror and the content handler.
  *     The ticket cookie is added by a header filter, so it is sent whatever response the
  *     request ends with (origin, error page, waiting page).
+ *   - Subrequests into a room (SSI `include virtual`, add_before_body, slice, a module's
+ *     capture) are decided for the client request's visitor: its own decision for the room
+ *     if it has one, else admitted if it holds an admission ticket of the room; anyone else
+ *     gets an empty 403 (no protected content; SSI shows the include's `stub`). A
+ *     subrequest never hands out a seat or a queue place (its ticket could not reach the
+ *     visitor once the client response's header is out). auth_request and mirror
+ *     subrequests, which the client never sees, are not decided (see
+ *     ngx_http_velvet_rope_decide_subrequest).
  *   - The waiting room does not see requests answered in the rewrite phase (e.g. by
  *     `return`): put it in front of content (static files, proxy_pass, ...).
  */
@@ -121,6 +129,14 @@ struct ngx_http_velvet_rope_ctx_s {
 
 
 static ngx_int_t ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_velvet_rope_decide_subrequest(ngx_http_request_t *r,
+    ngx_http_velvet_rope_loc_conf_t *vlcf);
+static ngx_int_t ngx_http_velvet_rope_refuse_subrequest(ngx_http_request_t *r);
+static ngx_http_velvet_rope_ctx_t *ngx_http_velvet_rope_find_room(
+    ngx_http_velvet_rope_ctx_t *ctx, ngx_str_t *room);
+static ngx_http_velvet_rope_ctx_t *ngx_http_velvet_rope_remember(
+    ngx_http_request_t *r, ngx_str_t *room, vr_decision *d,
+    ngx_http_velvet_rope_ctx_t *prev, ngx_uint_t send_cookie);
 static ngx_int_t ngx_http_velvet_rope_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_velvet_rope_status_handler(ngx_http_request_t *r);
 static void ngx_http_velvet_rope_drop_caching_headers(ngx_http_request_t *r);
@@ -249,8 +265,7 @@ ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r)
     vr_result                          rc;
     ngx_str_t                          cookie;
     vr_decision                        d;
-    ngx_pool_cleanup_t                *cln;
-    ngx_http_velvet_rope_ctx_t        *ctx, *prev;
+    ngx_http_velvet_rope_ctx_t        *prev;
     ngx_http_velvet_rope_loc_conf_t   *vlcf;
     ngx_http_velvet_rope_main_conf_t  *vmcf;
 
@@ -260,10 +275,10 @@ ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
-    /* Subrequests (SSI, auth_request, mirror) belong to a client request that was already
-     * decided, or is being decided. */
+    /* Subrequests (SSI, add_before_body, auth_request, mirror...) are decided for the
+     * client request's visitor, with what the client request knows. */
     if (r != r->main) {
-        return NGX_DECLINED;
+        return ngx_http_velvet_rope_decide_subrequest(r, vlcf);
     }
 
     /* An internal redirect of a request decided already: keep that decision for its room. */
@@ -276,12 +291,8 @@ ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r)
             return NGX_HTTP_SERVICE_UNAVAILABLE;
         }
 
-        for (ctx = prev; ctx; ctx = ctx->prev) {
-            if (ctx->room.len == vlcf->room.len
-                && ngx_strncmp(ctx->room.data, vlcf->room.data, vlcf->room.len) == 0)
-            {
-                return NGX_DECLINED;
-            }
+        if (ngx_http_velvet_rope_find_room(prev, &vlcf->room) != NULL) {
+            return NGX_DECLINED;
         }
 
         /* Admitted into another room only: this room decides too. */
@@ -316,37 +327,9 @@ ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
-    cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_http_velvet_rope_ctx_t));
-    if (cln == NULL) {
+    if (ngx_http_velvet_rope_remember(r, &vlcf->room, &d, prev, 1) == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    ctx = cln->data;
-    ctx->outcome = d.outcome;
-    ctx->room = vlcf->room;
-    ctx->prev = prev;
-    ngx_str_null(&ctx->set_cookie);
-
-    if (d.set_cookie_len > 0) {
-        if (d.set_cookie_len > sizeof(d.set_cookie)) {
-            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                          "velvet_rope: Set-Cookie length %uz out of bounds",
-                          d.set_cookie_len);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        /* The decision lives on this stack frame; the header filter needs the value later. */
-        ctx->set_cookie.data = ngx_pnalloc(r->pool, d.set_cookie_len);
-        if (ctx->set_cookie.data == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        ngx_memcpy(ctx->set_cookie.data, d.set_cookie, d.set_cookie_len);
-        ctx->set_cookie.len = d.set_cookie_len;
-    }
-
-    cln->handler = ngx_http_velvet_rope_ctx_marker;
-    ngx_http_set_ctx(r, ctx, ngx_http_velvet_rope_module);
 
     if (d.outcome == VR_OUTCOME_ADMIT) {
         return NGX_DECLINED;
@@ -358,6 +341,186 @@ ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r)
         ngx_http_velvet_rope_send_page(r, vmcf, &vlcf->room, &d));
 
     return NGX_DONE;
+}
+
+
+/*
+ * A subrequest into a room, decided for the client request's visitor (the client request's
+ * Cookie header, which subrequests share). The client request's response carries the
+ * decisions: a subrequest never serves the waiting page, and it hands out no seat and no
+ * place in the queue, since its ticket could not reach the visitor (an SSI include or an
+ * add_before_body runs once the client response's header is out).
+ *
+ *   - auth_request's subrequests (header only) and mirror's (background) are never shown to
+ *     the client: they are not decided, and the client request is decided in its own
+ *     location's room, as if they were not there (a room inherited by an auth location must
+ *     not turn a waiting visitor's page into a 403 or a 500).
+ *   - The client request's own decision for the room stands (one decision per client request
+ *     and room): admitted, the subrequest goes on; not admitted, it is refused.
+ *   - Otherwise a visitor holding an admission ticket of the room goes on
+ *     (vr_engine_admit_holder: counted once, renewed if due; the renewed ticket goes out with
+ *     the client response if its header is not out yet). Anyone else is refused.
+ *
+ * A refused subrequest gets an empty 403: no protected content, no error page inside the
+ * including page, and SSI shows the include's `stub` block instead, if it has one.
+ */
+static ngx_int_t
+ngx_http_velvet_rope_decide_subrequest(ngx_http_request_t *r,
+    ngx_http_velvet_rope_loc_conf_t *vlcf)
+{
+    bool                               decided;
+    vr_result                          rc;
+    ngx_str_t                          cookie;
+    vr_decision                        d;
+    ngx_http_request_t                *mr;
+    ngx_http_velvet_rope_ctx_t        *chain, *ctx;
+    ngx_http_velvet_rope_main_conf_t  *vmcf;
+
+    if (r->header_only || r->background) {
+        return NGX_DECLINED;
+    }
+
+    mr = r->main;
+    chain = ngx_http_velvet_rope_get_ctx(mr);
+
+    ctx = ngx_http_velvet_rope_find_room(chain, &vlcf->room);
+
+    if (ctx != NULL) {
+        return ctx->outcome == VR_OUTCOME_ADMIT
+               ? NGX_DECLINED : ngx_http_velvet_rope_refuse_subrequest(r);
+    }
+
+    vmcf = ngx_http_get_module_main_conf(r, ngx_http_velvet_rope_module);
+
+    if (vmcf->engine == NULL) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "velvet_rope: no engine for room \"%V\"", &vlcf->room);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_velvet_rope_cookie_header(mr, &cookie) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    decided = false;
+    rc = vr_engine_admit_holder(vmcf->engine, (const char *) vlcf->room.data,
+                                vlcf->room.len, (const char *) cookie.data, cookie.len,
+                                ngx_http_velvet_rope_now_ms(), &decided, &d);
+
+    if (rc != VR_OK) {
+        ngx_http_velvet_rope_log_error(NGX_LOG_ERR, r->connection->log,
+                                       "vr_engine_admit_holder()", rc);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (!decided || d.outcome != VR_OUTCOME_ADMIT) {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "velvet_rope: subrequest refused: not admitted to room \"%V\"",
+                       &vlcf->room);
+        return ngx_http_velvet_rope_refuse_subrequest(r);
+    }
+
+    if (d.set_cookie_len == 0) {
+        /* A steady holder: nothing changed, nothing to remember. */
+        return NGX_DECLINED;
+    }
+
+    /* Renewed: remembered for the client request, so that its other subrequests and its own
+     * redirects into the room do not renew again. */
+    if (ngx_http_velvet_rope_remember(mr, &vlcf->room, &d, chain, !mr->header_sent)
+        == NULL)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/* An empty 403 for a subrequest (see ngx_http_velvet_rope_decide_subrequest). */
+static ngx_int_t
+ngx_http_velvet_rope_refuse_subrequest(ngx_http_request_t *r)
+{
+    ngx_int_t  rc;
+
+    r->headers_out.status = NGX_HTTP_FORBIDDEN;
+    r->headers_out.content_length_n = 0;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK) {
+        ngx_http_finalize_request(r, rc);
+        return NGX_DONE;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_send_special(r, NGX_HTTP_LAST));
+
+    return NGX_DONE;
+}
+
+
+/* The decision for `room` in the chain starting at `ctx`, or NULL. */
+static ngx_http_velvet_rope_ctx_t *
+ngx_http_velvet_rope_find_room(ngx_http_velvet_rope_ctx_t *ctx, ngx_str_t *room)
+{
+    for ( /* void */ ; ctx; ctx = ctx->prev) {
+        if (ctx->room.len == room->len
+            && ngx_strncmp(ctx->room.data, room->data, room->len) == 0)
+        {
+            return ctx;
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
+ * Remembers decision `d` for `room` on the client request `r`, after `prev`: a context kept
+ * where internal redirects cannot lose it (see ngx_http_velvet_rope_ctx_t). Its ticket is
+ * sent by the header filter when `send_cookie` is set. NULL on failure (logged).
+ */
+static ngx_http_velvet_rope_ctx_t *
+ngx_http_velvet_rope_remember(ngx_http_request_t *r, ngx_str_t *room, vr_decision *d,
+    ngx_http_velvet_rope_ctx_t *prev, ngx_uint_t send_cookie)
+{
+    ngx_pool_cleanup_t          *cln;
+    ngx_http_velvet_rope_ctx_t  *ctx;
+
+    cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_http_velvet_rope_ctx_t));
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    ctx = cln->data;
+    ctx->outcome = d->outcome;
+    ctx->room = *room;
+    ctx->prev = prev;
+    ngx_str_null(&ctx->set_cookie);
+
+    if (send_cookie && d->set_cookie_len > 0) {
+        if (d->set_cookie_len > sizeof(d->set_cookie)) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "velvet_rope: Set-Cookie length %uz out of bounds",
+                          d->set_cookie_len);
+            return NULL;
+        }
+
+        /* The decision lives on the caller's stack; the header filter needs the value
+         * later. */
+        ctx->set_cookie.data = ngx_pnalloc(r->pool, d->set_cookie_len);
+        if (ctx->set_cookie.data == NULL) {
+            return NULL;
+        }
+
+        ngx_memcpy(ctx->set_cookie.data, d->set_cookie, d->set_cookie_len);
+        ctx->set_cookie.len = d->set_cookie_len;
+    }
+
+    cln->handler = ngx_http_velvet_rope_ctx_marker;
+    ngx_http_set_ctx(r, ctx, ngx_http_velvet_rope_module);
+
+    return ctx;
 }
 
 

@@ -454,6 +454,52 @@ pub unsafe extern "C" fn vr_engine_admit(
     })
 }
 
+/// Decides one request only if that hands the visitor nothing new: for a host that could not
+/// deliver a new ticket, such as an nginx subrequest whose client response is already on its
+/// way. A visitor holding a valid admission ticket of `room` is decided as by
+/// `vr_engine_admit` (admitted; its count renewed if due: a renewed `set_cookie` that never
+/// reaches the visitor is harmless); in a `passthrough` room every visitor passes, uncounted.
+/// Writes `*decided_out`; `*decision_out` only when it is true. When false, nothing was
+/// counted, claimed or queued: the visitor is not admitted to the room.
+///
+/// # Safety
+/// Pointers valid for their lengths; `decided_out` and `decision_out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_admit_holder(
+    engine: *const vr_engine,
+    room: *const c_char,
+    room_len: usize,
+    cookie_header: *const c_char,
+    cookie_header_len: usize,
+    now_ms: u64,
+    decided_out: *mut bool,
+    decision_out: *mut vr_decision,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let e = unsafe { engine_ref(engine) }?;
+        // SAFETY: per this function's contract (a name that is not UTF-8 is no room's).
+        let room = unsafe { bytes(room, room_len, "room") }?;
+        // SAFETY: per this function's contract.
+        let header = unsafe { bytes(cookie_header, cookie_header_len, "cookie_header") }?;
+        if decided_out.is_null() {
+            return Err(null("decided_out"));
+        }
+        if decision_out.is_null() {
+            return Err(null("decision_out"));
+        }
+        let now = checked_now(now_ms)?;
+        let d = e.admit_holder_bytes(room, (!header.is_empty()).then_some(header), now)?;
+        if let Some(d) = &d {
+            // SAFETY: checked non-null; writable per this function's contract.
+            unsafe { to_c(d, decision_out) }?;
+        }
+        // SAFETY: checked non-null; writable per this function's contract.
+        unsafe { decided_out.write(d.is_some()) };
+        Ok(())
+    })
+}
+
 /// Folds the counters into a new snapshot. Call about once a second; safe from any thread
 /// and process at once (one advances, the others read what it published; none waits).
 /// `VR_INVALID_ARGUMENT` for a `now_ms` past 2106 (microseconds passed for milliseconds).

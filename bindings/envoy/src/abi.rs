@@ -9,7 +9,10 @@
 //! crate without an Envoy to link against.
 
 use std::ffi::{c_char, c_void, CString};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+
+use velvet_rope::{Clock, CoarseSystemClock};
 
 /// The ABI version this module is written against, as Envoy reads it (NUL-terminated).
 pub const ABI_VERSION: &[u8] = b"v0.2.0\0";
@@ -135,6 +138,9 @@ type AddHeader = unsafe extern "C" fn(FilterEnvoyPtr, u32, ModuleBuffer, ModuleB
 type SendResponse =
     unsafe extern "C" fn(FilterEnvoyPtr, u32, *mut ModuleHeader, usize, ModuleBuffer, ModuleBuffer);
 type Log = unsafe extern "C" fn(u32, ModuleBuffer);
+type SchedulerNew = unsafe extern "C" fn(ConfigEnvoyPtr) -> *mut c_void;
+type SchedulerCommit = unsafe extern "C" fn(*mut c_void, u64);
+type SchedulerDelete = unsafe extern "C" fn(*mut c_void);
 
 /// The callbacks of the running Envoy this filter calls.
 pub struct Host {
@@ -148,6 +154,12 @@ pub struct Host {
     pub send_response: SendResponse,
     /// `envoy_dynamic_module_callback_log`.
     pub log: Log,
+    /// `envoy_dynamic_module_callback_http_filter_config_scheduler_new`.
+    pub scheduler_new: SchedulerNew,
+    /// `envoy_dynamic_module_callback_http_filter_config_scheduler_commit`.
+    pub scheduler_commit: SchedulerCommit,
+    /// `envoy_dynamic_module_callback_http_filter_config_scheduler_delete`.
+    pub scheduler_delete: SchedulerDelete,
 }
 
 static HOST: OnceLock<Host> = OnceLock::new();
@@ -191,6 +203,15 @@ pub fn resolve() -> Result<&'static Host, String> {
             log: std::mem::transmute::<*mut c_void, Log>(symbol(
                 "envoy_dynamic_module_callback_log",
             )?),
+            scheduler_new: std::mem::transmute::<*mut c_void, SchedulerNew>(symbol(
+                "envoy_dynamic_module_callback_http_filter_config_scheduler_new",
+            )?),
+            scheduler_commit: std::mem::transmute::<*mut c_void, SchedulerCommit>(symbol(
+                "envoy_dynamic_module_callback_http_filter_config_scheduler_commit",
+            )?),
+            scheduler_delete: std::mem::transmute::<*mut c_void, SchedulerDelete>(symbol(
+                "envoy_dynamic_module_callback_http_filter_config_scheduler_delete",
+            )?),
         }
     };
     Ok(HOST.get_or_init(|| host))
@@ -211,5 +232,136 @@ pub fn log(level: u32, message: &str) {
             use std::io::Write as _;
             let _ = writeln!(std::io::stderr(), "{message}");
         }
+    }
+}
+
+/// A filter configuration's scheduler. An event committed through it comes back, on Envoy's
+/// main thread and in a later turn of its event loop, as
+/// `envoy_dynamic_module_on_http_filter_config_scheduled` of that configuration, but only if
+/// Envoy still holds the configuration then (Envoy's scheduler keeps a weak reference to it):
+/// the event of a configuration that Envoy dropped in the meantime (a refused listener update)
+/// never comes.
+pub struct ConfigScheduler(*mut c_void);
+
+// SAFETY: Envoy's scheduler object may be used from any thread (its commit posts to the main
+// thread's dispatcher); the module makes, commits and deletes it on the main thread only.
+unsafe impl Send for ConfigScheduler {}
+// SAFETY: as above; `&ConfigScheduler` offers nothing but `commit`.
+unsafe impl Sync for ConfigScheduler {}
+
+impl ConfigScheduler {
+    /// A scheduler for the configuration `config` (Envoy's pointer, as `config_new` got it);
+    /// `None` if Envoy made none.
+    ///
+    /// # Safety
+    /// `config` is Envoy's live filter configuration, and this runs on Envoy's main thread.
+    pub unsafe fn new(host: &Host, config: ConfigEnvoyPtr) -> Option<Self> {
+        // SAFETY: Envoy's live configuration (this function's contract).
+        let s = unsafe { (host.scheduler_new)(config) };
+        (!s.is_null()).then_some(Self(s))
+    }
+
+    /// Asks for `event_id` to come back on the main thread (see the type's documentation).
+    pub fn commit(&self, host: &Host, event_id: u64) {
+        // SAFETY: a live scheduler made by Envoy (deleted only on drop).
+        unsafe { (host.scheduler_commit)(self.0, event_id) }
+    }
+}
+
+impl Drop for ConfigScheduler {
+    fn drop(&mut self) {
+        if let Some(h) = host() {
+            // SAFETY: made by Envoy's `scheduler_new`, deleted once, here. An event already
+            // committed does not need it: Envoy's posted event holds the configuration only.
+            unsafe { (h.scheduler_delete)(self.0) }
+        }
+    }
+}
+
+/// A log line for a condition that may repeat with every request (a room the engine lacks, a
+/// panic in a hook): the first line is written, then at most one a minute, saying how many
+/// were held back, so that a steady condition never writes a line per request.
+pub struct RateLimitedLog {
+    /// When the next line may be written (ms since the epoch).
+    next_ms: AtomicU64,
+    /// Lines held back since the last one written.
+    held: AtomicU64,
+}
+
+/// The shortest time between two lines of one [`RateLimitedLog`].
+pub const LOG_EVERY_MS: u64 = 60_000;
+
+impl RateLimitedLog {
+    /// No line written yet.
+    pub const fn new() -> Self {
+        Self {
+            next_ms: AtomicU64::new(0),
+            held: AtomicU64::new(0),
+        }
+    }
+
+    /// Writes `message()` at `level` unless a line was written less than a minute ago (then
+    /// counts it); whether it was written.
+    pub fn log(&self, level: u32, message: impl FnOnce() -> String) -> bool {
+        self.log_at(CoarseSystemClock.now_ms(), level, message)
+    }
+
+    /// [`RateLimitedLog::log`] at `now_ms`.
+    pub fn log_at(&self, now_ms: u64, level: u32, message: impl FnOnce() -> String) -> bool {
+        // Relaxed: the two counters order nothing else; a line more or less in a race is fine.
+        let next = self.next_ms.load(Ordering::Relaxed);
+        let mine = now_ms >= next
+            && self
+                .next_ms
+                .compare_exchange(
+                    next,
+                    now_ms.saturating_add(LOG_EVERY_MS),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok();
+        if !mine {
+            self.held.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let held = self.held.swap(0, Ordering::Relaxed);
+        let text = message();
+        if held > 0 {
+            log(
+                level,
+                &format!("{text} ({held} more since the last such line)"),
+            );
+        } else {
+            log(level, &text);
+        }
+        true
+    }
+}
+
+impl Default for RateLimitedLog {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_steady_condition_writes_one_line_a_minute() {
+        let l = RateLimitedLog::new();
+        let t = 1_800_000_000_000;
+        assert!(l.log_at(t, LOG_ERROR, || "first".into()));
+        for i in 0..1000 {
+            assert!(!l.log_at(t + i, LOG_ERROR, || unreachable!("held back")));
+        }
+        assert!(!l.log_at(t + LOG_EVERY_MS - 1, LOG_ERROR, || unreachable!()));
+        assert!(l.log_at(t + LOG_EVERY_MS, LOG_ERROR, || "again".into()));
+        assert_eq!(
+            l.held.load(Ordering::Relaxed),
+            0,
+            "the count went with the line"
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! One filter configuration: the engine it decides with (shared by all of Envoy's worker
-//! threads: exact across them with no shared memory), the room, and the ticker.
+//! threads: exact across them with no shared memory), the room, and its tick interval.
 //!
 //! The filter's `filter_config` is JSON (a `google.protobuf.StringValue` in Envoy's
 //! configuration, or a `Struct`, which Envoy hands over as JSON):
@@ -15,18 +15,55 @@
 //! 1000, at most the bucket width and every room's refresh interval) how often the module's
 //! ticker thread folds the counters.
 //!
+//! # One engine per configuration source
+//!
 //! Filter configurations of one process that name the same configuration (the same file, or
 //! the same inline text) and state file share one engine: several listeners, or a listener
 //! update (which makes a new filter configuration while the old one drains), count one room
-//! once, with one ticket key. A new configuration reloads the shared engine (rooms matched
-//! by name, counts kept); one the engine's counters cannot serve is refused.
+//! once, with one ticket key. What the shared engine runs follows the *live* configurations
+//! (those Envoy has taken, until it destroys them):
+//!
+//! - its configuration is the newest live one's, plus every room that an older live
+//!   configuration still decides and the newest no longer has (with the settings it runs
+//!   with): a filter never finds its room gone while Envoy still routes requests through it.
+//!   Such a room is dropped when the last configuration deciding it goes. (Refusing the new
+//!   configuration instead would make removing a room together with its filter impossible
+//!   in one update: the old filter lives on while its listener drains.)
+//! - it ticks at the shortest `tick_interval_ms` among them, and the interval changes as they
+//!   come and go.
+//!
+//! # When a new configuration takes effect
+//!
+//! Envoy makes a filter configuration (`config_new`, on its main thread) while it builds a
+//! listener, *before* it knows whether it will take the listener: a listener update that Envoy
+//! then refuses (another filter's configuration in it is bad, say) destroys the configurations
+//! made for it without ever using them. So `config_new` changes nothing that runs: it reads
+//! and checks the configuration (a mistake, or a change the running engine's counters cannot
+//! serve, refuses it, and Envoy then refuses the listener) and, for a source no live engine
+//! has, makes the engine, but neither ticks it nor starts its sync loop. The configuration is
+//! *committed* (the shared engine reloaded, the tick interval and the sync loop adjusted) at
+//! the first of:
+//!
+//! 1. an event it schedules on Envoy's main thread from `config_new`: it comes back in a later
+//!    turn of the main loop, after Envoy has finished the update, and only if Envoy still
+//!    holds the configuration (Envoy's scheduler keeps a weak reference to it), so a refused
+//!    update's configurations never commit;
+//! 2. its first stream (`filter_new`, on a worker): a configuration Envoy routes requests
+//!    through has been taken, whether or not the event came yet.
+//!
+//! A configuration destroyed uncommitted leaves the running engine as it was. One destroyed
+//! committed leaves the live set: its room may be dropped (above), the interval recomputed,
+//! and with the last one the ticker and sync loop stop (joined).
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 use serde::Deserialize;
-use velvet_rope::{Clock, CoarseSystemClock, Config, Engine};
-use velvet_rope_cluster::Syncer;
+use velvet_rope::{Clock, CoarseSystemClock, Config, Engine, RoomConfig};
+use velvet_rope_cluster::{RedisStore, Syncer};
 
+use crate::abi::{self, ConfigScheduler, RateLimitedLog};
 use crate::ticker::Ticker;
 
 /// The filter configuration's fields.
@@ -40,23 +77,19 @@ struct Settings {
     tick_interval_ms: Option<u64>,
 }
 
-/// An engine, its ticker and (with a `[cluster]` table) its sync loop, shared by the filter
-/// configurations that name its source.
-pub struct SharedEngine {
-    /// The engine.
-    pub engine: Arc<Engine>,
-    _ticker: Ticker,
-    sync: Mutex<Option<Syncer>>,
-}
-
-/// The cluster tier's sync loop for `engine`, if its configuration has a `[cluster]` table.
-fn sync_loop(engine: &Arc<Engine>) -> Result<Option<Syncer>, String> {
-    Syncer::from_engine(engine.clone()).map_err(|e| format!("cluster: {e}"))
-}
+/// Creation order of filter configurations in this process: the newest live one's engine
+/// configuration is the one the shared engine runs.
+static NEXT_SEQ: AtomicU64 = AtomicU64::new(1);
 
 /// The process's engines, by configuration source and state file (dead ones pruned as new
 /// configurations come; configurations are made on Envoy's main thread, never per request).
 static ENGINES: Mutex<Vec<(String, Weak<SharedEngine>)>> = Mutex::new(Vec::new());
+
+/// Takes a lock, also after a panic elsewhere (what it guards stays consistent: each change
+/// is made whole before the guard is dropped, or not at all).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// A filter configuration, live from `config_new` to `config_destroy`.
 pub struct FilterConfig {
@@ -66,12 +99,49 @@ pub struct FilterConfig {
     pub room: String,
     /// The filter's name in Envoy's configuration (for log lines).
     pub name: String,
-    _shared: Arc<SharedEngine>,
+    /// Lines about this configuration's requests, at most one a minute.
+    pub errors: RateLimitedLog,
+    /// The scheduler of its commit event, until the event came (see the module docs).
+    pub commit_event: Mutex<Option<ConfigScheduler>>,
+    /// The engine configuration it was made with.
+    source: Arc<Config>,
+    interval_ms: u64,
+    seq: u64,
+    /// Whether the shared engine runs this configuration (see the module docs).
+    committed: AtomicBool,
+    shared: Arc<SharedEngine>,
+}
+
+/// One committed, live filter configuration, as its shared engine sees it.
+struct Member {
+    seq: u64,
+    name: String,
+    room: String,
+    interval_ms: u64,
+    source: Arc<Config>,
+}
+
+/// What a shared engine runs besides its engine: the live configurations, the newest engine
+/// configuration among them, the ticker and the sync loop.
+#[derive(Default)]
+struct Live {
+    members: Vec<Member>,
+    /// The newest committed configuration's engine configuration (kept when it goes).
+    newest: Option<(u64, Arc<Config>)>,
+    ticker: Option<Ticker>,
+    /// The sync loop, and the `[cluster]` table it was started for.
+    sync: Option<(Syncer, velvet_rope::config::ClusterConfig)>,
+}
+
+/// An engine and what runs it, shared by the filter configurations that name its source.
+pub struct SharedEngine {
+    engine: Arc<Engine>,
+    live: Mutex<Live>,
 }
 
 impl FilterConfig {
-    /// Builds a configuration from the filter's `filter_config` bytes; an error says what is
-    /// wrong in words an operator can act on.
+    /// Builds a configuration from the filter's `filter_config` bytes, not yet committed (see
+    /// the module docs); an error says what is wrong in words an operator can act on.
     pub fn from_bytes(name: &str, bytes: &[u8]) -> Result<Self, String> {
         let settings: Settings = serde_json::from_slice(bytes).map_err(|e| {
             format!(
@@ -102,76 +172,321 @@ impl FilterConfig {
                 rooms.join(", ")
             ));
         }
-        let interval = settings.tick_interval_ms.unwrap_or(1000);
-        let most = config
-            .rooms
-            .iter()
-            .map(|r| u64::from(r.refresh_interval))
-            .chain([u64::from(config.settings.bucket_width_secs)])
-            .min()
-            .unwrap_or(1)
-            .saturating_mul(1000);
-        if interval < 10 || interval > most {
-            return Err(format!(
-                "filter `{name}`: tick_interval_ms must be between 10 and {most} (the bucket \
-                 width and every room's refresh interval)"
-            ));
-        }
+        let interval_ms = tick_interval(name, &config, settings.tick_interval_ms)?;
+        check_cluster(&config).map_err(|e| format!("filter `{name}`: {e}"))?;
         let key = format!(
             "{source}\0state:{}",
             settings.state_file.as_deref().unwrap_or("")
         );
-        let shared = shared_engine(&key, config, settings.state_file.as_deref(), interval)
+        let shared = SharedEngine::find_or_make(&key, &config, settings.state_file.as_deref())
             .map_err(|e| format!("filter `{name}`: {e}"))?;
         Ok(Self {
             engine: shared.engine.clone(),
             room: settings.room,
             name: name.to_owned(),
-            _shared: shared,
+            errors: RateLimitedLog::new(),
+            commit_event: Mutex::new(None),
+            source: Arc::new(config),
+            interval_ms,
+            seq: NEXT_SEQ.fetch_add(1, Ordering::Relaxed),
+            committed: AtomicBool::new(false),
+            shared,
         })
+    }
+
+    /// Commits the configuration unless it is already (see the module docs), from a worker
+    /// (its first stream). Cheap when it is: one load, on every stream. The sync loop is left
+    /// to the main thread's event (stopping one waits for its round), which comes for every
+    /// configuration Envoy has taken.
+    #[inline]
+    pub fn ensure_committed(&self) {
+        // Acquire: pairs with the release store in `SharedEngine::commit`, so a stream that
+        // sees `true` sees the engine running this configuration's room.
+        if !self.committed.load(Ordering::Acquire) {
+            self.shared.commit(self, false);
+        }
+    }
+
+    /// Commits the configuration unless it is already, on Envoy's main thread (its scheduled
+    /// event): also starts, or restarts, the engine's sync loop as its configuration needs.
+    pub fn commit_on_main_thread(&self) {
+        self.shared.commit(self, true);
+    }
+
+    /// Whether the shared engine runs this configuration.
+    pub fn is_committed(&self) -> bool {
+        self.committed.load(Ordering::Acquire)
     }
 }
 
-/// The engine of `key`: the live one, reloaded with `config`, or a new one.
-fn shared_engine(
-    key: &str,
-    config: Config,
-    state_file: Option<&str>,
-    interval_ms: u64,
-) -> Result<Arc<SharedEngine>, String> {
-    let mut engines = ENGINES.lock().unwrap_or_else(|p| p.into_inner());
-    engines.retain(|(_, w)| w.strong_count() > 0);
-    if let Some(live) = engines
-        .iter()
-        .find(|(k, _)| k == key)
-        .and_then(|(_, w)| w.upgrade())
-    {
-        let cluster_changed = live.engine.config().cluster != config.cluster;
-        live.engine
-            .reload(config)
-            .map_err(|e| format!("the running engine cannot take this configuration: {e}"))?;
-        if cluster_changed {
-            // A new store, or new sync settings: the old loop stops (joined) first.
-            let mut sync = live.sync.lock().unwrap_or_else(|p| p.into_inner());
-            *sync = None;
-            *sync = sync_loop(&live.engine)?;
+impl Drop for FilterConfig {
+    fn drop(&mut self) {
+        drop(lock(&self.commit_event).take());
+        if self.committed.load(Ordering::Acquire) {
+            self.shared.release(self.seq);
         }
-        return Ok(live);
     }
-    let now = CoarseSystemClock.now_ms();
-    let engine = match state_file {
-        Some(path) => Engine::open_state_file(config, path, now),
-        None => Engine::new(config, now),
+}
+
+/// The configuration's tick interval: `asked` (default 1000 ms), at most the bucket width and
+/// every room's refresh interval, at least 10 ms.
+fn tick_interval(name: &str, config: &Config, asked: Option<u64>) -> Result<u64, String> {
+    let interval = asked.unwrap_or(1000);
+    let most = config
+        .rooms
+        .iter()
+        .map(|r| u64::from(r.refresh_interval))
+        .chain([u64::from(config.settings.bucket_width_secs)])
+        .min()
+        .unwrap_or(1)
+        .saturating_mul(1000);
+    if interval < 10 || interval > most {
+        return Err(format!(
+            "filter `{name}`: tick_interval_ms must be between 10 and {most} (the bucket \
+             width and every room's refresh interval)"
+        ));
     }
-    .map_err(|e| e.to_string())?;
-    let engine = Arc::new(engine);
-    let shared = Arc::new(SharedEngine {
-        _ticker: Ticker::start(engine.clone(), interval_ms)?,
-        sync: Mutex::new(sync_loop(&engine)?),
-        engine,
-    });
-    engines.push((key.to_owned(), Arc::downgrade(&shared)));
-    Ok(shared)
+    Ok(interval)
+}
+
+/// Whether the `[cluster]` table, if any, names a store the sync loop can use (the loop itself
+/// starts when the configuration takes effect).
+fn check_cluster(config: &Config) -> Result<(), String> {
+    let Some(c) = &config.cluster else {
+        return Ok(());
+    };
+    RedisStore::new(
+        &c.redis_url,
+        &c.key_prefix,
+        Duration::from_millis(c.timeout_ms),
+    )
+    .map(drop)
+    .map_err(|e| format!("cluster: {e}"))
+}
+
+/// The sync loop for `engine`, if its configuration has a `[cluster]` table.
+fn sync_loop(
+    engine: &Arc<Engine>,
+) -> Result<Option<(Syncer, velvet_rope::config::ClusterConfig)>, String> {
+    let Some(table) = engine.config().cluster.clone() else {
+        return Ok(None);
+    };
+    let syncer = Syncer::from_engine(engine.clone()).map_err(|e| format!("cluster: {e}"))?;
+    Ok(syncer.map(|s| (s, table)))
+}
+
+impl SharedEngine {
+    /// The live engine of `key`, which must be able to take `config` (checked, not applied),
+    /// or a new engine running `config`, not yet ticked.
+    fn find_or_make(
+        key: &str,
+        config: &Config,
+        state_file: Option<&str>,
+    ) -> Result<Arc<Self>, String> {
+        let mut engines = lock(&ENGINES);
+        engines.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(live) = engines
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            live.check(config)?;
+            return Ok(live);
+        }
+        let now = CoarseSystemClock.now_ms();
+        let engine = match state_file {
+            Some(path) => Engine::open_state_file(config.clone(), path, now),
+            None => Engine::new(config.clone(), now),
+        }
+        .map_err(|e| e.to_string())?;
+        let shared = Arc::new(SharedEngine {
+            engine: Arc::new(engine),
+            live: Mutex::new(Live::default()),
+        });
+        engines.push((key.to_owned(), Arc::downgrade(&shared)));
+        Ok(shared)
+    }
+
+    /// Whether the engine could run `config` as the newest configuration now.
+    fn check(&self, config: &Config) -> Result<(), String> {
+        let live = lock(&self.live);
+        let (target, _) = self.target(&live, Some(config));
+        self.engine
+            .check_reload(&target)
+            .map_err(|e| format!("the running engine cannot take this configuration: {e}"))
+    }
+
+    /// What the engine should run: the newest configuration (`newest`, else the newest live
+    /// one's, else the running one), plus the rooms live configurations decide that it lacks,
+    /// as the engine runs them. Also says which rooms were kept so, and for which filter.
+    fn target(&self, live: &Live, newest: Option<&Config>) -> (Config, Vec<(String, String)>) {
+        let running = self.engine.config();
+        let mut target = match (newest, &live.newest) {
+            (Some(c), _) => c.clone(),
+            (None, Some((_, c))) => (**c).clone(),
+            (None, None) => (*running).clone(),
+        };
+        let mut kept = Vec::new();
+        for m in &live.members {
+            if target.rooms.iter().any(|r| r.name == m.room) {
+                continue;
+            }
+            let find = |rooms: &[RoomConfig]| rooms.iter().find(|r| r.name == m.room).cloned();
+            if let Some(r) = find(&running.rooms).or_else(|| find(&m.source.rooms)) {
+                target.rooms.push(r);
+                kept.push((m.room.clone(), m.name.clone()));
+            }
+        }
+        (target, kept)
+    }
+
+    /// Makes `config` live (once; see the module docs): reloads the engine if its
+    /// configuration changes, then sets the ticker, and on the main thread the sync loop.
+    fn commit(&self, config: &FilterConfig, main_thread: bool) {
+        let mut live = lock(&self.live);
+        if config.committed.load(Ordering::Acquire) {
+            if main_thread {
+                self.run_sync(&mut live, &config.name);
+            }
+            return;
+        }
+        let previous = live.newest.clone();
+        if !matches!(&live.newest, Some((seq, _)) if *seq > config.seq) {
+            live.newest = Some((config.seq, config.source.clone()));
+        }
+        live.members.push(Member {
+            seq: config.seq,
+            name: config.name.clone(),
+            room: config.room.clone(),
+            interval_ms: config.interval_ms,
+            source: config.source.clone(),
+        });
+        let newest = matches!(&live.newest, Some((seq, _)) if *seq == config.seq);
+        let (target, kept) = self.target(&live, None);
+        if target != *self.engine.config() {
+            if let Err(e) = self.engine.reload(target) {
+                live.newest = previous;
+                abi::log(
+                    abi::LOG_ERROR,
+                    &format!(
+                        "velvet-rope: filter `{}`: the running engine could not take the \
+                         configuration Envoy accepted, and keeps its own: {e}",
+                        config.name
+                    ),
+                );
+            }
+        }
+        for (room, keeper) in kept {
+            if newest && self.engine.stats(&room).is_ok() {
+                abi::log(
+                    abi::LOG_INFO,
+                    &format!(
+                        "velvet-rope: filter `{}`: its configuration has no room `{room}`, \
+                         which filter `{keeper}` still decides: room `{room}` keeps its \
+                         running settings until no filter decides it",
+                        config.name
+                    ),
+                );
+            }
+        }
+        self.run_ticker(&mut live);
+        if main_thread {
+            self.run_sync(&mut live, &config.name);
+        }
+        abi::log(
+            abi::LOG_INFO,
+            &format!(
+                "velvet-rope: filter `{}` decides room `{}`",
+                config.name, config.room
+            ),
+        );
+        // Release: pairs with the acquire load in `ensure_committed`.
+        config.committed.store(true, Ordering::Release);
+    }
+
+    /// `seq`'s configuration is gone: drops the rooms nothing needs any more, recomputes the
+    /// interval, and stops the ticker and the sync loop with the last configuration.
+    fn release(&self, seq: u64) {
+        let mut live = lock(&self.live);
+        live.members.retain(|m| m.seq != seq);
+        if live.members.is_empty() {
+            let threads = (live.ticker.take(), live.sync.take());
+            drop(live);
+            // Joined with no lock held: a worker committing meanwhile does not wait for a
+            // sync round to end.
+            drop(threads);
+            return;
+        }
+        let (target, _) = self.target(&live, None);
+        let running = self.engine.config();
+        let dropped: Vec<&str> = running
+            .rooms
+            .iter()
+            .filter(|r| !target.rooms.iter().any(|t| t.name == r.name))
+            .map(|r| r.name.as_str())
+            .collect();
+        if !dropped.is_empty() {
+            match self.engine.reload(target.clone()) {
+                Ok(()) => {
+                    for room in dropped {
+                        abi::log(
+                            abi::LOG_INFO,
+                            &format!(
+                                "velvet-rope: room `{room}` is dropped: the configuration no \
+                                 longer has it and no live filter decides it"
+                            ),
+                        );
+                    }
+                }
+                Err(e) => abi::log(
+                    abi::LOG_ERROR,
+                    &format!("velvet-rope: rooms {dropped:?} could not be dropped: {e}"),
+                ),
+            }
+        }
+        self.run_ticker(&mut live);
+        self.run_sync(&mut live, "");
+    }
+
+    /// Sets the ticker to the shortest live interval, starting it if needed.
+    fn run_ticker(&self, live: &mut Live) {
+        let Some(interval) = live.members.iter().map(|m| m.interval_ms).min() else {
+            return;
+        };
+        match &live.ticker {
+            Some(t) => t.set_interval(interval),
+            None => match Ticker::start(self.engine.clone(), interval) {
+                Ok(t) => live.ticker = Some(t),
+                Err(e) => abi::log(abi::LOG_ERROR, &format!("velvet-rope: {e}")),
+            },
+        }
+    }
+
+    /// Starts or restarts the sync loop when the running `[cluster]` table is not the one it
+    /// runs for (Envoy's main thread only: stopping a loop waits for its round).
+    fn run_sync(&self, live: &mut Live, who: &str) {
+        if live.members.is_empty() {
+            return;
+        }
+        let table = self.engine.config().cluster.clone();
+        if live.sync.as_ref().map(|(_, t)| t) != table.as_ref() {
+            // A new store, or new sync settings: the old loop stops (joined) first.
+            live.sync = None;
+            match sync_loop(&self.engine) {
+                Ok(s) => live.sync = s,
+                Err(e) => abi::log(
+                    abi::LOG_ERROR,
+                    &format!("velvet-rope: filter `{who}`: {e}; the rooms decide alone"),
+                ),
+            }
+        }
+    }
+
+    /// The ticker's interval now (none before the first commit or after the last release).
+    #[cfg(test)]
+    fn interval_ms(&self) -> Option<u64> {
+        lock(&self.live).ticker.as_ref().map(Ticker::interval_ms)
+    }
 }
 
 #[cfg(test)]
@@ -185,13 +500,36 @@ mod tests {
         v.to_string().into_bytes()
     }
 
+    fn room(name: &str, total: u64) -> String {
+        format!(
+            "[[rooms]]\nname = \"{name}\"\ntotal_active_users = {total}\n\
+             new_users_per_minute = 100\n"
+        )
+    }
+
+    /// A configuration, committed as Envoy's event would.
+    fn live(name: &str, settings: serde_json::Value) -> FilterConfig {
+        let c = FilterConfig::from_bytes(name, &json(settings)).unwrap();
+        c.commit_on_main_thread();
+        c
+    }
+
+    /// A scratch file for one test.
+    fn scratch(test: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("vr-envoy-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("rooms.toml")
+    }
+
+    fn rooms_of(e: &Engine) -> Vec<String> {
+        let mut r = e.rooms();
+        r.sort();
+        r
+    }
+
     #[test]
     fn inline_configuration_and_room() {
-        let c = FilterConfig::from_bytes(
-            "f",
-            &json(serde_json::json!({"config": ROOMS, "room": "shop"})),
-        )
-        .unwrap();
+        let c = live("f", serde_json::json!({"config": ROOMS, "room": "shop"}));
         assert_eq!(c.room, "shop");
         let d = c
             .engine
@@ -203,22 +541,10 @@ mod tests {
     #[test]
     fn configurations_of_one_source_share_one_engine_and_reload_it() {
         let text = ROOMS.replace("name = \"shop\"", "name = \"shared\"");
-        let a = FilterConfig::from_bytes(
-            "a",
-            &json(serde_json::json!({"config": text, "room": "shared"})),
-        )
-        .unwrap();
-        let b = FilterConfig::from_bytes(
-            "b",
-            &json(serde_json::json!({"config": text, "room": "shared"})),
-        )
-        .unwrap();
+        let a = live("a", serde_json::json!({"config": text, "room": "shared"}));
+        let b = live("b", serde_json::json!({"config": text, "room": "shared"}));
         assert!(Arc::ptr_eq(&a.engine, &b.engine), "one source, one engine");
-        let other = FilterConfig::from_bytes(
-            "c",
-            &json(serde_json::json!({"config": ROOMS, "room": "shop"})),
-        )
-        .unwrap();
+        let other = live("c", serde_json::json!({"config": ROOMS, "room": "shop"}));
         assert!(!Arc::ptr_eq(&a.engine, &other.engine));
         // A ticket of one configuration re-admits through the other (one key, one count).
         let now = CoarseSystemClock.now_ms();
@@ -230,51 +556,138 @@ mod tests {
         // When every configuration of a source is gone, the next one starts a new engine
         // (here with a new ephemeral key: the old ticket is refused).
         drop((a, b));
-        let fresh = FilterConfig::from_bytes(
-            "d",
-            &json(serde_json::json!({"config": text, "room": "shared"})),
-        )
-        .unwrap();
+        let fresh = live("d", serde_json::json!({"config": text, "room": "shared"}));
         let d = fresh.engine.admit("shared", Some(cookie), now).unwrap();
         assert!(d.ticket_error.is_some(), "{d:?}");
     }
 
     #[test]
-    fn a_changed_file_reloads_the_running_engine_or_is_refused() {
-        let dir = std::env::temp_dir().join(format!("vr-envoy-reload-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("rooms.toml");
-        let settings = json(serde_json::json!({"config_path": path, "room": "shop"}));
+    fn a_changed_file_reloads_the_running_engine_once_committed_or_is_refused() {
+        let path = scratch("reload");
+        let settings = serde_json::json!({"config_path": path, "room": "shop"});
         std::fs::write(&path, ROOMS).unwrap();
-        let old = FilterConfig::from_bytes("old", &settings).unwrap();
+        let old = live("old", settings.clone());
         std::fs::write(
             &path,
             ROOMS.replace("total_active_users = 2", "total_active_users = 3"),
         )
         .unwrap();
-        let new = FilterConfig::from_bytes("new", &settings).unwrap();
+        let new = FilterConfig::from_bytes("new", &json(settings.clone())).unwrap();
         assert!(Arc::ptr_eq(&old.engine, &new.engine));
-        assert_eq!(
-            new.engine.config().rooms[0].total_active_users,
-            3,
-            "reloaded"
-        );
+        let limit = |c: &FilterConfig| c.engine.config().rooms[0].total_active_users;
+        assert_eq!(limit(&new), 2, "made, not yet committed: nothing changed");
+        new.ensure_committed();
+        assert_eq!(limit(&new), 3, "committed: reloaded");
         // The bucket width numbers the counters: the running engine cannot take it.
         std::fs::write(
             &path,
             format!("[settings]\nbucket_width_secs = 30\n{ROOMS}"),
         )
         .unwrap();
-        match FilterConfig::from_bytes("bad", &settings) {
+        match FilterConfig::from_bytes("bad", &json(settings)) {
             Ok(_) => panic!("a layout change was taken"),
             Err(e) => assert!(e.contains("cannot take this configuration"), "{e}"),
         }
+        assert_eq!(limit(&old), 3, "still serving");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_configuration_destroyed_uncommitted_leaves_the_engine_as_it_was() {
+        // A refused listener update: Envoy makes the configuration, then destroys it.
+        let path = scratch("refused");
+        let settings = serde_json::json!({"config_path": path, "room": "a",
+                                          "tick_interval_ms": 500});
+        std::fs::write(&path, room("a", 2)).unwrap();
+        let running = live("a", settings.clone());
+        std::fs::write(&path, format!("{}{}", room("a", 5), room("b", 1))).unwrap();
+        let fast = serde_json::json!({"config_path": path, "room": "b",
+                                      "tick_interval_ms": 20});
+        let refused = FilterConfig::from_bytes("b", &json(fast)).unwrap();
+        drop(refused);
+        assert_eq!(rooms_of(&running.engine), ["a"]);
+        assert_eq!(running.engine.config().rooms[0].total_active_users, 2);
+        assert_eq!(running.shared.interval_ms(), Some(500));
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_room_stays_while_a_live_configuration_decides_it() {
+        let path = scratch("keep");
+        let of = |room: &str| serde_json::json!({"config_path": path, "room": room});
+        std::fs::write(&path, format!("{}{}", room("a", 5), room("b", 1))).unwrap();
+        let x = live("x", of("a"));
+        let y = live("y", of("b"));
+        let now = CoarseSystemClock.now_ms();
+        assert!(y.engine.admit("b", None, now).unwrap().set_cookie.is_some());
+        // The file loses room b; a new configuration of x commits (a listener update).
+        std::fs::write(&path, room("a", 6)).unwrap();
+        let x2 = live("x", of("a"));
+        drop(x);
+        assert_eq!(rooms_of(&x2.engine), ["a", "b"], "b is still decided by y");
+        assert_eq!(x2.engine.config().rooms[0].total_active_users, 6);
+        x2.engine.tick(now + 10);
         assert_eq!(
-            old.engine.config().rooms[0].total_active_users,
-            3,
-            "still serving"
+            y.engine.stats("b").unwrap().active_users,
+            1,
+            "b kept its count"
         );
-        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            y.engine.admit("b", None, now + 20).unwrap().outcome,
+            velvet_rope::Outcome::Queue,
+            "b still decides, full"
+        );
+        // y goes: nothing decides b, and the configuration lacks it.
+        drop(y);
+        assert_eq!(rooms_of(&x2.engine), ["a"]);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn the_tick_interval_is_the_shortest_of_the_live_configurations() {
+        let text = format!("{}{}", room("ta", 5), room("tb", 5));
+        let of = |room: &str, ms: u64| serde_json::json!({"config": text, "room": room, "tick_interval_ms": ms});
+        let slow = live("slow", of("ta", 900));
+        assert_eq!(slow.shared.interval_ms(), Some(900));
+        let fast = live("fast", of("tb", 50));
+        assert_eq!(slow.shared.interval_ms(), Some(50));
+        let pending = FilterConfig::from_bytes("pending", &json(of("ta", 10))).unwrap();
+        assert_eq!(
+            slow.shared.interval_ms(),
+            Some(50),
+            "not committed: not counted"
+        );
+        drop(pending);
+        drop(fast);
+        assert_eq!(
+            slow.shared.interval_ms(),
+            Some(900),
+            "back when the fast one went"
+        );
+        let shared = slow.shared.clone();
+        drop(slow);
+        assert_eq!(
+            shared.interval_ms(),
+            None,
+            "stopped with the last configuration"
+        );
+    }
+
+    #[test]
+    fn an_older_configuration_committing_late_does_not_win() {
+        // Two updates in a row: the first's configuration commits after the second's.
+        let path = scratch("order");
+        let settings = serde_json::json!({"config_path": path, "room": "a"});
+        std::fs::write(&path, room("a", 2)).unwrap();
+        let first = live("first", settings.clone());
+        std::fs::write(&path, room("a", 3)).unwrap();
+        let older = FilterConfig::from_bytes("older", &json(settings.clone())).unwrap();
+        std::fs::write(&path, room("a", 4)).unwrap();
+        let newer = live("newer", settings);
+        older.ensure_committed();
+        assert_eq!(first.engine.config().rooms[0].total_active_users, 4);
+        drop((first, older, newer));
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
     #[test]

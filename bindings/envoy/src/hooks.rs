@@ -2,13 +2,17 @@
 //! HTTP filter's hooks when a configuration names the module and refuses the configuration if
 //! one is missing, so every hook is exported, the ones this filter has no use for as no-ops
 //! that let the stream go on. No panic crosses into Envoy: each hook that does work runs under
-//! `catch_unwind`, and a panic lets the request through (logged), as a failure to decide must
-//! not take a site down.
+//! `catch_unwind`, and a panic lets the request through (logged, at most a line a minute), as
+//! a failure to decide must not take a site down.
+//!
+//! A configuration made by `config_new` takes effect when Envoy has taken it: at its
+//! scheduled event (`config_scheduled`) or its first stream (`filter_new`), whichever comes
+//! first (see `filter_config`).
 
 use std::ffi::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::abi::{self, ConfigEnvoyPtr, EnvoyBuffer, FilterEnvoyPtr, CONTINUE};
+use crate::abi::{self, ConfigEnvoyPtr, ConfigScheduler, EnvoyBuffer, FilterEnvoyPtr, CONTINUE};
 use crate::filter_config::FilterConfig;
 use crate::stream::Stream;
 
@@ -24,17 +28,50 @@ fn unresolved() {
     });
 }
 
-/// Runs `f`, turning a panic into `fallback` (and a log line).
+/// Lines about panics in hooks: at most one a minute (a steady fault must not log per
+/// request).
+static PANICS: abi::RateLimitedLog = abi::RateLimitedLog::new();
+
+/// Runs `f`, turning a panic into `fallback` (and a log line, rate-limited).
 fn guarded<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(_) => {
-            abi::log(
-                abi::LOG_ERROR,
-                &format!("velvet-rope: panic in {what}; request let through"),
-            );
+            PANICS.log(abi::LOG_ERROR, || {
+                format!("velvet-rope: panic in {what}; request let through")
+            });
             fallback
         }
+    }
+}
+
+/// The one event a configuration schedules: "Envoy has taken me, commit".
+const COMMIT_EVENT: u64 = 1;
+
+/// Schedules `config`'s commit event on Envoy's main thread (see `filter_config`). Without a
+/// scheduler the configuration commits with its first stream, and the log says so.
+fn schedule_commit(config: &FilterConfig, config_envoy: ConfigEnvoyPtr) {
+    let Some(host) = abi::host() else {
+        return;
+    };
+    // SAFETY: `config_envoy` is the live configuration Envoy is making (`config_new` runs on
+    // its main thread, inside that configuration's making).
+    match unsafe { ConfigScheduler::new(host, config_envoy) } {
+        Some(s) => {
+            s.commit(host, COMMIT_EVENT);
+            *config
+                .commit_event
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(s);
+        }
+        None => abi::log(
+            abi::LOG_ERROR,
+            &format!(
+                "velvet-rope: filter `{}`: Envoy gave no scheduler; the configuration takes \
+                 effect with its first request",
+                config.name
+            ),
+        ),
     }
 }
 
@@ -54,14 +91,15 @@ pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
     })
 }
 
-/// A filter configuration: its engine, room and ticker (null, refusing the configuration,
-/// with the reason logged).
+/// A filter configuration: its engine and room, checked but not yet in effect (null,
+/// refusing the configuration, with the reason logged); its commit event is scheduled.
 ///
 /// # Safety
-/// Envoy's contract: `name` and `config` point to their bytes for the call.
+/// Envoy's contract: `config_envoy` is the configuration being made; `name` and `config`
+/// point to their bytes for the call.
 #[no_mangle]
 pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
-    _config_envoy: ConfigEnvoyPtr,
+    config_envoy: ConfigEnvoyPtr,
     name: EnvoyBuffer,
     config: EnvoyBuffer,
 ) -> *const c_void {
@@ -71,11 +109,9 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
         let name = String::from_utf8_lossy(name);
         match FilterConfig::from_bytes(&name, bytes) {
             Ok(c) => {
-                abi::log(
-                    abi::LOG_INFO,
-                    &format!("velvet-rope: filter `{}` decides room `{}`", c.name, c.room),
-                );
-                Box::into_raw(Box::new(c)) as *const c_void
+                let c = Box::new(c);
+                schedule_commit(&c, config_envoy);
+                Box::into_raw(c) as *const c_void
             }
             Err(e) => {
                 abi::log(abi::LOG_ERROR, &format!("velvet-rope: {e}"));
@@ -85,7 +121,32 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
     })
 }
 
-/// The configuration is gone (its streams first): stops its ticker, frees its engine.
+/// Envoy has taken the configuration (its scheduled event came back): it takes effect.
+///
+/// # Safety
+/// Envoy's contract: `config` is what `config_new` returned, still live.
+#[no_mangle]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
+    _config_envoy: ConfigEnvoyPtr,
+    config: *const c_void,
+    _event_id: u64,
+) {
+    guarded("config scheduled", (), || {
+        // SAFETY: made by `config_new`, live until `config_destroy` (this function's contract).
+        if let Some(c) = unsafe { config.cast::<FilterConfig>().as_ref() } {
+            c.commit_on_main_thread();
+            drop(
+                c.commit_event
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take(),
+            );
+        }
+    })
+}
+
+/// The configuration is gone (its streams first): it leaves its shared engine (the last one
+/// stops the ticker and frees the engine).
 ///
 /// # Safety
 /// Envoy's contract: `config` is what `config_new` returned, destroyed once.
@@ -99,14 +160,24 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(conf
     })
 }
 
-/// A stream through the filter.
+/// A stream through the filter; the first commits its configuration if its event has not.
+///
+/// # Safety
+/// Envoy's contract: `config` is what `config_new` returned, live while its streams are.
 #[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
     config: *const c_void,
     _filter: FilterEnvoyPtr,
 ) -> *const c_void {
     guarded("filter new", std::ptr::null(), || {
-        Box::into_raw(Stream::take(config.cast::<FilterConfig>())) as *const c_void
+        let config = config.cast::<FilterConfig>();
+        // SAFETY: made by `config_new` and live (this function's contract); null only if
+        // Envoy broke it.
+        if let Some(c) = unsafe { config.as_ref() } {
+            // Envoy routes a request through it: it has been taken.
+            c.ensure_committed();
+        }
+        Box::into_raw(Stream::take(config)) as *const c_void
     })
 }
 
@@ -218,7 +289,6 @@ pass! {
     envoy_dynamic_module_on_http_filter_http_stream_complete(f: FilterEnvoyPtr, s: *const c_void, id: u64) -> () = ();
     envoy_dynamic_module_on_http_filter_http_stream_reset(f: FilterEnvoyPtr, s: *const c_void, id: u64, r: u32) -> () = ();
     envoy_dynamic_module_on_http_filter_scheduled(f: FilterEnvoyPtr, s: *const c_void, id: u64) -> () = ();
-    envoy_dynamic_module_on_http_filter_config_scheduled(c: ConfigEnvoyPtr, m: *const c_void, id: u64) -> () = ();
     envoy_dynamic_module_on_http_filter_config_http_callout_done(c: ConfigEnvoyPtr, m: *const c_void, id: u64, r: u32, h: *mut c_void, hn: usize, b: *mut c_void, bn: usize) -> () = ();
     envoy_dynamic_module_on_http_filter_config_http_stream_headers(c: ConfigEnvoyPtr, m: *const c_void, id: u64, h: *mut c_void, hn: usize, e: bool) -> () = ();
     envoy_dynamic_module_on_http_filter_config_http_stream_data(c: ConfigEnvoyPtr, m: *const c_void, id: u64, d: *const c_void, dn: usize, e: bool) -> () = ();

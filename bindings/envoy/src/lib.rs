@@ -1,8 +1,10 @@
 //! velvet-rope as an Envoy HTTP filter: a dynamic module (`envoy.filters.http.dynamic_modules`)
 //! written against Envoy's dynamic-modules ABI v0.2.0 (Envoy 1.40).
 //!
-//! Each filter configuration has its own engine, shared by all of Envoy's worker threads (so
-//! counts are exact across them with no shared memory), ticked by a thread the module owns.
+//! Filter configurations naming one configuration source share one engine, shared in turn
+//! by all of Envoy's worker threads (so counts are exact across them with no shared memory)
+//! and ticked by a thread the module owns. A new configuration takes effect only once Envoy
+//! has taken it, and never removes a room a live filter still decides (see `filter_config`).
 //! Per request: the decision on the request's headers; the waiting page (HTML, or JSON when
 //! asked) as a local reply with its status, `Refresh` or `Retry-After` and `Set-Cookie`; a
 //! renewed ticket's `Set-Cookie` added to the upstream's response. A route turns the filter

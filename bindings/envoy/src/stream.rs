@@ -247,9 +247,15 @@ unsafe fn decide(
     let decision = match decision {
         Ok(d) => d,
         Err(e) => {
-            // The room was checked when the configuration was made; a failure here is a
-            // bug, and the request goes on rather than failing.
-            abi::log(abi::LOG_ERROR, &format!("velvet-rope: {e}"));
+            // The room was checked when the configuration was made, and a live
+            // configuration's room stays in the engine: a failure here is a bug, and the
+            // request goes on rather than failing (said at most once a minute).
+            config.errors.log(abi::LOG_ERROR, || {
+                format!(
+                    "velvet-rope: filter `{}`: {e}; its requests pass undecided",
+                    config.name
+                )
+            });
             return CONTINUE;
         }
     };

@@ -1,9 +1,11 @@
 //! The module's own timer: a thread per engine that ticks it every interval, so no Envoy
 //! worker ever spends time ticking, and a tick never waits on a request (the engine's tick is
-//! lock-free towards decisions). Stopped and joined when the engine's last filter
-//! configuration is destroyed.
+//! lock-free towards decisions). The interval can change while it runs (it follows the live
+//! filter configurations, see `filter_config`); the thread is stopped and joined when the
+//! ticker is dropped.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -13,16 +15,19 @@ use velvet_rope::{Clock, CoarseSystemClock, Engine};
 
 /// A running ticker; dropping it stops the thread and waits for it.
 pub struct Ticker {
-    stop: Option<Sender<()>>,
+    interval_ms: Arc<AtomicU64>,
+    /// Wakes the thread (a new interval); dropped to stop it.
+    wake: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Ticker {
-    /// Ticks `engine` every `interval_ms` until dropped. An error if the thread cannot start
-    /// (the room's figures would never move: the configuration must be refused).
+    /// Ticks `engine` at once, then every `interval_ms` until dropped. An error if the thread
+    /// cannot start (the room's figures would never move: the configuration must be refused).
     pub fn start(engine: Arc<Engine>, interval_ms: u64) -> Result<Self, String> {
-        let (stop, stopped) = channel::<()>();
-        let interval = Duration::from_millis(interval_ms);
+        let (wake, woken) = channel::<()>();
+        let interval = Arc::new(AtomicU64::new(interval_ms.max(1)));
+        let every = interval.clone();
         let thread = std::thread::Builder::new()
             .name("velvet-rope-tick".into())
             .spawn(move || {
@@ -38,23 +43,42 @@ impl Ticker {
                         );
                         reported = true;
                     }
-                    match stopped.recv_timeout(interval) {
-                        Err(RecvTimeoutError::Timeout) => continue,
-                        _ => return,
+                    // Relaxed: the interval is a value of its own, published with nothing else.
+                    let wait = Duration::from_millis(every.load(Ordering::Relaxed));
+                    match woken.recv_timeout(wait) {
+                        // A new interval: tick now, then wait the new one.
+                        Ok(()) | Err(RecvTimeoutError::Timeout) => continue,
+                        Err(RecvTimeoutError::Disconnected) => return,
                     }
                 }
             })
             .map_err(|e| format!("could not start the ticker thread: {e}"))?;
         Ok(Self {
-            stop: Some(stop),
+            interval_ms: interval,
+            wake: Some(wake),
             thread: Some(thread),
         })
+    }
+
+    /// The interval now.
+    pub fn interval_ms(&self) -> u64 {
+        self.interval_ms.load(Ordering::Relaxed)
+    }
+
+    /// Ticks every `interval_ms` from now on (the thread wakes at once to take it).
+    pub fn set_interval(&self, interval_ms: u64) {
+        let interval_ms = interval_ms.max(1);
+        if self.interval_ms.swap(interval_ms, Ordering::Relaxed) != interval_ms {
+            if let Some(w) = &self.wake {
+                let _ = w.send(());
+            }
+        }
     }
 }
 
 impl Drop for Ticker {
     fn drop(&mut self) {
-        drop(self.stop.take());
+        drop(self.wake.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -65,29 +89,56 @@ impl Drop for Ticker {
 mod tests {
     use super::*;
 
-    #[test]
-    fn ticks_until_dropped_and_stops_at_once() {
-        let engine = Arc::new(
+    fn engine() -> Arc<Engine> {
+        Arc::new(
             Engine::from_text(
                 "[[rooms]]\nname = \"r\"\ntotal_active_users = 1\nnew_users_per_minute = 10\n",
                 CoarseSystemClock.now_ms(),
             )
             .unwrap(),
-        );
+        )
+    }
+
+    fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn ticks_until_dropped_and_stops_at_once() {
+        let engine = engine();
         let now = CoarseSystemClock.now_ms();
         engine.admit("r", None, now).unwrap();
         assert_eq!(engine.stats("r").unwrap().active_users, 0, "not folded yet");
         let ticker = Ticker::start(engine.clone(), 10).unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while engine.stats("r").unwrap().active_users != 1 {
-            assert!(std::time::Instant::now() < deadline, "never ticked");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_for("never ticked", || {
+            engine.stats("r").unwrap().active_users == 1
+        });
         let start = std::time::Instant::now();
         drop(ticker);
         assert!(
             start.elapsed() < Duration::from_secs(1),
             "stopping waited a whole interval"
         );
+    }
+
+    #[test]
+    fn a_new_interval_is_taken_at_once() {
+        let engine = engine();
+        // An hour between ticks: only the first tick, at start, would ever come.
+        let ticker = Ticker::start(engine.clone(), 3_600_000).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        engine.admit("r", None, CoarseSystemClock.now_ms()).unwrap();
+        ticker.set_interval(10);
+        assert_eq!(ticker.interval_ms(), 10);
+        wait_for("the new interval was not taken", || {
+            engine.stats("r").unwrap().active_users == 1
+        });
+        let start = std::time::Instant::now();
+        drop(ticker);
+        assert!(start.elapsed() < Duration::from_secs(1));
     }
 }

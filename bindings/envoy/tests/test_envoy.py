@@ -257,7 +257,9 @@ def proxy():
 def test_the_module_loads_with_its_abi(proxy):
     log = proxy.log_text()
     assert "Dynamic module ABI version v0.2.0 matched" in log, log[-3000:]
-    assert "velvet-rope: filter `velvet_shop` decides room `shop`" in log, log[-3000:]
+    # Said when the configuration takes effect: Envoy's main loop, once Envoy has taken it.
+    assert wait_until(lambda: "velvet-rope: filter `velvet_shop` decides room `shop`"
+                      in proxy.log_text(), 5), log[-3000:]
 
 
 shop_jars = []

@@ -71,6 +71,29 @@ impl Snapshot {
         self.not_steady(view, opened, bucket, now_secs)
     }
 
+    /// Decides one request only for a visitor holding a valid admission ticket of the room
+    /// (see `Engine::admit_holder_bytes`); in a `passthrough` room everyone passes, uncounted.
+    /// `None` for anyone else, having counted, claimed and queued nothing.
+    pub(crate) fn decide_holder(
+        &self,
+        view: &RoomView,
+        cookie: Option<&[u8]>,
+        now: Millis,
+    ) -> Option<Decision> {
+        let room = &view.room;
+        let now_secs = (now / 1000).min(u32::MAX as u64) as u32;
+        let holds = cookie.is_some_and(|text| {
+            self.keyring
+                .open_bytes(text, &room.id, now_secs, self.skew_secs)
+                .is_ok_and(|t| t.state == TicketState::Admitted)
+        });
+        if holds {
+            return Some(self.decide(view, cookie, now));
+        }
+        (room.cfg.queueing_method == QueueingMethod::Passthrough)
+            .then(|| Decision::admit(None, None))
+    }
+
     /// Every request but an admitted visitor's steady state: new visitors, refused tickets,
     /// renewals, waiters. Cold only for code layout (it is a call away from the hot path);
     /// what it calls is compiled as usual.

@@ -157,6 +157,29 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether [`Engine::reload`] would take `config` now, changing nothing: the configuration
+    /// is validated, its ticket keys read, and each room the engine runs is checked against
+    /// the counters it has (the refusal names the room and the setting, as `reload`'s does).
+    /// A room new to an engine whose counters live in a shared region is only checked for
+    /// room in the region when a reload lays it out. For hosts that must refuse a
+    /// configuration before they know whether it will be used (an Envoy listener update).
+    pub fn check_reload(&self, config: &Config) -> Result<()> {
+        config.validate()?;
+        config.tickets.keyring()?;
+        let previous = self.current.load();
+        let same_settings = previous.config.settings == config.settings
+            && previous.config.cluster == config.cluster;
+        for (i, cfg) in config.rooms.iter().enumerate() {
+            if let Ok(view) = previous.room(&cfg.name) {
+                let running = &view.room;
+                if running.cfg != *cfg || !same_settings {
+                    counters_serve(running, i, cfg, &config.settings)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Folds the counters into a new snapshot as of `now`. Call it about once a second (and at
     /// least once per bucket and per refresh interval). It never waits: if another thread of
     /// this process is ticking, this call returns at once (that tick publishes).
@@ -245,6 +268,25 @@ impl Engine {
         let view = snap.room_bytes(room)?;
         let ticket = cookie_header.and_then(|h| view.room.cookie_finder.find_ticket(h));
         Ok(snap.decide(view, ticket, now.min(MAX_NOW_MS)))
+    }
+
+    /// Decides one request only if that hands the visitor nothing new, for a host that could
+    /// not deliver a new ticket (an nginx subrequest whose client response is already on its
+    /// way). A visitor holding a valid admission ticket of the room is decided as by
+    /// [`Engine::admit_header_bytes`]: admitted, its count renewed if due (a renewed ticket
+    /// that never reaches the visitor is harmless: the next renewal counts it once, as any
+    /// replay). In a `passthrough` room every visitor passes, uncounted. Anyone else:
+    /// `Ok(None)`, and nothing was counted, claimed or queued.
+    pub fn admit_holder_bytes(
+        &self,
+        room: &[u8],
+        cookie_header: Option<&[u8]>,
+        now: Millis,
+    ) -> Result<Option<Decision>> {
+        let snap = self.current.load();
+        let view = snap.room_bytes(room)?;
+        let ticket = cookie_header.and_then(|h| view.room.cookie_finder.find_ticket(h));
+        Ok(snap.decide_holder(view, ticket, now.min(MAX_NOW_MS)))
     }
 
     /// Decides one request given the ticket cookie's value itself (no header parsing).
@@ -363,20 +405,7 @@ fn build(
         let room = match running {
             Some(r) if r.cfg == *cfg && same_settings => r.clone(),
             Some(r) => {
-                let needed = RoomLayout::of(cfg, &config.settings);
-                r.counters
-                    .layout()
-                    .serves(&needed, &config.settings)
-                    .map_err(|why| {
-                        Error::invalid(
-                            format!("rooms[{i}]"),
-                            format!(
-                                "(room `{}`) cannot be reloaded in place: {why}; keep the \
-                                 setting, or restart to apply it with fresh counters",
-                                cfg.name
-                            ),
-                        )
-                    })?;
+                counters_serve(r, i, cfg, &config.settings)?;
                 Arc::new(Room::new(cfg, &config, r.counters.clone()))
             }
             None => {
@@ -396,4 +425,29 @@ fn build(
     }
     let views: Vec<RoomView> = rooms.iter().map(|r| first_tick_room(r, now)).collect();
     Ok(Snapshot::new(keyring, Arc::new(config), views))
+}
+
+/// Whether the counters of `running` can serve `cfg` (at `rooms[i]`) in place; the refusal
+/// names the room and the setting.
+fn counters_serve(
+    running: &Room,
+    i: usize,
+    cfg: &crate::config::RoomConfig,
+    settings: &crate::config::Settings,
+) -> Result<()> {
+    let needed = RoomLayout::of(cfg, settings);
+    running
+        .counters
+        .layout()
+        .serves(&needed, settings)
+        .map_err(|why| {
+            Error::invalid(
+                format!("rooms[{i}]"),
+                format!(
+                    "(room `{}`) cannot be reloaded in place: {why}; keep the setting, or \
+                     restart to apply it with fresh counters",
+                    cfg.name
+                ),
+            )
+        })
 }

@@ -180,6 +180,33 @@ static void test_admission_flow(void) {
     vr_engine_free(e);
 }
 
+/* A holder decision (nginx subrequests): ticket holders are decided, anyone else is not, and
+ * nothing is counted for them. */
+static void test_holder_decision(void) {
+    vr_engine *e = new_engine(CONFIG);
+    vr_decision d;
+    bool decided = true;
+    char cookie[600];
+    CHECK(vr_engine_admit_holder(e, "shop", 4, NULL, 0, T0, &decided, &d) == VR_OK && !decided);
+    CHECK(vr_engine_admit(e, "shop", 4, NULL, 0, T0, &d) == VR_OK && d.outcome == VR_OUTCOME_ADMIT);
+    cookie_of(&d, cookie, sizeof cookie);
+    memset(&d, 0, sizeof d);
+    CHECK(vr_engine_admit_holder(e, "shop", 4, cookie, strlen(cookie), T0 + 1, &decided, &d)
+          == VR_OK && decided);
+    CHECK(d.outcome == VR_OUTCOME_ADMIT && d.set_cookie_len == 0 && d.ticket_error == -1);
+    CHECK(vr_engine_admit_holder(e, "shop", 4, "x=1", 3, T0 + 1, &decided, &d) == VR_OK && !decided);
+    CHECK(vr_engine_tick(e, T0 + 1000) == VR_OK);
+    vr_room_stats st;
+    CHECK(vr_engine_stats(e, "shop", 4, &st) == VR_OK);
+    CHECK(st.active_users == 1 && st.admitted_total == 1 && st.queue_length == 0);
+    /* Errors as for vr_engine_admit; both out-pointers are required. */
+    CHECK(vr_engine_admit_holder(NULL, "shop", 4, NULL, 0, T0, &decided, &d) == VR_NULL_PARAMETER);
+    CHECK(vr_engine_admit_holder(e, "nope", 4, NULL, 0, T0, &decided, &d) == VR_UNKNOWN_ROOM);
+    CHECK(vr_engine_admit_holder(e, "shop", 4, NULL, 0, T0, NULL, &d) == VR_NULL_PARAMETER);
+    CHECK(vr_engine_admit_holder(e, "shop", 4, NULL, 0, T0, &decided, NULL) == VR_NULL_PARAMETER);
+    vr_engine_free(e);
+}
+
 static void test_from_file(void) {
     char path[] = "/tmp/velvet-rope-c-test-XXXXXX";
     int fd = mkstemp(path);
@@ -600,6 +627,7 @@ int main(void) {
     test_misc();
     test_errors();
     test_admission_flow();
+    test_holder_decision();
     test_from_file();
     test_shared_region();
     test_state_file();

@@ -258,6 +258,15 @@ impl LeaseSource for RedisLeaseRoot {
                         let Some(id) = f.strip_prefix("c:") else {
                             continue;
                         };
+                        if f == &me {
+                            // This client's own record is read below and rewritten: never
+                            // deleted after it (a client that refreshed after its lease
+                            // ended had its new record deleted, and its grant unreserved).
+                            if let Ok(r) = serde_json::from_str::<Record>(v) {
+                                records.insert(id, r);
+                            }
+                            continue;
+                        }
                         match serde_json::from_str::<Record>(v) {
                             Ok(r) if r.reserved(now_store) > 0.0 || r.exp > now_store => {
                                 records.insert(id, r);

@@ -128,3 +128,38 @@ fn three_clients_on_two_hosts_share_fairly_and_never_exceed_capacity() {
         );
     }
 }
+
+/// Item 5 of the exactness review: the root counted a client's grant whatever its expiry, so
+/// every leaf that restarted under a new id (`host#pid`) took its share away for good. A
+/// grant counts only while its lease runs.
+#[test]
+fn a_dead_clients_grant_is_freed_when_its_lease_ends() {
+    use velvet_rope::lease::LeaseRequest;
+    let redis = RedisServer::start();
+    let root =
+        RedisLeaseRoot::new(&redis.url(), "dead", &config(), Duration::from_secs(2)).unwrap();
+    // The root learns first (a table it does not know, from its first request): past that,
+    // the first leaf takes it all.
+    let learning = root
+        .request_lease(&LeaseRequest::new("host-a#1", "db", 100.0, 0), now())
+        .unwrap();
+    assert_eq!(learning.capacity, 0.0);
+    std::thread::sleep(Duration::from_millis(3200));
+    let first = root
+        .request_lease(&LeaseRequest::new("host-a#1", "db", 100.0, 0), now())
+        .unwrap();
+    assert_eq!(first.capacity, CAPACITY);
+    // host-a#1 dies; host-a#2 (the restarted leaf) asks while that lease runs, then after.
+    let during = root
+        .request_lease(&LeaseRequest::new("host-a#2", "db", 100.0, 0), now())
+        .unwrap();
+    assert_eq!(during.capacity, 0.0, "the dead leaf's lease still runs");
+    std::thread::sleep(Duration::from_millis(2000 + 1000 + 200));
+    let after = root
+        .request_lease(&LeaseRequest::new("host-a#2", "db", 100.0, 0), now())
+        .unwrap();
+    assert_eq!(
+        after.capacity, CAPACITY,
+        "the dead leaf's share is free once its lease (and the clock margin) ended"
+    );
+}

@@ -6,7 +6,10 @@
 
 const assert = require('node:assert/strict')
 const { spawn } = require('node:child_process')
+const fs = require('node:fs')
 const net = require('node:net')
+const os = require('node:os')
+const path = require('node:path')
 const { test } = require('node:test')
 const { setTimeout: sleep } = require('node:timers/promises')
 
@@ -35,8 +38,11 @@ function connects (port) {
 
 async function redisServer () {
   const port = await freePort()
+  // A directory of its own: a server loads a dump.rdb it finds in its directory.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vr-redis-'))
   const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1',
-    '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
+    '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' })
+  proc.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }))
   const failed = new Promise((resolve, reject) => proc.on('error', (e) =>
     reject(new Error(`redis-server could not start (make test installs Debian's): ${e.message}`))))
   for (let i = 0; i < 500; i++) {

@@ -61,6 +61,20 @@ fn sync_loop(engine: &Arc<velvet_rope::Engine>) -> PyResult<Option<Syncer>> {
 }
 
 impl Engine {
+    /// In a process forked after the engine was built (a pre-fork server's worker), the sync
+    /// loop's thread is the parent's: start one here (the ticker calls this every tick). The
+    /// parent's is dropped without touching its thread.
+    fn restart_sync_after_fork(&self) {
+        let Ok(mut sync) = self.sync.try_lock() else {
+            return;
+        };
+        if sync.as_ref().is_some_and(|s| !s.running_here()) {
+            if let Ok(fresh) = Syncer::from_engine(self.inner.clone()) {
+                *sync = fresh;
+            }
+        }
+    }
+
     fn wrap(&self, py: Python<'_>, d: velvet_rope::Decision) -> PyResult<Py<Decision>> {
         if d.outcome == Outcome::Admit && d.set_cookie.is_none() && d.ticket_error.is_none() {
             return Ok(self.admit_steady.clone_ref(py));
@@ -140,6 +154,7 @@ impl Engine {
     fn tick(&self, py: Python<'_>, now_ms: Option<u64>) {
         let now = or_now(now_ms);
         py.detach(|| self.inner.tick(now));
+        self.restart_sync_after_fork();
     }
 
     /// Replaces the configuration; a bad one raises and the running one keeps serving.

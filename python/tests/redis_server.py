@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 
 
@@ -25,9 +26,11 @@ class RedisServer:
         if server is None:
             raise RuntimeError("redis-server is missing (make test installs Debian's)")
         self.port = _free_port()
+        # A directory of its own: a server loads a dump.rdb it finds in its directory.
+        self.dir = tempfile.mkdtemp(prefix="vr-redis-")
         self.proc = subprocess.Popen(
             [server, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--daemonize", "no"],
+             "--appendonly", "no", "--daemonize", "no", "--dir", self.dir],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -62,3 +65,4 @@ class RedisServer:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=5)
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -15,6 +15,9 @@ pub struct RedisServer {
     child: Option<Child>,
     /// Its port on 127.0.0.1.
     pub port: u16,
+    /// Its own working directory (a replica writes the data it receives there, and a server
+    /// loads a `dump.rdb` it finds there: never a directory another server uses).
+    dir: std::path::PathBuf,
 }
 
 fn free_port() -> u16 {
@@ -30,10 +33,44 @@ impl RedisServer {
 
     /// Starts a server on `port` (a restart of one that was killed).
     pub fn start_on(port: u16) -> Self {
+        Self::start_with(port, &[])
+    }
+
+    /// Starts a replica of the server on 127.0.0.1:`primary`, on a free port, and waits for
+    /// it to be in sync.
+    pub fn start_replica_of(primary: u16) -> Self {
+        let p = primary.to_string();
+        let server = Self::start_with(free_port(), &["--replicaof", "127.0.0.1", &p]);
+        let mut conn = server.connection();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut conn)
+                .unwrap();
+            if info.contains("master_link_status:up") {
+                return server;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica never synced: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn start_with(port: u16, extra: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "vr-redis-{}-{port}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory for redis-server");
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(["--dir", &std::env::temp_dir().to_string_lossy()])
+            .args(["--dir", &dir.to_string_lossy()])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -41,6 +78,7 @@ impl RedisServer {
         let server = Self {
             child: Some(child),
             port,
+            dir,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -110,6 +148,7 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.resume();
         self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -52,31 +52,47 @@
 //!
 //! # The bound, and why it holds
 //!
-//! *While the store answers, the room never holds more than its limits: zero overshoot.* Every
-//! grant is at most the limit less the others' reservations, so reservations add up to at most
-//! the limit. A host enforces at most its reservation: a grant it has not applied yet is
-//! reported as held (`reserved_total` takes the larger of the applied and the pending grant);
-//! an allowance that shrinks below what a host already holds is enforced as what it holds (the
-//! tick publishes the larger) and reported so; a grant that arrives after a later one (another
-//! process's sync) is dropped by its sequence number; and a report is read under the tick lock,
-//! never half an advance. Its active visitors never exceed what it enforces. Summing over hosts:
-//! active visitors <= reservations <= limit. The same argument runs per bucket for admissions.
-//! `tests/three_hosts.rs` checks it against a real Redis, and `examples/simulate.rs` over ten
-//! virtual minutes of a sale.
+//! *While every host hears from the store at least once a lease and a session, the store keeps
+//! what it acknowledged, and clocks do not step by a lease, the room never holds more than its
+//! limits: zero overshoot.* Every grant is at most the limit less the others' reservations, so
+//! reservations add up to at most the limit. A host enforces at most its reservation:
+//! - a grant it has not applied yet is reported as held (`reserved_total` takes the larger of
+//!   the applied and the pending grant); an allowance that shrinks below what a host already
+//!   holds is enforced as what it holds (the tick publishes the larger) and reported so;
+//! - a grant that arrives after a later one (another process's sync) is dropped by its
+//!   sequence number; a report older than the host's last grant (a process that stalled past
+//!   its turn) is answered with what the store already reserves, never lowering it;
+//! - a lapsed grant is enforced, and nothing more, until the store could have given it away:
+//!   the store keeps a silent host's reservation for a lease, a session and a margin of a
+//!   lease after its last report, counted on its *effective* clock (never back, at most a
+//!   lease forward per call: see `allocator`), and the host relies on it only for a lease and
+//!   a session from *before* it sent that report, on its own clock. Only then does it fall
+//!   back to `fallback_share` (default: one over the most hosts it has known), uncoordinated;
+//! - a report is read under the tick lock, never half an advance, and by the process that
+//!   holds the room's sync turn (its holder's pid in the turn: a dead holder is taken over at
+//!   once).
+//!
+//! Its active visitors never exceed what it enforces. Summing over hosts: active visitors <=
+//! reservations <= limit. The same argument runs per bucket for admissions.
+//! `tests/fault_simulation.rs` checks it over thousands of seeded fault schedules (see
+//! the `sim` module, feature `simulation`), `tests/three_hosts.rs` and `tests/redis_faults.rs`
+//! against a real Redis, and `examples/simulate.rs` over ten virtual minutes of a sale.
 //!
 //! What the store cannot see costs what is stated here:
-//! - *A host that stops syncing* (crashed, partitioned) keeps its reservation for its lease,
-//!   then its allowance of active visitors for a session more (`hold`: its visitors may still
-//!   be active that long). A partitioned host enforces its grant until its lease ends on its
-//!   own clock (which started before the store's), then `fallback_share` of the limits
-//!   (default: one over the most hosts it has known), uncoordinated. A partition longer than
-//!   lease + session, with that host's visitors staying, can exceed the limits by that host's
-//!   holdings plus its fallback share; `fallback_share = 0` removes the second term.
-//! - *A store that loses its state* (restarted without persistence, or reloaded from an older
-//!   snapshot, found out because a host holds a grant with a sequence number the store has not
-//!   reached) learns for a lease: it grants nobody more than what it reports holding. A host
-//!   that does not report within that lease (partitioned across the restart) is not reserved
-//!   afterwards: up to its holdings over, as for a long partition.
+//! - *A host that goes longer than a lease and a session without an answer* keeps its
+//!   visitors while the store hands their seats to others: the room can exceed its limits by
+//!   that host's holdings, or its fallback share once it falls back if that is more;
+//!   `fallback_share = 0` keeps it to the holdings.
+//! - *A store that loses writes* (restarted without persistence, reloaded from an older
+//!   snapshot, failed over to a replica that missed them) finds out from the first host that
+//!   holds a grant it has no record of (the store keeps each host's last grant number), or
+//!   that relies on a reservation it does not hold, and learns: for a lease, or for the
+//!   longest a host that reaches it may take to report ([`Params::learn`]), it grants nobody
+//!   more than they report holding. Grants it made to other hosts before it found out, and
+//!   hosts that do not report while it learns (partitioned, or counters restarted without a
+//!   state file whose old holdings only the store knew), can cost up to a roomful. With a
+//!   replicated store set `replicas`: a host applies a grant only once the replicas hold it
+//!   (`WAIT`), so a failover forgets nothing a host uses.
 //! - *A visitor who moves between hosts* is counted afresh where it lands (its ticket names
 //!   the counters that counted it), and stays counted where it was until its session ends
 //!   there: this under-admits, never over-admits. Put sticky load balancing in front.
@@ -86,7 +102,9 @@
 //!   sync intervals, more while a sync runs late) they admit newcomers on the allowances they
 //!   hold, ahead of it (FIFO order only; the counts are unaffected).
 //! - *A host whose clock runs ahead* and holds waiters can move the global frontier early by
-//!   its lead (FIFO order only, for that many buckets; the counts are unaffected).
+//!   its lead (FIFO order only, for that many buckets; the counts are unaffected). A host
+//!   clock that *steps* moves its deadlines: forward, it falls back early; back, it relies on
+//!   its grant longer than the store keeps it (both beyond the guarantee).
 //!
 //! Leases across hosts are the other half of this crate: [`RedisLeaseRoot`] (a lease source in
 //! Redis running the core's algorithms, clamped in one transaction) and [`LeafRound`] (a host's

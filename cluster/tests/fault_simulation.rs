@@ -40,6 +40,8 @@ fn sweep(s: &Scenario, default: u64) -> (u64, u64, Outcome) {
     let s = traced(s);
     let seeds = seeds(default);
     let next = AtomicU64::new(0);
+    let finished = AtomicU64::new(0);
+    let step = (seeds.len() as u64 / 20).max(500);
     let exact = AtomicU64::new(0);
     let failed: Mutex<Option<Outcome>> = Mutex::new(None);
     let fullest: Mutex<Option<Outcome>> = Mutex::new(None);
@@ -52,6 +54,10 @@ fn sweep(s: &Scenario, default: u64) -> (u64, u64, Outcome) {
                     return;
                 }
                 let o = run(&s, seeds[i]);
+                let done = finished.fetch_add(1, Ordering::SeqCst) + 1;
+                if done % step == 0 {
+                    eprintln!("  {done} of {} schedules checked", seeds.len());
+                }
                 if o.violation.is_some() {
                     failed.lock().unwrap().get_or_insert(o);
                     return;

@@ -10,13 +10,14 @@
 //!
 //! Threads of one process exclude each other as with a mutex; `lock` waits by sleeping in
 //! short steps (it guards work that takes microseconds to milliseconds: ticks and reloads).
+//! Public for the bindings, whose own per-engine state (a sync loop) has the same need.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 /// A mutual-exclusion lock that a forked child can take over (see the module documentation).
-pub(crate) struct ForkSafeLock<T> {
+pub struct ForkSafeLock<T> {
     /// The holder's process id, or 0.
     owner: AtomicU32,
     value: UnsafeCell<T>,
@@ -30,14 +31,14 @@ unsafe impl<T: Send> Sync for ForkSafeLock<T> {}
 unsafe impl<T: Send> Send for ForkSafeLock<T> {}
 
 /// Access to a [`ForkSafeLock`]'s value; released when dropped.
-pub(crate) struct Guard<'a, T> {
+pub struct Guard<'a, T> {
     lock: &'a ForkSafeLock<T>,
     me: u32,
 }
 
 impl<T> ForkSafeLock<T> {
     /// A free lock around `value`.
-    pub(crate) fn new(value: T) -> Self {
+    pub fn new(value: T) -> Self {
         Self {
             owner: AtomicU32::new(0),
             value: UnsafeCell::new(value),
@@ -46,7 +47,7 @@ impl<T> ForkSafeLock<T> {
 
     /// Takes the lock if no thread of this process holds it (one of another process held it
     /// before a fork, and is taken over). Never waits.
-    pub(crate) fn try_lock(&self) -> Option<Guard<'_, T>> {
+    pub fn try_lock(&self) -> Option<Guard<'_, T>> {
         let me = std::process::id();
         let mut current = self.owner.load(Ordering::Acquire);
         loop {
@@ -64,13 +65,21 @@ impl<T> ForkSafeLock<T> {
     }
 
     /// Takes the lock, waiting for another thread of this process to release it.
-    pub(crate) fn lock(&self) -> Guard<'_, T> {
+    pub fn lock(&self) -> Guard<'_, T> {
         loop {
             if let Some(g) = self.try_lock() {
                 return g;
             }
             std::thread::sleep(Duration::from_micros(50));
         }
+    }
+}
+
+impl<T> std::fmt::Debug for ForkSafeLock<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForkSafeLock")
+            .field("owner", &self.owner.load(Ordering::Relaxed))
+            .finish()
     }
 }
 

@@ -39,7 +39,7 @@ pub mod config;
 mod counters;
 pub mod env;
 pub mod error;
-mod fork_safe_lock;
+pub mod fork_safe_lock;
 mod hash;
 pub mod lease;
 mod random;

@@ -1,10 +1,12 @@
 //! `Engine`, `Decision`, `RoomStats`, `Page`: the admission side.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
+use velvet_rope::fork_safe_lock::ForkSafeLock;
 use velvet_rope::{Config, Outcome};
 use velvet_rope_cluster::Syncer;
 
@@ -35,8 +37,11 @@ impl ConfigArg {
 #[pyclass(frozen, module = "velvet_rope._velvet_rope")]
 pub struct Engine {
     inner: Arc<velvet_rope::Engine>,
-    /// The cluster tier's sync loop (a thread), with a `[cluster]` table.
-    sync: Mutex<Option<Syncer>>,
+    /// The cluster tier's sync loop (a thread), with a `[cluster]` table. Behind a lock a
+    /// forked child takes over (the ticker may hold it at the fork).
+    sync: ForkSafeLock<Option<Syncer>>,
+    /// The process that started the sync loop: another one is a forked child.
+    sync_pid: AtomicU32,
     /// The steady answer (admit, nothing to set), shared: the common case allocates nothing.
     admit_steady: Py<Decision>,
 }
@@ -65,7 +70,11 @@ impl Engine {
     /// loop's thread is the parent's: start one here (the ticker calls this every tick). The
     /// parent's is dropped without touching its thread.
     fn restart_sync_after_fork(&self) {
-        let Ok(mut sync) = self.sync.try_lock() else {
+        let me = std::process::id();
+        if self.sync_pid.load(Ordering::Relaxed) == me {
+            return;
+        }
+        let Some(mut sync) = self.sync.try_lock() else {
             return;
         };
         if sync.as_ref().is_some_and(|s| !s.running_here()) {
@@ -73,6 +82,7 @@ impl Engine {
                 *sync = fresh;
             }
         }
+        self.sync_pid.store(me, Ordering::Relaxed);
     }
 
     fn wrap(&self, py: Python<'_>, d: velvet_rope::Decision) -> PyResult<Py<Decision>> {
@@ -108,7 +118,8 @@ impl Engine {
             .map_err(to_py)?;
         let inner = Arc::new(inner);
         Ok(Self {
-            sync: Mutex::new(sync_loop(&inner)?),
+            sync: ForkSafeLock::new(sync_loop(&inner)?),
+            sync_pid: AtomicU32::new(std::process::id()),
             inner,
             admit_steady: Py::new(py, Decision::from(velvet_rope::Decision::admit_steady()))?,
         })
@@ -164,9 +175,10 @@ impl Engine {
         py.detach(|| self.inner.reload(config)).map_err(to_py)?;
         if cluster_changed {
             // A new store or new sync settings: the old loop stops (joined) first.
-            let old = self.sync.lock().unwrap_or_else(|p| p.into_inner()).take();
+            let old = self.sync.lock().take();
             py.detach(move || drop(old));
-            *self.sync.lock().unwrap_or_else(|p| p.into_inner()) = sync_loop(&self.inner)?;
+            *self.sync.lock() = sync_loop(&self.inner)?;
+            self.sync_pid.store(std::process::id(), Ordering::Relaxed);
         }
         Ok(())
     }
@@ -175,7 +187,7 @@ impl Engine {
     /// without): syncs that got an answer, failures, outages (each logged once to standard
     /// error), whether the store is unreachable now, and the hosts it last saw.
     fn cluster_status(&self) -> Option<ClusterStatus> {
-        let sync = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        let sync = self.sync.lock();
         sync.as_ref().map(|s| {
             let st = s.status();
             ClusterStatus {

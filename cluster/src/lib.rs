@@ -137,3 +137,4 @@ pub use protocol::{store_host, Params, Reply, Report};
 pub use redis_store::{RedisStore, SYNC_SCRIPT};
 pub use store::{Store, StoreError};
 pub use syncer::{host_name, Log, SyncOptions, SyncRound, SyncStatus, Syncer};
+pub use velvet_rope::admission::cluster::TICK_LOCK_TAKEOVER_MS;

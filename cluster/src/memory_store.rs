@@ -17,6 +17,8 @@ struct Shared {
     clock: Arc<dyn Clock>,
     down: AtomicBool,
     delay_ms: AtomicU64,
+    /// Bumped by [`MemoryStore::wipe`]: the store's "run" (see `allocate`).
+    runs: AtomicU64,
 }
 
 /// An in-process store. Clones share one state (one per simulated cluster); each clone counts
@@ -50,6 +52,7 @@ impl MemoryStore {
                 clock,
                 down: AtomicBool::new(false),
                 delay_ms: AtomicU64::new(0),
+                runs: AtomicU64::new(0),
             }),
             timeout,
             commands: 0,
@@ -74,9 +77,11 @@ impl MemoryStore {
         self.lock().get(room).cloned()
     }
 
-    /// Forgets everything, as a store restarted without persistence does.
+    /// Forgets everything, as a store restarted without persistence does (another run of the
+    /// store).
     pub fn wipe(&self) {
         self.lock().clear();
+        self.shared.runs.fetch_add(1, Ordering::SeqCst);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RoomState>> {
@@ -107,7 +112,8 @@ impl Store for MemoryStore {
         let now = self.shared.clock.now_ms();
         let mut rooms = self.lock();
         let state = rooms.entry(room.to_owned()).or_default();
-        Ok(allocate(state, host, report, params, now))
+        let run = format!("memory-{}", self.shared.runs.load(Ordering::SeqCst));
+        Ok(allocate(state, host, report, params, now, &run))
     }
 
     fn commands(&self) -> u64 {

@@ -21,6 +21,8 @@ pub struct RedisStore {
     prefix: String,
     timeout: Duration,
     replicas: u32,
+    /// The server's `run_id`, read when connecting: the script learns when it changes.
+    run_id: String,
     commands: u64,
 }
 
@@ -47,6 +49,7 @@ impl RedisStore {
             prefix: prefix.to_owned(),
             timeout,
             replicas: 0,
+            run_id: String::new(),
             commands: 0,
         })
     }
@@ -73,6 +76,20 @@ impl RedisStore {
             conn.set_read_timeout(Some(self.timeout))
                 .and_then(|()| conn.set_write_timeout(Some(self.timeout)))
                 .map_err(|e| self.error(e))?;
+            // Which server process this is: a restarted or promoted one has another run_id,
+            // and may have lost writes (see `allocator`).
+            self.commands += 1;
+            let mut conn = conn;
+            let info: String = redis::cmd("INFO")
+                .arg("server")
+                .query(&mut conn)
+                .map_err(|e| self.error(e))?;
+            self.run_id = info
+                .lines()
+                .find_map(|l| l.strip_prefix("run_id:"))
+                .unwrap_or_default()
+                .trim()
+                .to_owned();
             self.conn = Some(conn);
         }
         self.conn
@@ -107,7 +124,11 @@ impl Store for RedisStore {
         self.connection()?;
         self.commands += 1;
         let mut invocation = self.script.key(key);
-        invocation.arg(host).arg(report).arg(params);
+        invocation
+            .arg(host)
+            .arg(report)
+            .arg(params)
+            .arg(self.run_id.as_str());
         let result: Result<String, redis::RedisError> = match self.conn.as_mut() {
             Some(conn) => invocation.invoke(conn),
             None => return Err(StoreError::Unreachable("no connection".into())),

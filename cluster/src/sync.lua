@@ -8,6 +8,8 @@
 -- ARGV[2]  its report (JSON: seq, b, active, admitted, traffic, demand, at, am0, am1, live,
 --          held)
 -- ARGV[3]  the room's limits and lease terms (JSON: total, minute, lease, hold, learn)
+-- ARGV[4]  the server's run_id as the client saw it ('' if unknown): another than the state
+--          last saw means a restart or a failover (writes may be lost)
 -- Returns the reply (JSON: seq, gt, b, gm0, gm1, frontier, behind, hosts, known, learning,
 -- free, stale).
 
@@ -71,9 +73,12 @@ for i = 1, #fields, 2 do
   end
 end
 
--- Writes the store lost: a grant newer than its record, or a reservation it does not hold.
+-- Writes the store lost: another server than the one that wrote the state, a grant newer
+-- than its record, or a reservation it does not hold.
+local run = ARGV[4] or ''
+local seen_run = redis.call('HGET', key, 'run')
 local room_seq = tonumber(redis.call('HGET', key, 'seq') or '0')
-local lost = r.seq > room_seq
+local lost = r.seq > room_seq or (run ~= '' and seen_run ~= false and seen_run ~= run)
 if mine ~= nil then
   lost = lost or r.seq > (mine.seq or 0)
 else
@@ -83,7 +88,7 @@ local born = tonumber(redis.call('HGET', key, 'born') or now)
 if lost then
   born = now
 end
-local learning = now - born < math.max(p.lease, p.learn or 0)
+local learning = now - born < math.max(p.lease, p.learn or 0) + p.lease
 local seq = math.max(room_seq, r.seq) + 1
 -- A report older than the last grant to its host: computed on the store's newer record of
 -- the host, and answered with what the store already reserves for it.
@@ -232,6 +237,9 @@ local entry = {
 }
 redis.call('HSET', key, me, cjson.encode(entry), 'frontier', frontier, 'born', born, 'seq', seq,
   'clock', now, 'skew', skew)
+if run ~= '' then
+  redis.call('HSET', key, 'run', run)
+end
 redis.call('PEXPIRE', key, 2 * (p.lease + p.hold + p.lease))
 
 return cjson.encode({

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use velvet_rope::admission::cluster::HostReport;
+use velvet_rope::admission::cluster::{HostReport, TICK_LOCK_TAKEOVER_MS};
 use velvet_rope::config::ClusterConfig;
 use velvet_rope::env::{fault_point, FaultPoint};
 use velvet_rope::{Clock, Engine, Millis, SystemClock};
@@ -214,17 +214,15 @@ impl SyncRound {
         // next one).
         self.engine.tick(self.options.clock.now_ms());
         for room in &config.rooms {
-            // The lease runs from before the turn is even taken: it ends before the store's
-            // reservation does, whatever this process's delays.
-            let sent_at: Millis = self.options.clock.now_ms();
+            let turn_at: Millis = self.options.clock.now_ms();
             let Ok(Some(turn)) =
                 self.engine
-                    .cluster_sync_turn(&room.name, sent_at, interval_ms, busy_ms)
+                    .cluster_sync_turn(&room.name, turn_at, interval_ms, busy_ms)
             else {
                 continue;
             };
             // The report is read once the turn is this process's, so it is the host's newest.
-            let report = match self.engine.cluster_report(&room.name, sent_at) {
+            let report = match self.engine.cluster_report(&room.name, turn_at) {
                 Ok(Some(report)) => report,
                 _ => {
                     let _ = self.engine.cluster_sync_done(
@@ -241,11 +239,17 @@ impl SyncRound {
                 minute: room.new_users_per_minute,
                 lease: lease_ms,
                 hold: u64::from(room.session_duration) * bucket_ms,
-                // A host that reaches the store reports within an interval, or a turn
-                // whose holder stopped, and an interval: the store learns that long.
-                learn: interval_ms + busy_ms + interval_ms,
+                // A host that reaches the store reports within an interval, or a turn (or
+                // the room's tick lock) whose holder stopped, and an interval: the store
+                // learns that long.
+                learn: interval_ms + busy_ms.max(TICK_LOCK_TAKEOVER_MS) + interval_ms,
             };
             let host = store_host(&self.options.host_id, report.incarnation);
+            // The lease runs from just before the report leaves: it ends before the store's
+            // reservation does, whatever delays came before (a grant never shortens the lease
+            // of the one it replaces, for a process that stalls after this).
+            let sent_at: Millis = self.options.clock.now_ms();
+            fault_point(FaultPoint::SyncSending);
             let result = self.store.sync(
                 &room.name,
                 &host,

@@ -100,7 +100,7 @@ fn random_schedules_within_the_guarantee_never_overshoot() {
         fullest.max_active
     );
     assert!(
-        exact * 10 >= n * 9,
+        exact * 20 >= n * 19,
         "most schedules must stay within the guarantee"
     );
     assert!(
@@ -367,5 +367,96 @@ fn a_process_stopped_past_the_lock_takeover() {
             };
             assert_eq!(once(&s, seed).bound, 0);
         }
+    }
+}
+
+/// A process stopped for longer than a lease and a session right before it sends its report
+/// (its lease's start read), while its host's other process goes on syncing: when it
+/// resumes, the store answers its old report with the host's reservation under a newer
+/// sequence number, and a lease that started long ago. Before, that grant replaced the host's
+/// fresh one and the host fell back at once (30 in a room of 20 with a fallback share of a
+/// half: found by an adversarial review). A grant never shortens the lease it replaces; the
+/// simulation checks that a host's lease never goes back.
+#[test]
+fn a_process_stopped_before_sending_does_not_shorten_its_hosts_lease() {
+    for seed in 0..30 {
+        let s = Scenario {
+            total: 20,
+            per_minute: 20,
+            fallback_share: 0.5,
+            arrivals_per_sec: 40.0,
+            faults: vec![
+                Fault::Process {
+                    at: 4000,
+                    host: 0,
+                    process: 0,
+                    point: Point::SyncSending,
+                    fault: ProcessFault::Stop { ms: 6000 },
+                },
+                Fault::StoreDown {
+                    at: 10_050,
+                    ms: 800,
+                },
+            ],
+            random_faults: RandomFaults::None,
+            ..Scenario::default()
+        };
+        assert_eq!(once(&s, seed).bound, 0);
+    }
+}
+
+/// The store is wiped, its clock steps forward less than a lease right after, and a host
+/// partitioned across the wipe first reports within the learning period: the store learns a
+/// lease longer on its effective clock, so the step cannot end learning before the host is
+/// heard (found by an adversarial review: 21 in a room of 20).
+#[test]
+fn a_store_clock_step_while_it_relearns() {
+    for seed in 0..40 {
+        let s = Scenario {
+            total: 20,
+            per_minute: 40,
+            arrivals_per_sec: 40.0,
+            faults: vec![
+                Fault::HostPartition {
+                    at: 9_900,
+                    host: 2,
+                    ms: 1_150,
+                },
+                Fault::StoreWipe { at: 10_000 },
+                Fault::StoreClockStep {
+                    at: 10_050,
+                    by: 590,
+                },
+            ],
+            random_faults: RandomFaults::None,
+            ..Scenario::default()
+        };
+        assert_eq!(once(&s, seed).bound, 0);
+    }
+}
+
+/// Processes crash after filling the new slot of a grant (or of what an advance applied) and
+/// before making it current: the record stays whole, the old one (found by an adversarial
+/// review: a grant written cell by cell, torn by a crash, was enforced).
+#[test]
+fn crashes_while_writing_a_grant_or_what_an_advance_applied() {
+    for seed in 0..20 {
+        let s = Scenario {
+            total: 20,
+            arrivals_per_sec: 20.0,
+            faults: (0..12)
+                .map(|k| Fault::Process {
+                    at: 2000 + k * 1200,
+                    host: (k % 3) as usize,
+                    process: (k % 2) as usize,
+                    point: Point::RecordWritten,
+                    fault: ProcessFault::Crash,
+                })
+                .collect(),
+            random_faults: RandomFaults::None,
+            ..Scenario::default()
+        };
+        let o = once(&s, seed);
+        assert!(o.crashes > 0);
     }
 }

@@ -29,12 +29,17 @@ pub enum FaultPoint {
     AdvancePublished,
     /// A sync took the room's turn and read its report, before sending it to the store.
     SyncReported,
+    /// A sync read the time its lease starts from, right before sending its report.
+    SyncSending,
     /// A sync has the store's answer, before writing the grant.
     SyncAnswered,
     /// A sync wrote the grant, before ending its turn.
     SyncGranted,
     /// A process wrote a shared region's ticket key, before marking it written.
     KeyWritten,
+    /// A process wrote the new slot of a two-slot record (a grant, what an advance applied),
+    /// before making it current.
+    RecordWritten,
 }
 
 /// This process's id.

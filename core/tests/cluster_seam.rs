@@ -198,3 +198,52 @@ fn reports_measure_admissions_since_the_hosts_last_report() {
         (3, 1000)
     );
 }
+
+/// A newer grant whose lease started earlier (the store's answer to a report whose process
+/// stopped after reading its clock) never shortens the lease of the grant it replaces: the
+/// store answered it later and keeps it at least as long. (Before, the host fell back at once
+/// to its fallback share while the store reserved only its grant: found by an adversarial
+/// review.)
+#[test]
+fn a_grant_never_shortens_the_lease_it_replaces() {
+    let e = engine("fallback_share = 0.5", "fifo");
+    let now = T0 + 10_000;
+    assert!(e.cluster_grant("r", &grant(10, now + 4_000, 1)).unwrap());
+    e.tick(now);
+    assert!(!e.cluster_state("r", now).unwrap().unwrap().fallback);
+    let stale = grant(11, now - 7 * 60_000 + 5_000, 1);
+    assert!(e.cluster_grant("r", &stale).unwrap());
+    e.tick(now + 1);
+    let st = e.cluster_state("r", now + 1).unwrap().unwrap();
+    assert_eq!((st.seq, st.until), (11, now + 4_000));
+    assert!(!st.fallback);
+    assert_eq!(
+        admit_new(&e, 10, now + 2),
+        1,
+        "the grant of 1, not half of 10"
+    );
+}
+
+/// A process whose clock reads a moment behind the turn's holder (read just before it took
+/// the turn) does not take a busy turn over: only a mark more than a turn ahead (a clock that
+/// stepped back) is.
+#[test]
+fn a_lagging_clock_does_not_take_a_busy_turn() {
+    let e = engine("", "fifo");
+    let now = T0 + 10_000;
+    assert!(e.cluster_sync_turn("r", now, 1000, 2500).unwrap().is_some());
+    for lag in [2, 100, 2499] {
+        assert!(
+            e.cluster_sync_turn("r", now - lag, 1000, 2500)
+                .unwrap()
+                .is_none(),
+            "a turn taken {lag} ms after this clock read, busy for 2.5 s, was taken"
+        );
+    }
+    assert!(
+        e.cluster_sync_turn("r", now - 10_000, 1000, 2500)
+            .unwrap()
+            .is_some(),
+        "a clock stepped back further than a turn takes it over"
+    );
+}

@@ -88,7 +88,7 @@ test('two hosts admit exactly the room through Redis', async () => {
   const redis = await redisServer()
   try {
     const hosts = [host(redis.port, 'node-a'), host(redis.port, 'node-b')]
-    await sleep(1800) // a store that knows nobody learns first (1.5 s with these settings)
+    await sleep(2400) // a store that knows nobody learns first (2.1 s with these settings)
     let admitted = 0
     let waiters = []
     for (let i = 0; i < 20; i++) {

@@ -55,7 +55,7 @@ def test_two_envoys_share_a_room_exactly(redis):
                     f.write(te.ROOMS + cluster_table(redis_port, host))
                 e.start()
                 proxies.append(e)
-            time.sleep(1.8)  # a store that knows nobody learns first (1.5 s with these settings)
+            time.sleep(2.4)  # a store that knows nobody learns first (2.1 s with these settings)
 
             jars = [(proxies[i % 2], Jar()) for i in range(VISITORS)]
             results = [None] * VISITORS

@@ -204,9 +204,10 @@ def main():
         a, b = instance(redis, "nginx-a"), instance(redis, "nginx-b")
         a.start()
         b.start()
-        # A store that knows nobody learns before it grants anything (1.5 s with these
-        # settings: a sync interval and a turn whose holder stopped, and an interval).
-        time.sleep(1.8)
+        # A store that knows nobody learns before it grants anything (2.1 s with these
+        # settings: a sync interval, a turn whose holder stopped and an interval, and a lease
+        # of margin for its clock).
+        time.sleep(2.4)
         suite = Suite(redis, a, b)
         for name in ORDER:
             t0 = time.monotonic()

@@ -123,12 +123,14 @@ impl Fault {
     }
 }
 
-const POINTS: [Point; 7] = [
+const POINTS: [Point; 9] = [
     Point::AdvanceRead,
     Point::AdvanceRevoked,
     Point::AdvanceGranted,
     Point::AdvancePublished,
+    Point::RecordWritten,
     Point::SyncReported,
+    Point::SyncSending,
     Point::SyncAnswered,
     Point::SyncGranted,
 ];

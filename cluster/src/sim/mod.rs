@@ -115,10 +115,11 @@ impl Scenario {
         self.lease_ms + u64::from(self.session) * u64::from(self.bucket_secs) * 1000
     }
 
-    /// How long a store that lost writes learns (as the sync loop tells it: see
-    /// [`Params::learn`](crate::Params::learn)).
+    /// How long a store that lost writes learns at least, in real time (as the sync loop
+    /// tells it: see [`Params::learn`](crate::Params::learn); the store adds a lease of margin
+    /// for its clock): every host must be heard within it.
     pub fn learn_ms(&self) -> u64 {
-        let busy = 4 * self.timeout_ms + 500;
+        let busy = (4 * self.timeout_ms + 500).max(crate::TICK_LOCK_TAKEOVER_MS);
         self.lease_ms.max(2 * self.sync_interval_ms + busy)
     }
 }

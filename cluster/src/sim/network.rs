@@ -51,6 +51,8 @@ pub(crate) struct Network {
     pub(crate) most_granted: Vec<(u64, u64)>,
     /// Reports found older than their host's last grant.
     pub(crate) stale_reports: u64,
+    /// The store's server process: a wipe (a restart) or a failover starts another.
+    run: u64,
     replica: HashMap<String, RoomState>,
     /// The store's clock minus the virtual clock.
     pub(crate) clock_offset: i64,
@@ -77,6 +79,7 @@ impl Network {
             born_at: None,
             most_granted: vec![(0, 0); hosts],
             stale_reports: 0,
+            run: 0,
             replica: HashMap::new(),
             clock_offset: 0,
             down_until: 0,
@@ -118,7 +121,8 @@ impl Network {
     fn apply(&mut self, r: &Request, now: u64) -> (Reply, u64, u64) {
         let store_now = self.store_now(now);
         let state = self.primary.entry(r.room.clone()).or_default();
-        let reply = allocate(state, &r.host, &r.report, &r.params, store_now);
+        let run = format!("run-{}", self.run);
+        let reply = allocate(state, &r.host, &r.report, &r.params, store_now, &run);
         let lag = if now < self.lag_until { self.lag } else { 0 };
         let arrive = now + lag;
         self.writes += 1;
@@ -226,11 +230,13 @@ impl Network {
             self.lost.insert(w);
         }
         self.primary = self.replica.clone();
+        self.run += 1;
         lost
     }
 
     /// The store restarts without its data (its replica syncs from it: empty too).
     pub(crate) fn wipe(&mut self) {
+        self.run += 1;
         self.primary.clear();
         self.replica.clear();
         for (_, w, _) in self.stream.drain(..) {

@@ -68,6 +68,9 @@ struct Host {
     /// When it last restarted with counters made anew: until a lease and a session later,
     /// only the store remembers what its previous counters hold.
     restarted: Option<u64>,
+    /// The latest lease end of a grant it applied (its clock): it relies on its grant until
+    /// that and a session. A grant's lease never goes back (else it falls back early).
+    applied_until: u64,
 }
 
 enum Event {
@@ -174,6 +177,7 @@ impl World {
                     processes: Vec::new(),
                     beyond: false,
                     restarted: None,
+                    applied_until: 0,
                 }
             })
             .collect();
@@ -879,6 +883,7 @@ impl World {
                 let len = self.hosts[host].region.len();
                 self.hosts[host].region = vec![Block([0; 128]); len].into_boxed_slice();
                 self.hosts[host].restarted = Some(now);
+                self.hosts[host].applied_until = 0;
                 for p in 0..self.s.processes {
                     let fresh = self.new_process();
                     let old = std::mem::replace(&mut self.hosts[host].processes[p], fresh);
@@ -968,22 +973,30 @@ impl World {
         }
         let buckets = self.buckets();
         // A host whose visitors hold seats past the time the store may have dropped its
-        // reservation (a lease and a session without a sync) is beyond the guarantee.
+        // reservation (a lease and a session after the last grant it applied) is beyond the
+        // guarantee. A grant's lease that goes back is a bug (the host would fall back while
+        // the store still reserves its grant).
         for (h, &bucket) in buckets.iter().enumerate() {
-            if self.hosts[h].beyond || self.truth.active_at(h, bucket) == 0 {
-                continue;
-            }
             let engine = self.hosts[h]
                 .processes
                 .iter()
                 .find_map(|p| p.engine.clone().filter(|_| p.alive));
-            if let Some(e) = engine {
-                if let Ok(Some(state)) = e.cluster_state(ROOM, self.host_now(h)) {
-                    if state.fallback {
-                        self.fallback_seen(h, &state);
-                        self.bounds();
-                    }
-                }
+            let Some(e) = engine else { continue };
+            let Ok(Some(state)) = e.cluster_state(ROOM, self.host_now(h)) else {
+                continue;
+            };
+            if state.until < self.hosts[h].applied_until {
+                self.out.violation = Some(format!(
+                    "host {h}'s grant lease went back from {} to {}: it would fall back while \
+                     the store still reserves its grant",
+                    self.hosts[h].applied_until, state.until
+                ));
+                return;
+            }
+            self.hosts[h].applied_until = state.until;
+            if state.fallback && !self.hosts[h].beyond && self.truth.active_at(h, bucket) > 0 {
+                self.fallback_seen(h, &state);
+                self.bounds();
             }
         }
         let active = self.truth.active(&buckets);

@@ -153,9 +153,9 @@ impl Drop for RedisServer {
 }
 
 /// How long a store that knows nobody learns with these hosts' settings (a sync interval, a
-/// turn whose holder stopped: four timeouts and half a second, and an interval), and a
-/// little more.
-pub const LEARNING_MS: u64 = 100 + (4 * 200 + 500) + 100 + 300;
+/// turn whose holder stopped: four timeouts and half a second, and an interval; then a lease
+/// of margin for the store's clock), and a little more.
+pub const LEARNING_MS: u64 = 100 + (4 * 200 + 500) + 100 + 600 + 300;
 
 /// The configuration of one host of a test cluster.
 pub fn host_config(url: &str, host: &str, room: &str, extra: &str) -> String {

@@ -28,7 +28,8 @@ use crate::admission::room::Room;
 use crate::clock::Millis;
 use crate::config::QueueingMethod;
 use crate::counters::process_lock::Held;
-use crate::counters::tick_block::{Cell, TickBlock};
+pub use crate::counters::tick_block::TICK_LOCK_TAKEOVER_MS;
+use crate::counters::tick_block::{Cell, TickBlock, APPLIED_CELLS, GRANT_CELLS};
 use crate::env;
 
 /// What a host tells the store about one room at a sync (built by [`crate::Engine::cluster_report`]
@@ -93,6 +94,105 @@ pub struct ClusterGrant {
     pub fallback_ppm: u64,
 }
 
+/// A grant as the room's tick block holds it: one record, written whole (see
+/// `tick_block::Record`), so a process that dies writing one leaves the one before.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// The store's sequence number (a grant with a lower one arrived late and is dropped).
+    pub(crate) seq: u64,
+    /// Good until (engine clock, ms); 0: no grant yet.
+    pub(crate) until: Millis,
+    /// The allowance of active visitors.
+    pub(crate) total: u64,
+    /// The bucket `minute` is for (`minute_next` is for the one after).
+    pub(crate) bucket: u64,
+    /// The allowance of admissions in `bucket`.
+    pub(crate) minute: u64,
+    /// The allowance of admissions in the bucket after.
+    pub(crate) minute_next: u64,
+    /// The room's global FIFO frontier.
+    pub(crate) frontier: u64,
+    /// Live waiters behind the frontier at other hosts.
+    pub(crate) behind: u64,
+    /// The fallback share in millionths, plus one (0: none set by a sync).
+    pub(crate) fallback: u64,
+}
+
+impl Grant {
+    /// The grant in `tb`.
+    pub(crate) fn read(tb: &TickBlock<'_>) -> Self {
+        let [seq, until, total, bucket, minute, minute_next, frontier, behind, fallback] =
+            tb.record::<GRANT_CELLS>(Cell::Grant).read();
+        Self {
+            seq,
+            until,
+            total,
+            bucket,
+            minute,
+            minute_next,
+            frontier,
+            behind,
+            fallback,
+        }
+    }
+
+    /// Writes it into `tb`, whole.
+    fn write(&self, tb: &TickBlock<'_>) {
+        tb.record::<GRANT_CELLS>(Cell::Grant).write([
+            self.seq,
+            self.until,
+            self.total,
+            self.bucket,
+            self.minute,
+            self.minute_next,
+            self.frontier,
+            self.behind,
+            self.fallback,
+        ]);
+    }
+
+    /// The allowances of admissions it gives in `bucket` and the bucket after.
+    fn minutes(&self, bucket: u64) -> (u64, u64) {
+        if self.bucket == bucket {
+            (self.minute, self.minute_next)
+        } else if self.bucket.wrapping_add(1) == bucket {
+            (self.minute_next, 0)
+        } else {
+            (0, 0)
+        }
+    }
+}
+
+/// What an advance enforced, as published for reports: one record, written whole.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Applied {
+    total: u64,
+    bucket: u64,
+    minute: u64,
+    minute_next: u64,
+}
+
+impl Applied {
+    fn read(tb: &TickBlock<'_>) -> Self {
+        let [total, bucket, minute, minute_next] = tb.record::<APPLIED_CELLS>(Cell::Applied).read();
+        Self {
+            total,
+            bucket,
+            minute,
+            minute_next,
+        }
+    }
+
+    fn write(&self, tb: &TickBlock<'_>) {
+        tb.record::<APPLIED_CELLS>(Cell::Applied).write([
+            self.total,
+            self.bucket,
+            self.minute,
+            self.minute_next,
+        ]);
+    }
+}
+
 /// Where a host stands with the cluster tier for one room (see [`crate::Engine::cluster_state`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClusterState {
@@ -113,17 +213,17 @@ pub struct ClusterState {
 /// Where `room` stands at `now` (see [`ClusterState`]).
 pub(crate) fn state(room: &Room, now: Millis) -> ClusterState {
     let tb = room.counters.tick_block();
-    let until = tb.get(Cell::GrantUntil);
-    let held = until != 0 && now <= until.saturating_add(room.session_ms());
+    let g = Grant::read(&tb);
+    let held = g.until != 0 && now <= g.until.saturating_add(room.session_ms());
     let since = tb.get(Cell::ClusterSince);
     let waited =
         since != 0 && now > since.saturating_add(room.cluster_lease_ms + room.session_ms());
     ClusterState {
-        seq: tb.get(Cell::GrantSeq),
-        until,
-        total: tb.get(Cell::GrantTotal),
+        seq: g.seq,
+        until: g.until,
+        total: g.total,
         held,
-        fallback: !held && (until != 0 || waited),
+        fallback: !held && (g.until != 0 || waited),
     }
 }
 
@@ -156,22 +256,15 @@ pub(crate) fn allowance(room: &Room, tb: &TickBlock<'_>, bucket: u64, now: Milli
             global_fifo: None,
         };
     };
-    let until = tb.get(Cell::GrantUntil);
+    let g = Grant::read(tb);
+    let until = g.until;
     let hold = room.session_ms();
     if until != 0 && now <= until.saturating_add(hold) {
-        let granted_for = tb.get(Cell::GrantBucket);
-        let (minute, minute_next) = if granted_for == bucket {
-            (tb.get(Cell::GrantMinute), tb.get(Cell::GrantMinuteNext))
-        } else if granted_for.wrapping_add(1) == bucket {
-            (tb.get(Cell::GrantMinuteNext), 0)
-        } else {
-            (0, 0)
-        };
+        let (minute, minute_next) = g.minutes(bucket);
         // Past its lease the grant's frontier is stale: the host orders its own queue.
-        let global_fifo =
-            (now <= until).then(|| (tb.get(Cell::GrantFrontier), tb.get(Cell::GrantBehind)));
+        let global_fifo = (now <= until).then_some((g.frontier, g.behind));
         return Allowance {
-            total: tb.get(Cell::GrantTotal),
+            total: g.total,
             minute,
             minute_next,
             global_fifo,
@@ -189,7 +282,7 @@ pub(crate) fn allowance(room: &Room, tb: &TickBlock<'_>, bucket: u64, now: Milli
             global_fifo: None,
         };
     }
-    let ppm = match tb.get(Cell::FallbackPpm) {
+    let ppm = match g.fallback {
         0 => default_ppm,
         stored => stored - 1,
     };
@@ -218,16 +311,13 @@ pub(crate) fn publish_applied(
         |booked_there: u64| ledger - i128::from(f.admitted_ever) + i128::from(booked_there);
     let at_least =
         |allowed: u64, held: i128| allowed.max(held.clamp(0, i128::from(u64::MAX)) as u64);
-    tb.set(Cell::AppliedBucket, bucket);
-    tb.set(Cell::AppliedTotal, at_least(allow.total, held_total));
-    tb.set(
-        Cell::AppliedMinute,
-        at_least(allow.minute, held_minute(f.admitted_current)),
-    );
-    tb.set(
-        Cell::AppliedMinuteNext,
-        at_least(allow.minute_next, held_minute(f.admitted_next)),
-    );
+    Applied {
+        total: at_least(allow.total, held_total),
+        bucket,
+        minute: at_least(allow.minute, held_minute(f.admitted_current)),
+        minute_next: at_least(allow.minute_next, held_minute(f.admitted_next)),
+    }
+    .write(tb);
 }
 
 /// Whether `room` takes part in the cluster tier (clustered, and not a `passthrough` room,
@@ -258,25 +348,17 @@ fn tick_lock<'a>(tb: &TickBlock<'a>) -> Option<Held<'a>> {
 pub(crate) fn report(room: &Room, now: Millis) -> Option<HostReport> {
     let tb = room.counters.tick_block();
     let _held = tick_lock(&tb)?;
-    let bucket = tb.get(Cell::AppliedBucket);
-    let until = tb.get(Cell::GrantUntil);
-    let grant_current = until != 0 && now <= until;
-    let granted_for = tb.get(Cell::GrantBucket);
-    let granted_minute = |b: u64| {
-        if !grant_current {
-            0
-        } else if granted_for == b {
-            tb.get(Cell::GrantMinute)
-        } else if granted_for.wrapping_add(1) == b {
-            tb.get(Cell::GrantMinuteNext)
-        } else {
-            0
-        }
-    };
-    let granted_total = if grant_current {
-        tb.get(Cell::GrantTotal)
+    let applied = Applied::read(&tb);
+    let bucket = applied.bucket;
+    let g = Grant::read(&tb);
+    let until = g.until;
+    // A grant not applied yet (the next advance will) counts as held too.
+    let (granted_total, granted_minute, granted_minute_next) = if until != 0 && now <= until {
+        let (m0, _) = g.minutes(bucket);
+        let (m1, _) = g.minutes(bucket + 1);
+        (g.total, m0, m1)
     } else {
-        0
+        (0, 0, 0)
     };
     let lanes = room.counters.lanes();
     let q = room.counters.layout().queue_slots as u64;
@@ -302,17 +384,15 @@ pub(crate) fn report(room: &Room, now: Millis) -> Option<HostReport> {
     tb.set(Cell::SyncAt, now.max(1));
     Some(HostReport {
         incarnation: room.incarnation,
-        seq: tb.get(Cell::GrantSeq),
+        seq: g.seq,
         bucket,
         active: tb.get(Cell::Active),
         admitted: tb.get(Cell::AdmittedThisMinute),
         admitted_last_bucket: tb.get(Cell::AdmittedLastMinute),
         rate_per_sec: f64::from_bits(tb.get(Cell::RateBits)),
-        reserved_total: tb.get(Cell::AppliedTotal).max(granted_total),
-        reserved_minute: tb.get(Cell::AppliedMinute).max(granted_minute(bucket)),
-        reserved_minute_next: tb
-            .get(Cell::AppliedMinuteNext)
-            .max(granted_minute(bucket + 1)),
+        reserved_total: applied.total.max(granted_total),
+        reserved_minute: applied.minute.max(granted_minute),
+        reserved_minute_next: applied.minute_next.max(granted_minute_next),
         waiters,
         held: until != 0 && now <= until.saturating_add(room.session_ms()),
         admitted_since_report,
@@ -320,28 +400,35 @@ pub(crate) fn report(room: &Room, now: Millis) -> Option<HostReport> {
     })
 }
 
-/// Writes `grant` for the room's next advance. The cells are written under the room's tick
-/// lock (so an advance never reads half of one grant and half of another), which this waits
-/// for a bounded time: `false` if it could not get it (the grant is then dropped; the next
-/// sync brings another).
+/// Writes `grant` for the room's next advance. The grant is one record written whole under
+/// the room's tick lock (so an advance never reads half of one grant and half of another, and
+/// a process that dies writing it leaves the one before), which this waits for a bounded time:
+/// `false` if it could not get it (the grant is dropped; the next sync brings another). A
+/// grant never shortens the lease of the one it replaces: a newer grant was answered later, so
+/// the store keeps it at least as long (its `until` can be earlier only when the process that
+/// sent its report stalled before sending it).
 pub(crate) fn grant(room: &Room, g: &ClusterGrant) -> bool {
     let tb = room.counters.tick_block();
     let Some(held) = tick_lock(&tb) else {
         return false;
     };
-    if g.seq < tb.get(Cell::GrantSeq) {
+    let current = Grant::read(&tb);
+    if g.seq < current.seq {
         // Overtaken by a later grant (another process's sync answered after this one).
         return false;
     }
-    tb.set(Cell::GrantSeq, g.seq);
-    tb.set(Cell::GrantTotal, g.total);
-    tb.set(Cell::GrantBucket, g.bucket);
-    tb.set(Cell::GrantMinute, g.minute);
-    tb.set(Cell::GrantMinuteNext, g.minute_next);
-    tb.set(Cell::GrantFrontier, g.frontier);
-    tb.set(Cell::GrantBehind, g.waiting_elsewhere);
-    tb.set(Cell::FallbackPpm, g.fallback_ppm.min(PPM) + 1);
-    tb.set(Cell::GrantUntil, g.until.max(1));
+    Grant {
+        seq: g.seq,
+        until: g.until.max(current.until).max(1),
+        total: g.total,
+        bucket: g.bucket,
+        minute: g.minute,
+        minute_next: g.minute_next,
+        frontier: g.frontier,
+        behind: g.waiting_elsewhere,
+        fallback: g.fallback_ppm.min(PPM) + 1,
+    }
+    .write(&tb);
     drop(held);
     true
 }
@@ -363,8 +450,8 @@ const TURN_TIME: u64 = (1 << TURN_TIME_BITS) - 1;
 /// among all processes sharing the room's counters (one compare-and-swap). The turn is marked
 /// busy, with this process's id, for `busy_ms` (the longest a sync may take) until
 /// [`sync_done`] ends it, so two processes never sync one room at once while both keep time.
-/// `now` is the engine's clock, which every process of a host reads alike. A mark in the
-/// future beyond `busy_ms` (the clock stepped back) is taken over, as is the turn of a process
+/// `now` is the engine's clock, which every process of a host reads alike. A mark further in
+/// the future than a turn (the clock stepped back) is taken over, as is the turn of a process
 /// that died mid-sync (at once) or stopped mid-sync (once `busy_ms` is past). A process
 /// stopped past `busy_ms` may still send its report after its successor's: the store answers
 /// a report older than the last grant to its host with what it already reserves for the
@@ -379,8 +466,10 @@ pub(crate) fn sync_turn(
     let last = tb.get(Cell::SyncTurn);
     let (holder, at) = ((last >> TURN_TIME_BITS) as u32, last & TURN_TIME);
     let gap = interval_ms - interval_ms / 10;
+    // A mark more than a turn ahead of this caller's clock was left by a clock that stepped
+    // back; a caller whose clock merely lags the holder's (read a moment earlier) waits.
     let due = last == 0
-        || at > now + busy_ms + 1
+        || at > now + 2 * busy_ms + 1
         || now + 1 >= at + gap
         || (holder != 0 && !env::process_alive(holder));
     let mark = (u64::from(env::pid()) << TURN_TIME_BITS) | ((now + 1 + busy_ms) & TURN_TIME);

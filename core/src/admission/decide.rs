@@ -138,10 +138,14 @@ impl Snapshot {
             // The slot first, then which bucket is open (see the module documentation).
             let home = home_shard();
             let (open, waiters) = (room.counters.open_pool(), room.counters.waiter_pool());
-            let claimed = open
-                .try_claim(home)
-                .map(|shard| (open, shard))
-                .or_else(|| waiters.try_claim(home).map(|shard| (waiters, shard)));
+            let claimed = room
+                .may_claim()
+                .then(|| {
+                    open.try_claim(home)
+                        .map(|shard| (open, shard))
+                        .or_else(|| waiters.try_claim(home).map(|shard| (waiters, shard)))
+                })
+                .flatten();
             let to = booking_bucket(room, bucket);
             let outcome = buckets.count_afresh(t.id, first, to, claimed.is_some());
             if outcome != Renewal::Counted {
@@ -218,7 +222,7 @@ impl Snapshot {
                 }
                 _ => arrival <= tb.get(Cell::Frontier),
             };
-        if eligible {
+        if eligible && room.may_claim() {
             let home = home_shard();
             let (waiters, open) = (room.counters.waiter_pool(), room.counters.open_pool());
             let claimed = waiters
@@ -298,7 +302,7 @@ impl Snapshot {
         let cfg = &room.cfg;
         let passthrough = cfg.queueing_method == QueueingMethod::Passthrough;
         if passthrough || !cfg.queue_all {
-            if room.counters.open_pool().try_claim(home_shard()).is_some() {
+            if room.may_claim() && room.counters.open_pool().try_claim(home_shard()).is_some() {
                 let b = book(room, booking_bucket(room, bucket), bucket);
                 return self.admitted(view, id, b as u32, now_secs, err);
             }

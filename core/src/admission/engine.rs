@@ -191,7 +191,24 @@ impl Engine {
         let now = now.max(lifecycle.last_now);
         lifecycle.last_now = now;
         let snap = self.current.load_full();
-        let rooms = snap.rooms.iter().map(|v| tick_room(&v.room, now)).collect();
+        let rooms = snap
+            .rooms
+            .iter()
+            .map(|v| {
+                if v.room.fork_guard && v.room.counters.copied_by_fork() {
+                    // A forked child's copy of clustered counters: made its own first.
+                    v.room.counters.reincarnate(now);
+                    let room = Arc::new(Room::new(
+                        &v.room.cfg,
+                        &snap.config,
+                        v.room.counters.clone(),
+                    ));
+                    tick_room(&room, now)
+                } else {
+                    tick_room(&v.room, now)
+                }
+            })
+            .collect();
         let next = Snapshot::new(snap.keyring.clone(), snap.config.clone(), rooms);
         self.current.store(Arc::new(next));
     }

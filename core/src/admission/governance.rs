@@ -54,11 +54,16 @@ pub(crate) fn claim(room: &Room, tb: &TickBlock<'_>) {
 /// says so), taking the room over from a configuration whose engines stopped advancing it.
 /// Called under the room's tick lock.
 pub(crate) fn governs(room: &Room, tb: &TickBlock<'_>) -> bool {
-    let now = env::monotonic_ms();
+    // The beat first, the clock after: a beat written in between (a newer configuration
+    // attaching) is then never ahead of the clock read.
     let current = tb.get(Cell::ConfigHash);
     let beat = tb.get(Cell::ConfigBeat);
+    let now = env::monotonic_ms();
     let mine = current == room.config_hash;
-    let orphaned = current == 0 || beat > now || now - beat > takeover_ms(room);
+    let takeover = takeover_ms(room);
+    // A beat far ahead of the clock is another boot's (a state file kept across a reboot).
+    let orphaned =
+        current == 0 || beat > now.saturating_add(takeover) || now.saturating_sub(beat) > takeover;
     if !(mine || orphaned) {
         return false;
     }

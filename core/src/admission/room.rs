@@ -37,9 +37,20 @@ pub(crate) struct Room {
     pub(crate) cluster_lease_ms: u64,
     /// A fingerprint of this configuration of the room (see `governance`).
     pub(crate) config_hash: u64,
+    /// A clustered room with counters in owned memory: in a forked child they are the
+    /// parent's copy, and claim nothing until the child's first tick makes them its own
+    /// (see `RoomCounters::reincarnate`).
+    pub(crate) fork_guard: bool,
 }
 
 impl Room {
+    /// Whether a request may claim a slot of the room's pools now (not in a forked child
+    /// holding its parent's copy of clustered counters: see `fork_guard`).
+    #[inline]
+    pub(crate) fn may_claim(&self) -> bool {
+        !(self.fork_guard && self.counters.copied_by_fork())
+    }
+
     /// A session's length in ms: how long a visitor stays active after its last request.
     pub(crate) fn session_ms(&self) -> u64 {
         u64::from(self.cfg.session_duration) * self.bucket_ms
@@ -78,6 +89,9 @@ impl Room {
             }),
             cluster_lease_ms: config.cluster.as_ref().map_or(0, |c| c.lease_ms),
             config_hash: crate::admission::governance::fingerprint(cfg, config),
+            fork_guard: config.cluster.is_some()
+                && cfg.queueing_method != crate::config::QueueingMethod::Passthrough
+                && counters.is_owned(),
             counters,
         }
     }

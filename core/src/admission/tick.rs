@@ -16,7 +16,7 @@
 //! over (see `process_lock`). The ledger is the pools themselves (see `slot_pool`), and the
 //! folded admissions are moved by adding what each advance folded, never by storing a value
 //! read before; a holder checks that it still holds the lock before each grant, so a resumed
-//! holder stops at its next grant (a holder stopped for `LIVE_HOLDER_TIMEOUT_MS` between that
+//! holder stops at its next grant (a holder stopped for `TICK_LOCK_TAKEOVER_MS` between that
 //! check and the add after it can add once more what it had computed: the one overlap left).
 //! A process that dies mid-advance leaves pools whose ledger says exactly what it granted.
 //!

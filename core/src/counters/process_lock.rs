@@ -37,6 +37,7 @@ const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
 pub(crate) struct ProcessLock<'a> {
     word: &'a AtomicU64,
     private: bool,
+    timeout_ms: u64,
 }
 
 /// A held [`ProcessLock`]; released when dropped.
@@ -89,6 +90,16 @@ impl<'a> ProcessLock<'a> {
         Self {
             word,
             private: false,
+            timeout_ms: LIVE_HOLDER_TIMEOUT_MS,
+        }
+    }
+
+    /// The same lock, taken over from a live holder after `ms` (for sections that take
+    /// microseconds, whose holder's stop would stall others: see `TickBlock::try_lock`).
+    pub(crate) fn with_timeout(self, ms: u64) -> Self {
+        Self {
+            timeout_ms: ms,
+            ..self
         }
     }
 
@@ -99,6 +110,7 @@ impl<'a> ProcessLock<'a> {
         Self {
             word,
             private: true,
+            timeout_ms: LIVE_HOLDER_TIMEOUT_MS,
         }
     }
 
@@ -120,7 +132,7 @@ impl<'a> ProcessLock<'a> {
         if held != 0 {
             let taken = held & TIME_MASK;
             let holder = (held >> TIME_BITS) as u32;
-            let expired = taken > now_ms || now_ms - taken >= LIVE_HOLDER_TIMEOUT_MS;
+            let expired = taken > now_ms || now_ms - taken >= self.timeout_ms;
             let forked = self.private && holder != me;
             if !expired && !forked && process_alive(holder) {
                 return None;

@@ -16,7 +16,7 @@ use crate::counters::room_layout::{Offsets, RoomLayout, HEADER, REASONS};
 use crate::counters::slot_pool::SlotPool;
 use crate::counters::tick_block::{TickBlock, CELLS};
 use crate::error::{Error, Result};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"vrROOM\x00\x03");
 const LAYOUT_VERSION: u64 = 4;
@@ -33,7 +33,10 @@ pub(crate) struct RoomCounters {
     region: Region,
     layout: RoomLayout,
     offsets: Offsets,
-    incarnation: u32,
+    incarnation: AtomicU32,
+    /// The process's fork generation when counters in owned memory were made or last made
+    /// anew (see [`RoomCounters::copied_by_fork`]).
+    fork_generation: AtomicU64,
 }
 
 impl RoomCounters {
@@ -45,8 +48,40 @@ impl RoomCounters {
             region,
             layout,
             offsets: layout.offsets(),
-            incarnation,
+            incarnation: AtomicU32::new(incarnation),
+            fork_generation: AtomicU64::new(crate::random::fork_generation()),
         }
+    }
+
+    /// Whether these are counters in owned memory that a fork copied: this process is a
+    /// child of the one that made them, and its copy counts nothing the parent's does (each
+    /// would hand out the same free slots, under the same grant, as the same host).
+    #[inline]
+    pub(crate) fn copied_by_fork(&self) -> bool {
+        self.region.is_owned()
+            && self.fork_generation.load(Ordering::Relaxed) != crate::random::fork_generation()
+    }
+
+    /// Makes counters a fork copied this process's own: another incarnation (another host to
+    /// the cluster's store; the tickets the copy counted are counted afresh), no free slots
+    /// (the parent's copy hands those out), and no grant (the parent holds it) or sync turn.
+    /// The visitors the copy counted stay counted here too: that errs on the side of fewer
+    /// admissions.
+    pub(crate) fn reincarnate(&self, now: u64) {
+        use crate::counters::tick_block::Cell;
+        let n = incarnation();
+        self.region.u64s(0, H_WORDS)[H_INCARNATION].store(u64::from(n), Ordering::Release);
+        self.incarnation.store(n, Ordering::Release);
+        for pool in [self.open_pool(), self.waiter_pool()] {
+            pool.revoke(u64::MAX);
+        }
+        let tb = self.tick_block();
+        tb.clear_grant();
+        tb.set(Cell::SyncTurn, 0);
+        tb.set(Cell::SyncAt, 0);
+        tb.set(Cell::ClusterSince, now.max(1));
+        self.fork_generation
+            .store(crate::random::fork_generation(), Ordering::Relaxed);
     }
 
     /// Counters in a region handed in by the host for a room that needs `needed`: a zeroed
@@ -113,8 +148,14 @@ impl RoomCounters {
             region,
             layout,
             offsets: layout.offsets(),
-            incarnation,
+            incarnation: AtomicU32::new(incarnation),
+            fork_generation: AtomicU64::new(crate::random::fork_generation()),
         })
+    }
+
+    /// Whether the counters live in memory this process owns (no other process maps it).
+    pub(crate) fn is_owned(&self) -> bool {
+        self.region.is_owned()
     }
 
     /// The layout.
@@ -125,7 +166,7 @@ impl RoomCounters {
     /// The counters' incarnation (never zero).
     #[inline]
     pub(crate) fn incarnation(&self) -> u32 {
-        self.incarnation
+        self.incarnation.load(Ordering::Acquire)
     }
 
     /// Bytes of memory the counters take.

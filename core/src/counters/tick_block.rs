@@ -46,41 +46,12 @@ pub(crate) enum Cell {
     QueueLength,
     /// Published: slots free for new visitors until the next tick.
     FreeSlots,
-    /// Cluster tier (see `admission::cluster`): the allowance written by the last sync is
-    /// good until this time (ms, the engine's clock); 0 when no sync has written one.
-    GrantUntil,
-    /// Cluster: the allowance of active visitors (stands for `total_active_users`).
-    GrantTotal,
-    /// Cluster: the bucket `GrantMinute` is for (`GrantMinuteNext` is for the one after).
-    GrantBucket,
-    /// Cluster: the allowance of admissions in `GrantBucket` (stands for `new_users_per_minute`).
-    GrantMinute,
-    /// Cluster: the allowance of admissions in the bucket after `GrantBucket`.
-    GrantMinuteNext,
-    /// Cluster: the room's global FIFO frontier.
-    GrantFrontier,
-    /// Cluster: live waiters behind the global frontier at other hosts.
-    GrantBehind,
-    /// Cluster: share of the limits, in millionths, to admit on once the allowance lapsed.
-    FallbackPpm,
-    /// Published (cluster): the allowance of active visitors the last advance enforced.
-    AppliedTotal,
-    /// Published (cluster): the bucket of the last advance (`AppliedMinute` is for it).
-    AppliedBucket,
-    /// Published (cluster): the allowance of admissions in `AppliedBucket` enforced.
-    AppliedMinute,
-    /// Published (cluster): the allowance of admissions in the bucket after enforced.
-    AppliedMinuteNext,
     /// Published: admissions booked to the bucket before the current one (traffic history).
     AdmittedLastMinute,
     /// Cluster: when (the engine's clock, ms, plus one) a process last took its turn
     /// to sync the room with the store: one process of the host syncs per interval, and
     /// another takes over when it stops (see `admission::cluster::sync_turn`).
     SyncTurn,
-    /// Cluster: the store's sequence number of the grant in the `Grant*` cells (a grant with
-    /// a lower one arrived late and is dropped; reported, so a store that lost or rolled back
-    /// its state is found out).
-    GrantSeq,
     /// Cluster: the host's admissions since the counters were made, at its last sync (any
     /// process's): what the next sync's demand is measured from.
     SyncAdmitted,
@@ -98,6 +69,48 @@ pub(crate) enum Cell {
     /// Until when (engine clock, ms) the room learns after its counters were made anew (the
     /// room's `restart_learning`): ticket holders are counted in, new visitors wait.
     LearnUntil,
+    /// Cluster: the grant the last sync wrote, a [`Record`] of `GRANT_CELLS` (see
+    /// `admission::cluster`): written whole or not at all.
+    Grant = 32,
+    /// Published (cluster): what the last advance enforced, a [`Record`] of `APPLIED_CELLS`.
+    Applied = 32 + 1 + 2 * GRANT_CELLS,
+}
+
+/// Cells of a grant record: sequence, until, total, bucket, minute, minute next, frontier,
+/// waiting elsewhere, fallback (see `admission::cluster::Grant`).
+pub(crate) const GRANT_CELLS: usize = 9;
+/// Cells of an applied record: total, bucket, minute, minute next.
+pub(crate) const APPLIED_CELLS: usize = 4;
+const _: () = assert!(Cell::Applied as usize + 1 + 2 * APPLIED_CELLS <= CELLS);
+const _: () = assert!((Cell::LearnUntil as usize) < (Cell::Grant as usize));
+
+/// A record of `N` cells that a crash never leaves half written: two slots and a selector
+/// (its parity says which slot is current). A writer (one at a time: the tick lock's holder)
+/// fills the other slot, then bumps the selector: until that one store, readers see the old
+/// record whole; after it, the new one. A writer that dies in between leaves the old record.
+pub(crate) struct Record<'a, const N: usize> {
+    cells: &'a [AtomicU64],
+}
+
+impl<const N: usize> Record<'_, N> {
+    /// The current record.
+    pub(crate) fn read(&self) -> [u64; N] {
+        let slot = (self.cells[0].load(Ordering::Acquire) & 1) as usize;
+        let base = 1 + slot * N;
+        std::array::from_fn(|i| self.cells[base + i].load(Ordering::Acquire))
+    }
+
+    /// Replaces the record with `values`, whole.
+    pub(crate) fn write(&self, values: [u64; N]) {
+        let selector = self.cells[0].load(Ordering::Acquire);
+        let next = selector.wrapping_add(1);
+        let base = 1 + (next & 1) as usize * N;
+        for (cell, v) in self.cells[base..base + N].iter().zip(values) {
+            cell.store(v, Ordering::Release);
+        }
+        crate::env::fault_point(crate::env::FaultPoint::RecordWritten);
+        self.cells[0].store(next, Ordering::Release);
+    }
 }
 
 impl TickBlock<'_> {
@@ -109,8 +122,13 @@ impl TickBlock<'_> {
     }
 }
 
+/// A live process that has held a room's tick lock this long is taken over: an advance takes
+/// microseconds, and while the lock is held the host can neither report to the cluster's store
+/// nor apply its grants (a resumed holder finds it lost the lock before its next grant).
+pub const TICK_LOCK_TAKEOVER_MS: u64 = 1_000;
+
 /// Number of cells reserved (room to grow without a layout change).
-pub(crate) const CELLS: usize = 48;
+pub(crate) const CELLS: usize = 64;
 
 /// A view over a room's tick block.
 pub(crate) struct TickBlock<'a> {
@@ -144,14 +162,58 @@ impl<'a> TickBlock<'a> {
             .wrapping_add(delta as u64)
     }
 
+    /// Clears the grant record (no grant: see `admission::cluster`), both slots.
+    pub(crate) fn clear_grant(&self) {
+        let at = Cell::Grant as usize;
+        for cell in &self.cells[at..at + 1 + 2 * GRANT_CELLS] {
+            cell.store(0, Ordering::Release);
+        }
+    }
+
+    /// The two-slot record of `N` cells at `c` (see [`Record`]).
+    pub(crate) fn record<const N: usize>(&self, c: Cell) -> Record<'a, N> {
+        let at = c as usize;
+        Record {
+            cells: &self.cells[at..at + 1 + 2 * N],
+        }
+    }
+
     /// Takes the advance lock, or `None` at once if another live process holds it. Released
     /// when the returned value is dropped.
     pub(crate) fn try_lock(&self) -> Option<Held<'a>> {
         let word = &self.cells[Cell::Lock as usize];
-        if self.private {
-            ProcessLock::private(word).try_lock()
+        let lock = if self.private {
+            ProcessLock::private(word)
         } else {
-            ProcessLock::new(word).try_lock()
-        }
+            ProcessLock::new(word)
+        };
+        lock.with_timeout(TICK_LOCK_TAKEOVER_MS).try_lock()
+    }
+}
+
+#[cfg(all(test, not(velvet_rope_loom)))]
+mod tests {
+    use super::*;
+
+    /// A record is read whole: a writer that stops (or dies) after filling the new slot and
+    /// before making it current leaves the old record readable, never a mixture.
+    #[test]
+    fn a_record_is_read_whole() {
+        let cells: Vec<AtomicU64> = (0..CELLS).map(|_| AtomicU64::new(0)).collect();
+        let tb = TickBlock::new(&cells, true);
+        let r = tb.record::<3>(Cell::Grant);
+        r.write([1, 2, 3]);
+        assert_eq!(r.read(), [1, 2, 3]);
+        r.write([4, 5, 6]);
+        assert_eq!(r.read(), [4, 5, 6]);
+        // A writer that filled the other slot half and died: the old record stands.
+        let at = Cell::Grant as usize;
+        let selector = cells[at].load(Ordering::Relaxed);
+        let other = 1 + ((selector + 1) & 1) as usize * 3;
+        cells[at + other].store(7, Ordering::Relaxed);
+        cells[at + other + 1].store(8, Ordering::Relaxed);
+        assert_eq!(r.read(), [4, 5, 6]);
+        r.write([7, 8, 9]);
+        assert_eq!(r.read(), [7, 8, 9]);
     }
 }

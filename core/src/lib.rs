@@ -41,6 +41,7 @@ pub mod error;
 mod hash;
 pub mod lease;
 mod random;
+pub mod routing;
 pub mod shares;
 mod sync;
 pub mod ticket;

@@ -79,7 +79,7 @@ unsafe fn throw(env: sys::napi_env, e: JsError) -> sys::napi_value {
 ///
 /// # Safety
 /// `env` must be the live call's environment.
-unsafe fn guarded(
+pub(crate) unsafe fn guarded(
     env: sys::napi_env,
     body: impl FnOnce() -> Result<sys::napi_value, JsError>,
 ) -> sys::napi_value {
@@ -120,7 +120,7 @@ unsafe fn args_and_count<const N: usize>(
 ///
 /// # Safety
 /// `env` and `info` must be the live call's.
-unsafe fn args_count_and_data<const N: usize>(
+pub(crate) unsafe fn args_count_and_data<const N: usize>(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> Result<([sys::napi_value; N], usize, *mut c_void), JsError> {

@@ -14,6 +14,7 @@ mod errors;
 mod handles;
 mod hot;
 mod lease;
+mod routing;
 
 use napi_derive::napi;
 

@@ -2,6 +2,7 @@
 /** What the server tests share: a cookie jar, `get`, and a test server's lifecycle. */
 
 const { spawn } = require('node:child_process')
+const http = require('node:http')
 const path = require('node:path')
 const readline = require('node:readline')
 
@@ -65,6 +66,28 @@ async function get (port, url, jar = new Jar(), headers = {}) {
   return reply
 }
 
+/**
+ * Sends `target` exactly as written (`fetch` would resolve `..` and absolute forms first):
+ * `GET <target> HTTP/1.1` with `headers`, a list of `[name, value]` lines (a name may repeat).
+ * Resolves with the status, the `Set-Cookie` lines and the body.
+ */
+function rawGet (port, target, headers = []) {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path: target, method: 'GET', headers: [['Host', `127.0.0.1:${port}`], ['Connection', 'close'], ...headers].flat() }, (res) => {
+      let body = ''
+      res.setEncoding('latin1')
+      res.on('data', (chunk) => { body += chunk })
+      res.on('end', () => {
+        const setCookies = [].concat(res.headers['set-cookie'] || [])
+        resolve({ status: res.statusCode, headers: res.headers, setCookies, body })
+      })
+    })
+    req.setTimeout(10_000, () => req.destroy(new Error(`GET ${target}: no answer in 10 s`)))
+    req.on('error', reject)
+    req.end()
+  })
+}
+
 /** Starts `test/apps/server.js` (a two-worker cluster); resolves once both workers listen. */
 function startServer (kind, statePath) {
   const child = spawn(process.execPath, [path.join(__dirname, 'apps', 'server.js'), kind, statePath], {
@@ -99,4 +122,4 @@ function startServer (kind, statePath) {
   })
 }
 
-module.exports = { Jar, get, startServer }
+module.exports = { Jar, get, rawGet, startServer }

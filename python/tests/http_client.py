@@ -70,6 +70,26 @@ def get(port: int, path: str, jar: Jar | None = None, headers: dict[str, str] | 
     return resp
 
 
+def raw_get(port: int, target: str, headers: list[tuple[str, str]] | None = None,
+            jar: Jar | None = None) -> Response:
+    """GETs `target` exactly as written (no resolving of `..`, absolute forms kept), with
+    `headers` as separate lines in order (a name may repeat: two `Cookie` lines)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    try:
+        conn.putrequest("GET", target, skip_accept_encoding=True)
+        conn.putheader("Connection", "close")
+        for name, value in headers or []:
+            conn.putheader(name, value)
+        conn.endheaders()
+        r = conn.getresponse()
+        resp = Response(r.status, r.getheaders(), r.read().decode("utf-8", "replace"))
+    finally:
+        conn.close()
+    if jar is not None:
+        jar.update(resp)
+    return resp
+
+
 def position(r: Response) -> int | None:
     m = re.search(r'id="position"[^>]*>\s*(\d+)', r.body)
     return int(m.group(1)) if m else None

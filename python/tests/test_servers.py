@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .http_client import Jar, get, position
+from .http_client import Jar, get, position, raw_get
 from .servers import Server
 
 K = 10  # total_active_users of room `shop` (tests/apps/rooms.toml)
@@ -85,6 +85,39 @@ def test_bypassed_and_unroomed_paths_pass_untouched(run: Run) -> None:
     r = get(run.port, "/health")
     assert r.status == 200 and json.loads(r.body) == {"ok": True}
     assert not r.all("Set-Cookie")
+
+
+def _decided_in(r: object, room: str) -> bool:
+    from .http_client import Response
+
+    assert isinstance(r, Response)
+    return r.status in (202, 429) or any(
+        c.startswith(f"__vr_{room}=") for c in r.all("Set-Cookie")
+    )
+
+
+def test_the_room_of_a_path_is_decided_on_its_normal_form(run: Run) -> None:
+    """`..`, its escapes and other escapes are resolved before the room is chosen: a static
+    handler at the root that resolves `..` after the bypass prefix serves the vault's page
+    only to a decided request."""
+    wrong = []
+    for target in ("/static/../vault.html", "/static/%2e%2e/vault.html", "/static/.%2E/vault.html",
+                   "/static/..%2Fvault.html", "/static//../vault.html", "/%76ault.html"):
+        r = raw_get(run.port, target)
+        if r.status != 200 or 'id="vault"' not in r.body:
+            wrong.append(f"{target}: not the vault's page ({r.status})")
+        elif not _decided_in(r, "vault"):
+            wrong.append(f"{target}: the vault's page, undecided")
+    # The room `shop` is full (the crowd): its requests get the waiting page.
+    for target in ("/%73hop/e", "/shop/%2e/e", "/static/../shop/e"):
+        r = raw_get(run.port, target)
+        if not _decided_in(r, "shop"):
+            wrong.append(f"{target}: undecided ({r.status})")
+    for target in ("/static/app.css", "/health"):
+        r = raw_get(run.port, target)
+        if r.status != 200 or r.all("Set-Cookie"):
+            wrong.append(f"{target}: {r.status}, decided")
+    assert wrong == []
 
 
 def test_the_server_stops_cleanly(run: Run) -> None:

@@ -42,17 +42,20 @@ class WaitingRoom:
         room: str | None = None,
         rooms: Mapping[str, str] | None = None,
         bypass: Iterable[str] = (),
+        case_sensitive: bool = True,
         tick: bool = True,
     ) -> None:
         self.app = app
         self.engine = engine
-        self.router = RoomRouter(engine, room, rooms, bypass)
+        self.router = RoomRouter(engine, room, rooms, bypass, case_sensitive)
         self.ticker = ThreadTicker(engine) if tick else None
         if self.ticker is not None:
             self.ticker.start()
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        room = self.router.room_for(environ.get("PATH_INFO", "") or "/")
+        # PATH_INFO holds the path's bytes one per character (PEP 3333): the router reads them.
+        path = environ.get("PATH_INFO", "") or "/"
+        room = self.router.room_for(path.encode("latin-1", "replace"))
         if room is None:
             return self.app(environ, start_response)
         decision = self.engine.admit(room, environ.get("HTTP_COOKIE"))

@@ -1,11 +1,17 @@
-"""A FastAPI app behind the ASGI middleware, with a dependency route and a decorated route;
-run by uvicorn with 2 workers sharing a state file (`VR_CONFIG`, `VR_STATE`)."""
+"""A FastAPI app behind the ASGI middleware, with dependency routes and decorated routes;
+run by uvicorn with 2 workers sharing a state file (`VR_CONFIG`, `VR_STATE`).
+
+The middleware puts `/shop/` in room `shop` and `/vault` in room `vault`, and lets `/health`
+and `/static/` pass; the files of `public/` are served at the root by Starlette's
+`StaticFiles` (which resolves `..` in what it is given). Routes under `/dep` and `/deco`
+decide their own rooms (`velvet_rope.fastapi`)."""
 
 import asyncio
 import os
 import pathlib
 
 from fastapi import Depends, FastAPI
+from starlette.staticfiles import StaticFiles
 
 from velvet_rope import Engine
 from velvet_rope.asgi import WaitingRoom
@@ -38,6 +44,9 @@ async def deco() -> dict[str, object]:
     return {"origin": True, "route": "deco"}
 
 
+api.mount("/", StaticFiles(directory=pathlib.Path(__file__).parent / "public"))
+
+
 def _with_worker_pid(inner):  # type: ignore[no-untyped-def]
     """Adds `X-Worker-Pid` to every response, waiting pages included."""
 
@@ -53,4 +62,7 @@ def _with_worker_pid(inner):  # type: ignore[no-untyped-def]
     return app
 
 
-app = _with_worker_pid(WaitingRoom(api, engine, rooms={"/shop/": "shop"}, bypass=["/health"]))
+app = _with_worker_pid(
+    WaitingRoom(api, engine, rooms={"/shop/": "shop", "/vault": "vault"},
+                bypass=["/health", "/static/"])
+)

@@ -1,0 +1,514 @@
+//! The ways a server or framework may read a request target's path ("readings"), and the one
+//! scan that says which of them can differ for a given target.
+//!
+//! Each reading is a fixed pipeline of steps that some front door really performs:
+//!
+//! | step | who does it |
+//! |---|---|
+//! | absolute-form (`http://host/p`) reduced to its path | every HTTP server (RFC 9112 3.2.2) |
+//! | cut at `?` | everyone |
+//! | cut at `#` | Node's `url.parse`, find-my-way, httptools, gunicorn; not h11 (uvicorn's default) |
+//! | cut at `;` | Fastify with `useSemicolonDelimiter`, Java servlets |
+//! | `\` read as `/` | WHATWG URLs (`new URL(req.url, base)`), Node's `url.parse` |
+//! | tab, CR, LF dropped; `//host` read as an authority | WHATWG URLs |
+//! | percent-decoding, all of it | uvicorn and gunicorn (`scope["path"]`, `PATH_INFO`), `send` |
+//! | percent-decoding but `#$&+,/:;=?@%` | find-my-way (Fastify's router), `decodeURI` |
+//! | slashes merged, then dot segments removed | `send` (`express.static`), `os.path.normpath` (Starlette's `StaticFiles`, Werkzeug's `safe_join`) |
+//! | RFC 3986 dot-segment removal, empty segments kept | WHATWG URLs (which also read `%2e` as `.`) |
+//! | slashes merged only | find-my-way's `ignoreDuplicateSlashes` |
+//!
+//! The first reading ([`READINGS`]`[0]`) is the canonical form: absolute-form reduced, query
+//! and fragment dropped, percent-decoded, slashes merged, dot segments removed.
+
+/// What a target contains that makes readings differ (see [`scan`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Features {
+    /// A `%`.
+    pub(super) percent: bool,
+    /// A `\`.
+    pub(super) backslash: bool,
+    /// A `#` before any `?`.
+    pub(super) hash: bool,
+    /// A `;` before any `?`.
+    pub(super) semicolon: bool,
+    /// Not origin-form (does not start with `/`): absolute-form, `*`, or malformed.
+    pub(super) not_origin: bool,
+    /// Something that may be or become a dot segment or an empty one (`/.`, `//`, a leading
+    /// `.`), or a byte the readings treat apart (controls, non-ASCII).
+    pub(super) other: bool,
+    /// A byte no normal form holds: a control (NUL, tab, CR, LF, DEL...), or bytes that are
+    /// not UTF-8; or a `%` not followed by two hex digits. Set by [`scan`] for the raw target
+    /// and by [`Reading::read`] for decoded bytes.
+    pub(super) malformed: bool,
+}
+
+impl Features {
+    /// Whether every reading of the target is its path as written (cut at `?`): the fast path.
+    pub(super) fn plain(&self) -> bool {
+        !(self.percent
+            || self.backslash
+            || self.hash
+            || self.semicolon
+            || self.not_origin
+            || self.other
+            || self.malformed)
+    }
+}
+
+/// One pass over the target up to its first `?`: what it contains (see [`Features`]).
+pub(super) fn scan(target: &[u8]) -> Features {
+    let path = match memchr::memchr(b'?', target) {
+        Some(q) => &target[..q],
+        None => target,
+    };
+    let mut f = Features {
+        not_origin: path.first() != Some(&b'/'),
+        ..Features::default()
+    };
+    let mut prev = 0u8;
+    let mut ascii = true;
+    for &b in path {
+        match b {
+            b'%' => f.percent = true,
+            b'\\' => f.backslash = true,
+            b'#' => f.hash = true,
+            b';' => f.semicolon = true,
+            b'/' if prev == b'/' => f.other = true,
+            b'.' if prev == b'/' => f.other = true,
+            0..=0x1f | 0x7f => {
+                f.other = true;
+                f.malformed = true;
+            }
+            0x80.. => {
+                f.other = true;
+                ascii = false;
+            }
+            _ => {}
+        }
+        prev = b;
+    }
+    if !ascii && std::str::from_utf8(path).is_err() {
+        f.malformed = true;
+    }
+    if f.percent && !escapes_well_formed(path) {
+        f.malformed = true;
+    }
+    f
+}
+
+/// Whether every `%` in `path` starts a `%XX` escape.
+fn escapes_well_formed(path: &[u8]) -> bool {
+    let mut i = 0;
+    while let Some(p) = memchr::memchr(b'%', &path[i..]) {
+        let at = i + p;
+        match (path.get(at + 1), path.get(at + 2)) {
+            (Some(h), Some(l)) if h.is_ascii_hexdigit() && l.is_ascii_hexdigit() => i = at + 3,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// How much of a path is percent-decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Decode {
+    /// Nothing.
+    None,
+    /// Everything but escapes of `#$&+,/:;=?@` and `%` (find-my-way's `safeDecodeURI`).
+    Uri,
+    /// Everything.
+    All,
+}
+
+/// What happens to dot segments and empty segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dots {
+    /// Nothing.
+    Keep,
+    /// Runs of `/` become one; dot segments stay.
+    Merge,
+    /// RFC 3986 5.2.4: `.` and `..` segments removed, empty segments kept.
+    Rfc,
+    /// Slashes merged, then dot segments removed (`path.normalize`, `os.path.normpath`).
+    Normpath,
+}
+
+/// One way of reading a target's path: a fixed pipeline.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Reading {
+    /// Cut at `#` (else only at `?`).
+    cut_fragment: bool,
+    /// Cut at `;` too.
+    cut_semicolon: bool,
+    /// The WHATWG URL parser's steps: tab, CR and LF dropped, `\` read as `/`, a leading
+    /// `//` read as an authority, `%2e` read as `.` in dot segments.
+    whatwg: bool,
+    /// `\` read as `/` (implied by `whatwg`).
+    backslash: bool,
+    /// A leading `/` added when missing (every reading but the raw one).
+    rooted: bool,
+    decode: Decode,
+    dots: Dots,
+}
+
+impl Reading {
+    const fn new(decode: Decode, dots: Dots) -> Self {
+        Self {
+            cut_fragment: true,
+            cut_semicolon: false,
+            whatwg: false,
+            backslash: false,
+            rooted: true,
+            decode,
+            dots,
+        }
+    }
+
+    /// Whether this reading can differ from the reading it varies for a target with `f`: a
+    /// reading that reads `\`, `#` or `;` apart is the same as the one that does not when the
+    /// target holds none (skipped: it would repeat an answer).
+    pub(super) fn relevant(&self, f: &Features) -> bool {
+        (!self.backslash || f.backslash || self.whatwg)
+            && (self.cut_fragment || f.hash)
+            && (!self.cut_semicolon || f.semicolon)
+    }
+
+    /// Writes this reading of `target` into `out` (cleared first), using `scratch`; records in
+    /// `f.malformed` decoded bytes no normal form holds.
+    pub(super) fn read(
+        &self,
+        target: &[u8],
+        scratch: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+        f: &mut Features,
+    ) {
+        // 1. The target as this reading sees its characters.
+        scratch.clear();
+        if self.whatwg || self.backslash {
+            scratch.extend(target.iter().filter_map(|&b| match b {
+                b'\t' | b'\r' | b'\n' if self.whatwg => None,
+                b'\\' => Some(b'/'),
+                b => Some(b),
+            }));
+        } else {
+            scratch.extend_from_slice(target);
+        }
+        // 2. The path: past any scheme and authority, up to `?` (and `#`, `;`).
+        let mut path = path_of(scratch, self.whatwg);
+        let cut = path
+            .iter()
+            .position(|&b| {
+                b == b'?' || (self.cut_fragment && b == b'#') || (self.cut_semicolon && b == b';')
+            })
+            .unwrap_or(path.len());
+        path = &path[..cut];
+        // 3. Percent-decoding.
+        out.clear();
+        if self.rooted && path.first() != Some(&b'/') {
+            out.push(b'/');
+        }
+        match self.decode {
+            Decode::None => out.extend_from_slice(path),
+            Decode::Uri | Decode::All => {
+                let start = out.len();
+                decode_into(path, self.decode, out);
+                if self.decode == Decode::All {
+                    let decoded = &out[start..];
+                    if decoded.iter().any(|&b| b < 0x20 || b == 0x7f)
+                        || std::str::from_utf8(decoded).is_err()
+                    {
+                        f.malformed = true;
+                    }
+                }
+            }
+        }
+        // 4. Dot segments and empty segments.
+        match self.dots {
+            Dots::Keep => {}
+            Dots::Merge => merge_slashes(out),
+            Dots::Rfc => remove_dot_segments(out, false, self.whatwg),
+            Dots::Normpath => remove_dot_segments(out, true, false),
+        }
+    }
+}
+
+/// The readings, the canonical one first (it names the room when it puts the request in
+/// one). See the module's table for who reads a target each way.
+pub(super) const READINGS: [Reading; 15] = {
+    use Decode::{All, None as Raw, Uri};
+    use Dots::{Keep, Merge, Normpath, Rfc};
+    let canonical = Reading::new(All, Normpath);
+    let whatwg = Reading {
+        whatwg: true,
+        backslash: true,
+        ..Reading::new(Raw, Rfc)
+    };
+    let backslash = Reading {
+        backslash: true,
+        ..canonical
+    };
+    let fragment_kept = Reading {
+        cut_fragment: false,
+        ..canonical
+    };
+    let semicolon = Reading {
+        cut_semicolon: true,
+        ..canonical
+    };
+    [
+        canonical,
+        // As written (Express's router), with no `/` added.
+        Reading {
+            rooted: false,
+            ..Reading::new(Raw, Keep)
+        },
+        Reading::new(All, Keep), // uvicorn's and gunicorn's paths: Starlette's, Flask's routers
+        Reading::new(Uri, Keep), // find-my-way (Fastify)
+        Reading::new(Uri, Merge), // find-my-way with ignoreDuplicateSlashes
+        Reading::new(Raw, Normpath),
+        Reading::new(All, Rfc),
+        whatwg,
+        Reading {
+            decode: All,
+            ..whatwg
+        },
+        backslash,
+        Reading {
+            dots: Keep,
+            ..backslash
+        },
+        fragment_kept, // h11 (uvicorn's default) keeps `#`; StaticFiles resolves `..` after it
+        Reading {
+            dots: Keep,
+            ..fragment_kept
+        },
+        semicolon,
+        Reading {
+            decode: Uri,
+            dots: Keep,
+            ..semicolon
+        },
+    ]
+};
+
+/// The path part of a target: past `scheme://authority` for the absolute form (and, for
+/// WHATWG, past a leading `//authority`), else the target itself. The authority ends at the
+/// first `/`, `?` or `#`. A `scheme:` without `//` is left alone (no server here takes
+/// `http:/p` for `/p`), so the readings that add a leading `/` see `/http:/p`.
+fn path_of(target: &[u8], whatwg: bool) -> &[u8] {
+    let authority = match scheme_end(target) {
+        Some(colon) => match target[colon + 1..].strip_prefix(b"//") {
+            Some(authority) => authority,
+            None => return target,
+        },
+        None if whatwg => match target.strip_prefix(b"//") {
+            Some(authority) => authority,
+            None => return target,
+        },
+        None => return target,
+    };
+    let end = authority
+        .iter()
+        .position(|&b| matches!(b, b'/' | b'?' | b'#'))
+        .unwrap_or(authority.len());
+    &authority[end..]
+}
+
+/// The index of the `:` ending a URI scheme (`ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )`)
+/// that starts `target`, if one does.
+fn scheme_end(target: &[u8]) -> Option<usize> {
+    if !target.first()?.is_ascii_alphabetic() {
+        return None;
+    }
+    let end = target
+        .iter()
+        .position(|&b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')))?;
+    (target[end] == b':').then_some(end)
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Appends `path` percent-decoded (as `how` says) to `out`; a `%` that does not start an
+/// escape is kept as it is.
+fn decode_into(path: &[u8], how: Decode, out: &mut Vec<u8>) {
+    let mut i = 0;
+    while i < path.len() {
+        let b = path[i];
+        if b == b'%' {
+            if let (Some(h), Some(l)) = (
+                path.get(i + 1).copied().and_then(hex),
+                path.get(i + 2).copied().and_then(hex),
+            ) {
+                let decoded = h << 4 | l;
+                let keep = how == Decode::Uri && b"#$&+,/:;=?@%".contains(&decoded);
+                if keep {
+                    out.extend_from_slice(&path[i..i + 3]);
+                } else {
+                    out.push(decoded);
+                }
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b);
+        i += 1;
+    }
+}
+
+/// Runs of `/` in `path` become one.
+fn merge_slashes(path: &mut Vec<u8>) {
+    let mut prev_slash = false;
+    path.retain(|&b| {
+        let keep = !(b == b'/' && prev_slash);
+        prev_slash = b == b'/';
+        keep
+    });
+}
+
+/// Whether `seg` is `.` (`dots == 1`) or `..` (`dots == 2`), `%2e` counting as `.` when
+/// `escaped_dots`.
+fn is_dots(seg: &[u8], dots: usize, escaped_dots: bool) -> bool {
+    let mut n = 0;
+    let mut i = 0;
+    while i < seg.len() {
+        if seg[i] == b'.' {
+            i += 1;
+        } else if escaped_dots && seg.len() >= i + 3 && seg[i..i + 3].eq_ignore_ascii_case(b"%2e") {
+            i += 3;
+        } else {
+            return false;
+        }
+        n += 1;
+    }
+    n == dots
+}
+
+/// Removes dot segments from `path` (which starts with `/`): RFC 3986 5.2.4 (empty segments
+/// kept), or with `merge` first merging runs of `/` as `path.normalize` does. A `..` never
+/// climbs above the root; a path ending in `/`, `.` or `..` keeps a trailing `/`.
+fn remove_dot_segments(path: &mut Vec<u8>, merge: bool, escaped_dots: bool) {
+    let input = std::mem::take(path);
+    let body = input.strip_prefix(b"/").unwrap_or(&input);
+    let segments: Vec<&[u8]> = body.split(|&b| b == b'/').collect();
+    let mut kept: Vec<&[u8]> = Vec::with_capacity(segments.len());
+    let mut trailing = false;
+    for (i, &seg) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        if is_dots(seg, 1, escaped_dots) {
+            trailing = last;
+        } else if is_dots(seg, 2, escaped_dots) {
+            kept.pop();
+            trailing = last;
+        } else if seg.is_empty() && merge {
+            trailing = last;
+        } else {
+            kept.push(seg);
+            trailing = false;
+        }
+    }
+    path.push(b'/');
+    for (i, seg) in kept.iter().enumerate() {
+        if i > 0 {
+            path.push(b'/');
+        }
+        path.extend_from_slice(seg);
+    }
+    if trailing && !kept.is_empty() {
+        path.push(b'/');
+    }
+}
+
+#[cfg(all(test, not(velvet_rope_loom)))]
+mod tests {
+    use super::*;
+
+    fn read(r: &Reading, target: &str) -> String {
+        let (mut scratch, mut out) = (Vec::new(), Vec::new());
+        r.read(
+            target.as_bytes(),
+            &mut scratch,
+            &mut out,
+            &mut Features::default(),
+        );
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_canonical_reading() {
+        let c = &READINGS[0];
+        for (target, want) in [
+            ("/", "/"),
+            ("", "/"),
+            ("/a/b?x=1#y", "/a/b"),
+            ("/a/./b/../c", "/a/c"),
+            ("/a//b///c", "/a/b/c"),
+            ("/static/../vault.html", "/vault.html"),
+            ("/static/%2e%2e/vault.html", "/vault.html"),
+            ("/static/..%2Fvault.html", "/vault.html"),
+            ("/../../x", "/x"),
+            ("/a/b/..", "/a/"),
+            ("/a/b/.", "/a/b/"),
+            ("/a/", "/a/"),
+            ("/a/..", "/"),
+            ("/%73hop/item", "/shop/item"),
+            ("http://x/shop/item?q", "/shop/item"),
+            ("http://user@x:8080/shop/item", "/shop/item"),
+            ("HTTPS://x", "/"),
+            ("http:/shop", "/http:/shop"),
+            ("*", "/*"),
+            ("shop/item", "/shop/item"),
+            ("/a/b#/../../c", "/a/b"),
+            ("/a%zz/b", "/a%zz/b"),
+        ] {
+            assert_eq!(read(c, target), want, "{target:?}");
+        }
+    }
+
+    #[test]
+    fn rfc_keeps_empty_segments_normpath_merges_them() {
+        let rfc = Reading::new(Decode::All, Dots::Rfc);
+        assert_eq!(read(&rfc, "/a//../b"), "/a/b");
+        assert_eq!(read(&READINGS[0], "/a//../b"), "/b");
+        assert_eq!(read(&rfc, "/a//b"), "/a//b");
+    }
+
+    #[test]
+    fn whatwg_reads_backslashes_escaped_dots_and_authorities() {
+        let w = &READINGS[7];
+        assert_eq!(read(w, "/static/%2e%2E/vault"), "/vault");
+        assert_eq!(read(w, "/static\\..\\vault"), "/vault");
+        assert_eq!(read(w, "//evil/shop/x"), "/shop/x");
+        assert_eq!(read(w, "/\\evil/shop/x"), "/shop/x");
+        assert_eq!(read(w, "/sh\top/x"), "/shop/x");
+        assert_eq!(read(w, "http://x\\shop/y"), "/shop/y");
+    }
+
+    #[test]
+    fn uri_decoding_keeps_reserved_escapes() {
+        let u = Reading::new(Decode::Uri, Dots::Keep);
+        assert_eq!(read(&u, "/%73hop/a%2Fb%3F%25%41"), "/shop/a%2Fb%3F%25A");
+    }
+
+    #[test]
+    fn scan_finds_what_makes_readings_differ() {
+        assert!(scan(b"/shop/item?x=/../%zz#y").plain());
+        assert!(scan(b"/.well-known").other);
+        assert!(scan(b"/a//b").other);
+        assert!(scan(b"/a/..").other);
+        assert!(!scan(b"/a.b/c.d").other);
+        assert!(scan(b"http://x/").not_origin);
+        assert!(scan(b"/a%2").malformed);
+        assert!(scan(b"/a%zz").malformed);
+        assert!(!scan(b"/a%20").malformed);
+        assert!(scan(b"/a\0").malformed);
+        assert!(scan(b"/a\xff").malformed);
+        assert!(!scan("/caf\u{e9}".as_bytes()).malformed);
+    }
+}

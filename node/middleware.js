@@ -138,6 +138,18 @@ function fastifyCaseSensitive (instance) {
  * declared before the plugin loaded, on its requests).
  */
 function fastify (instance, options, done) {
+  // A mistake (an unknown room, a bad prefix) rejects the awaited `register`, through
+  // Fastify's plugin error path: thrown here, it would be an uncaught exception.
+  try {
+    setUp(instance, options)
+  } catch (e) {
+    return done(e)
+  }
+  done()
+}
+
+/** The Fastify plugin's work (see `fastify`). */
+function setUp (instance, options) {
   const { engine } = options
   const hasDefault = options.room !== undefined || options.rooms !== undefined
   const caseSensitive = options.caseSensitive ?? fastifyCaseSensitive(instance)
@@ -213,7 +225,6 @@ function fastify (instance, options, done) {
     engine.stopTicking()
     closed()
   })
-  done()
 }
 // Applies to the whole application, not an encapsulated child (as fastify-plugin does).
 fastify[Symbol.for('skip-override')] = true

@@ -112,6 +112,35 @@ test('the Cookie header is read from the raw headers, whatever its case, lines j
   assert.equal(cookieOf({ rawHeaders: ['Host', 'a', 'Cookies', 'x=1'] }), undefined)
 })
 
+test('fastify: an unknown room rejects the awaited register (UnknownRoomError), the process lives', () => {
+  // In a process of its own: a plugin that throws synchronously takes the process down.
+  const script = `
+    const Fastify = require('fastify')
+    const { Engine, fastify: plugin, UnknownRoomError } = require(${JSON.stringify(require('node:path').resolve(__dirname, '..'))})
+    const engine = new Engine(${JSON.stringify(ROOMS)})
+    ;(async () => {
+      for (const options of [{ room: 'nope' }, { rooms: { '/a': 'nope' } }, { rooms: {}, bypass: [] }]) {
+        const app = Fastify()
+        try {
+          await app.register(plugin, { engine, ...options })
+          console.log('registered: ' + JSON.stringify(options))
+        } catch (e) {
+          console.log((e instanceof UnknownRoomError ? 'UnknownRoomError' : e.name) + ': ' + e.message)
+        }
+      }
+      console.log('alive')
+    })()`
+  const run = require('node:child_process').spawnSync(process.execPath, ['-e', script],
+    { encoding: 'utf8', cwd: __dirname })
+  assert.equal(run.status, 0, run.stderr)
+  assert.deepEqual(run.stdout.trim().split('\n'), [
+    'UnknownRoomError: no room named `nope` in the configuration (its rooms: shop)',
+    'UnknownRoomError: no room named `nope` in the configuration (its rooms: shop)',
+    'TypeError: give `room` (every path) or `rooms` (path prefix -> room)',
+    'alive'
+  ])
+})
+
 const MANY = '[[rooms]]\nname = "shop"\ntotal_active_users = 1000\nnew_users_per_minute = 1000\n' +
   '[rooms.cookie]\nsecure = false\n'
 

@@ -3,14 +3,15 @@ run by uvicorn with 2 workers sharing a state file (`VR_CONFIG`, `VR_STATE`).
 
 The middleware puts `/shop/` in room `shop` and `/vault` in room `vault`, and lets `/health`
 and `/static/` pass; the files of `public/` are served at the root by Starlette's
-`StaticFiles` (which resolves `..` in what it is given). Routes under `/dep` and `/deco`
-decide their own rooms (`velvet_rope.fastapi`)."""
+`StaticFiles` (which resolves `..` in what it is given). Routes under `/dep`, `/deco`,
+`/pages` and `/split` decide their own rooms (`velvet_rope.fastapi`)."""
 
 import asyncio
 import os
 import pathlib
 
 from fastapi import Depends, FastAPI
+from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.staticfiles import StaticFiles
 
 from velvet_rope import Engine
@@ -42,6 +43,30 @@ async def dep() -> dict[str, object]:
 @waiting_room(engine, "deco")
 async def deco() -> dict[str, object]:
     return {"origin": True, "route": "deco"}
+
+
+pages = Admission(engine, "pages")
+
+
+@api.get("/pages/html", dependencies=[Depends(pages)], response_class=HTMLResponse)
+async def pages_html() -> HTMLResponse:
+    return HTMLResponse('<p id="origin">a page</p>')
+
+
+@api.get("/pages/redirect", dependencies=[Depends(pages)])
+async def pages_redirect() -> RedirectResponse:
+    return RedirectResponse("/health", status_code=303)
+
+
+@api.get("/split/dep", dependencies=[Depends(Admission(engine, "split_dep"))])
+async def split_dep() -> dict[str, object]:
+    return {"origin": True, "route": "split_dep"}
+
+
+@api.get("/split/deco")
+@waiting_room(engine, "split_deco")
+async def split_deco() -> dict[str, object]:
+    return {"origin": True, "route": "split_deco"}
 
 
 api.mount("/", StaticFiles(directory=pathlib.Path(__file__).parent / "public"))

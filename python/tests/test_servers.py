@@ -87,6 +87,27 @@ def test_bypassed_and_unroomed_paths_pass_untouched(run: Run) -> None:
     assert not r.all("Set-Cookie")
 
 
+def test_a_ticket_in_a_second_cookie_line_readmits(run: Run) -> None:
+    """Two `Cookie` lines (HTTP/2 splits cookies so; some clients send them so): gunicorn joins
+    them with `,`, uvicorn hands both to the middleware. The room is full: only the ticket
+    readmits."""
+    assert run.admitted, "needs the crowd's admitted visitors"
+    ticket = run.admitted[1].cookies["__vr_shop"]
+    wrong = []
+    for lines in (
+        [("Cookie", "a=1"), ("Cookie", f"__vr_shop={ticket}")],
+        [("Cookie", f"__vr_shop={ticket}"), ("Cookie", "b=2")],
+        [("Cookie", "a=1; b=2"), ("Cookie", f"c=3; __vr_shop={ticket}; d=4")],
+    ):
+        r = raw_get(run.port, "/shop/split", lines)
+        if not r.admitted:
+            wrong.append(f"{[v for _, v in lines]}: {r.status}")
+    assert wrong == []
+    # A ticket inside another cookie's quoted value is no ticket (as servers parse it).
+    r = raw_get(run.port, "/shop/split", [("Cookie", f'pref="x,__vr_shop={ticket}"')])
+    assert not r.admitted and r.waiting, "a ticket smuggled in a quoted value got in"
+
+
 def _decided_in(r: object, room: str) -> bool:
     from .http_client import Response
 

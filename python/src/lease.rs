@@ -35,7 +35,7 @@ impl Coordinator {
                 &LeaseConfig {
                     resources: config.resources.clone(),
                 },
-                or_now(now_ms),
+                or_now(now_ms)?,
             )
             .map_err(lease_to_py)?,
         );
@@ -54,7 +54,7 @@ impl Coordinator {
         now_ms: Option<u64>,
     ) -> PyResult<Lease> {
         self.inner
-            .request(client_id, resource, wants, priority, or_now(now_ms))
+            .request(client_id, resource, wants, priority, or_now(now_ms)?)
             .map(Lease::from)
             .map_err(lease_to_py)
     }

@@ -308,3 +308,32 @@ def test_native_floor_and_clock() -> None:
     velvet_rope.noop()
     assert abs(velvet_rope.now_ms() - time.time() * 1000) < 5_000
     assert velvet_rope.__version__ == "0.2.0"
+
+
+def test_times_past_2106_are_refused() -> None:
+    """Microseconds passed for milliseconds (a common mistake) lie far past the engine's last
+    time (2106): refused as bad arguments, as the C ABI and Node refuse them, rather than
+    granting a lease that never ends."""
+    micros = velvet_rope.now_ms() * 1000
+    config = (
+        '[[resources]]\nidentifier_glob = "db-*"\ncapacity = 100\n'
+        'algorithm = { kind = "fair_share", lease_length = 60, refresh_interval = 5, '
+        "learning_mode_duration = 0 }\n"
+    )
+    with pytest.raises(ValueError, match="2106"):
+        Coordinator(config, now_ms=micros)
+    c = Coordinator(config, now_ms=T0)
+    for now in (micros, 2**63, 2**64 - 1):
+        with pytest.raises(ValueError, match="2106"):
+            c.request("a", "db-1", 80.0, now_ms=now)
+    assert c.request("a", "db-1", 80.0, now_ms=T0).capacity == 80.0, "nothing granted before"
+    assert c.request("b", "db-1", 80.0, now_ms=T0).capacity == 20.0
+    e = Engine(room(), now_ms=T0)
+    for call in (
+        lambda: Engine(room(), now_ms=micros),
+        lambda: e.admit("shop", now_ms=micros),
+        lambda: e.admit_ticket("shop", None, now_ms=micros),
+        lambda: e.tick(now_ms=micros),
+    ):
+        with pytest.raises(ValueError, match="2106"):
+            call()

@@ -29,9 +29,13 @@ const STACK: usize = 4096;
 /// The same for a room name (longer ones are read from the heap, and refused as unknown).
 const ROOM_STACK: usize = 256;
 
-/// Registers the raw callbacks on the module's exports.
+/// Registers the raw callbacks on the module's exports, and the environment's cleanup hook
+/// (see `environment`): napi-rs runs this once per environment that loads the module.
 #[napi(module_exports)]
 pub fn register_hot_calls(exports: Object, env: Env) -> napi::Result<()> {
+    // Once per environment (the main thread's, each worker's): its handles are freed when it
+    // ends.
+    crate::environment::register(&env)?;
     let calls: [(&std::ffi::CStr, sys::napi_callback); 2] = [
         (c"engineAdmit", Some(engine_admit)),
         (c"rateLimiterTryAcquire", Some(rate_limiter_try_acquire)),

@@ -10,6 +10,7 @@
 //! build).
 
 mod engine;
+mod environment;
 mod errors;
 mod handles;
 mod hot;

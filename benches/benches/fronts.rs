@@ -30,9 +30,18 @@ fn headers(engine: &Engine) -> [(&'static str, String); 4] {
                   session=3f9a1c0e5b7d4e2a8c6b0d1f2e3a4b5c; consent=analytics%3Dtrue";
     [
         ("ticket_alone", ticket.clone()),
-        ("ticket_among_cookies", format!("{before}; {ticket}; theme=dark; lang=en")),
-        ("ticket_after_a_lookalike", format!("ref=x{ticket}; {before}; {ticket}")),
-        ("ticket_in_comma_joined_lines", format!("{before},{ticket},theme=dark")),
+        (
+            "ticket_among_cookies",
+            format!("{before}; {ticket}; theme=dark; lang=en"),
+        ),
+        (
+            "ticket_after_a_lookalike",
+            format!("ref=x{ticket}; {before}; {ticket}"),
+        ),
+        (
+            "ticket_in_comma_joined_lines",
+            format!("{before},{ticket},theme=dark"),
+        ),
     ]
 }
 
@@ -42,9 +51,18 @@ fn cookies(c: &mut Criterion) {
     let engine = Engine::from_text(&format!("{KEYS}{ROOMS}"), T0).unwrap();
     for (name, header) in headers(&engine) {
         let d = engine.admit("shop", Some(&header), T0 + 1).unwrap();
-        assert!(d.outcome == Outcome::Admit && d.set_cookie.is_none(), "{name}: {d:?}");
+        assert!(
+            d.outcome == Outcome::Admit && d.set_cookie.is_none(),
+            "{name}: {d:?}"
+        );
         g.bench_function(name, |b| {
-            b.iter(|| black_box(engine.admit("shop", Some(black_box(&header)), T0 + 1).unwrap()))
+            b.iter(|| {
+                black_box(
+                    engine
+                        .admit("shop", Some(black_box(&header)), T0 + 1)
+                        .unwrap(),
+                )
+            })
         });
     }
     g.finish();
@@ -58,14 +76,21 @@ fn routing(c: &mut Criterion) {
         ("insensitive", CaseRule::Insensitive),
     ] {
         let router = Router::new(
-            [("/shop", "shop"), ("/checkout", "checkout"), ("/api/v2/cart", "cart")],
+            [
+                ("/shop", "shop"),
+                ("/checkout", "checkout"),
+                ("/api/v2/cart", "cart"),
+            ],
             Some("site"),
             ["/static/", "/health", "/favicon.ico"],
             rule,
         )
         .unwrap();
         for (name, target) in [
-            ("plain", &b"/products/shoes/running-42?color=blue&size=9"[..]),
+            (
+                "plain",
+                &b"/products/shoes/running-42?color=blue&size=9"[..],
+            ),
             ("plain_bypassed", b"/static/js/app.3f9a1c0e.js"),
             ("escaped", b"/static/my%20file%20name.css"),
             ("dot_segments", b"/static/../checkout/pay"),

@@ -9,7 +9,9 @@ use velvet_rope_benches::{KEYS, T0};
 fn main() {
     let mut args = std::env::args().skip(1);
     let kind = args.next().unwrap_or_else(|| "alone".into());
-    let n: u64 = args.next().map_or(1_000_000, |s| s.parse().expect("a count"));
+    let n: u64 = args
+        .next()
+        .map_or(1_000_000, |s| s.parse().expect("a count"));
     let config = format!(
         "{KEYS}[[rooms]]\nname = \"shop\"\ntotal_active_users = 100000\nnew_users_per_minute = 4000000000\n"
     );
@@ -27,7 +29,9 @@ fn main() {
     };
     let mut admitted = 0u64;
     for _ in 0..n {
-        let d = engine.admit("shop", Some(std::hint::black_box(&header)), T0 + 1).unwrap();
+        let d = engine
+            .admit("shop", Some(std::hint::black_box(&header)), T0 + 1)
+            .unwrap();
         admitted += u64::from(d.outcome == Outcome::Admit && d.set_cookie.is_none());
     }
     println!("{kind}: {admitted} of {n} re-admitted with nothing to set");

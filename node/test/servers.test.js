@@ -10,7 +10,7 @@ const os = require('node:os')
 const path = require('node:path')
 const { describe, it, before, after } = require('node:test')
 
-const { Jar, get, rawGet, startServer } = require('./helpers.js')
+const { Jar, get, rawGet, startServer, attackTargets } = require('./helpers.js')
 
 const K = 10 // total_active_users of room `shop` (test/apps/rooms.toml)
 const N = 40 // concurrent new visitors
@@ -115,6 +115,36 @@ for (const kind of ['express', 'fastify']) {
         if (r.status !== 200 || r.setCookies.length > 0) wrong.push(`${target}: ${r.status}, decided: ${r.setCookies}`)
       }
       assert.deepEqual(wrong, [])
+    })
+
+    it('lets no spelling of a protected path reach it undecided (seeded attack targets)', async () => {
+      const { vault, shop } = attackTargets()
+      const escaped = []
+      let served = 0
+      for (const target of vault) {
+        let r
+        try {
+          r = await rawGet(server.port, target)
+        } catch (e) {
+          continue // refused by the server's parser: reaches nothing
+        }
+        if (r.status === 200 && /id="vault"/.test(r.body)) {
+          served++
+          if (!decidedIn(r, 'vault')) escaped.push(target)
+        }
+      }
+      for (const target of shop) {
+        let r
+        try {
+          r = await rawGet(server.port, target)
+        } catch (e) {
+          continue
+        }
+        // The room is full: the route runs only for a request that was not decided.
+        if (r.status === 200 && /"route":"shop"/.test(r.body)) escaped.push(target)
+      }
+      assert.deepEqual(escaped, [])
+      assert.ok(served >= 20, `only ${served} spellings served the vault's page: the attack is too weak`)
     })
 
     if (kind === 'fastify') {

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .http_client import Jar, get, position, raw_get
+from .http_client import Jar, attack_targets, get, position, raw_get
 from .servers import Server
 
 K = 10  # total_active_users of room `shop` (tests/apps/rooms.toml)
@@ -139,6 +139,34 @@ def test_the_room_of_a_path_is_decided_on_its_normal_form(run: Run) -> None:
         if r.status != 200 or r.all("Set-Cookie"):
             wrong.append(f"{target}: {r.status}, decided")
     assert wrong == []
+
+
+def test_no_spelling_of_a_protected_path_reaches_it_undecided(run: Run) -> None:
+    """Seeded attack targets (encodings of `..`, `/`, `\\` and letters, absolute forms, case):
+    whatever the server serves the vault's page for was decided in its room, and the shop's
+    route (its room full) never runs."""
+    import http.client
+
+    vault, shop = attack_targets()
+    escaped, served = [], 0
+    for target in vault:
+        try:
+            r = raw_get(run.port, target)
+        except (http.client.HTTPException, OSError):
+            continue  # refused by the server's parser: reaches nothing
+        if r.status == 200 and 'id="vault"' in r.body:
+            served += 1
+            if not _decided_in(r, "vault"):
+                escaped.append(target)
+    for target in shop:
+        try:
+            r = raw_get(run.port, target)
+        except (http.client.HTTPException, OSError):
+            continue
+        if r.admitted:
+            escaped.append(target)
+    assert escaped == []
+    assert served >= 20, f"only {served} spellings served the vault's page: the attack is too weak"
 
 
 def test_the_server_stops_cleanly(run: Run) -> None:

@@ -337,9 +337,9 @@ mod tests {
             .copied()
             .find(|&i| matches!(before(i), None | Some((_, b';'))))
             .or_else(|| {
-                matches.iter().copied().find(|&i| {
-                    matches!(before(i), Some((j, b',')) if !reference_in_quotes(header, j))
-                })
+                matches.iter().copied().find(
+                    |&i| matches!(before(i), Some((j, b',')) if !reference_in_quotes(header, j)),
+                )
             })?;
         Some(reference_value(&header[at + needle.len()..]))
     }

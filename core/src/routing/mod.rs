@@ -36,7 +36,8 @@
 //! on it percent-decoded except for reserved characters such as `%2F`; uvicorn and gunicorn
 //! hand the application the path fully decoded (`%2F` becomes `/`); static file handlers
 //! (`send`, Starlette's `StaticFiles`, Werkzeug's `safe_join`) then resolve `..`; WHATWG URL
-//! parsing (`new URL(req.url, base)`) reads `\` as `/` and `%2e` as `.`. One canonical form
+//! parsing (`new URL(req.url, base)`) reads `\` as `/` and `%2e` as `.`; a handler may decode
+//! a parameter its router decoded already (`%252e` becomes `.`). One canonical form
 //! is not enough to be safe: if `%2F` is decoded, `/static%2Fx` looks bypassed while Express
 //! routes it to `/:page`; if it is not, `/static/..%2Fvault.html` looks bypassed while
 //! `express.static` serves `/vault.html`. So the router reads the target each of those ways

@@ -13,6 +13,7 @@
 //! | tab, CR, LF dropped; `//host` read as an authority | WHATWG URLs |
 //! | percent-decoding, all of it | uvicorn and gunicorn (`scope["path"]`, `PATH_INFO`), `send` |
 //! | percent-decoding but `#$&+,/:;=?@%` | find-my-way (Fastify's router), `decodeURI` |
+//! | percent-decoding twice | a handler decoding a parameter its router decoded already |
 //! | slashes merged, then dot segments removed | `send` (`express.static`), `os.path.normpath` (Starlette's `StaticFiles`, Werkzeug's `safe_join`) |
 //! | RFC 3986 dot-segment removal, empty segments kept | WHATWG URLs (which also read `%2e` as `.`) |
 //! | slashes merged only | find-my-way's `ignoreDuplicateSlashes` |
@@ -25,7 +26,7 @@
 pub(super) struct Features {
     /// A `%`.
     pub(super) percent: bool,
-    /// A `\`.
+    /// A `\`, or a `%5C` (a `\` once decoded).
     pub(super) backslash: bool,
     /// A `#` before any `?`.
     pub(super) hash: bool,
@@ -90,8 +91,15 @@ pub(super) fn scan(target: &[u8]) -> Features {
     if !ascii && std::str::from_utf8(path).is_err() {
         f.malformed = true;
     }
-    if f.percent && !escapes_well_formed(path) {
-        f.malformed = true;
+    if f.percent {
+        if !escapes_well_formed(path) {
+            f.malformed = true;
+        }
+        if memchr::memmem::find(path, b"%5c").is_some()
+            || memchr::memmem::find(path, b"%5C").is_some()
+        {
+            f.backslash = true;
+        }
     }
     f
 }
@@ -118,6 +126,9 @@ pub(super) enum Decode {
     Uri,
     /// Everything.
     All,
+    /// Everything, twice (`%252e` becomes `.`): a handler decoding what its router decoded
+    /// already (a wildcard parameter passed to a file server that decodes again).
+    Twice,
 }
 
 /// What happens to dot segments and empty segments.
@@ -143,7 +154,8 @@ pub(super) struct Reading {
     /// The WHATWG URL parser's steps: tab, CR and LF dropped, `\` read as `/`, a leading
     /// `//` read as an authority, `%2e` read as `.` in dot segments.
     whatwg: bool,
-    /// `\` read as `/` (implied by `whatwg`).
+    /// `\` read as `/` (implied by `whatwg`), as written and once decoded (`%5C`: a Windows
+    /// file server's reading).
     backslash: bool,
     /// A leading `/` added when missing (every reading but the raw one).
     rooted: bool,
@@ -166,9 +178,11 @@ impl Reading {
 
     /// Whether this reading can differ from the reading it varies for a target with `f`: a
     /// reading that reads `\`, `#` or `;` apart is the same as the one that does not when the
-    /// target holds none (skipped: it would repeat an answer).
+    /// target holds none, one that decodes twice when it holds no `%` (skipped: it would
+    /// repeat an answer).
     pub(super) fn relevant(&self, f: &Features) -> bool {
-        (!self.backslash || f.backslash || self.whatwg)
+        (self.decode != Decode::Twice || f.percent)
+            && (!self.backslash || f.backslash || self.whatwg)
             && (self.cut_fragment || f.hash)
             && (!self.cut_semicolon || f.semicolon)
     }
@@ -209,6 +223,12 @@ impl Reading {
         }
         match self.decode {
             Decode::None => out.extend_from_slice(path),
+            Decode::Twice => {
+                let start = out.len();
+                decode_into(path, Decode::All, out);
+                let once = out.split_off(start);
+                decode_into(&once, Decode::All, out);
+            }
             Decode::Uri | Decode::All => {
                 let start = out.len();
                 decode_into(path, self.decode, out);
@@ -219,6 +239,13 @@ impl Reading {
                     {
                         f.malformed = true;
                     }
+                }
+            }
+        }
+        if self.backslash {
+            for b in out.iter_mut() {
+                if *b == b'\\' {
+                    *b = b'/';
                 }
             }
         }
@@ -234,8 +261,8 @@ impl Reading {
 
 /// The readings, the canonical one first (it names the room when it puts the request in
 /// one). See the module's table for who reads a target each way.
-pub(super) const READINGS: [Reading; 15] = {
-    use Decode::{All, None as Raw, Uri};
+pub(super) const READINGS: [Reading; 17] = {
+    use Decode::{All, None as Raw, Twice, Uri};
     use Dots::{Keep, Merge, Normpath, Rfc};
     let canonical = Reading::new(All, Normpath);
     let whatwg = Reading {
@@ -287,6 +314,12 @@ pub(super) const READINGS: [Reading; 15] = {
             decode: Uri,
             dots: Keep,
             ..semicolon
+        },
+        // A handler decoding again what its router decoded (`/static/%252e%252e/x`).
+        Reading::new(Twice, Normpath),
+        Reading {
+            backslash: true,
+            ..Reading::new(Twice, Normpath)
         },
     ]
 };

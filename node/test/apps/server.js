@@ -23,8 +23,8 @@ const ROOMS = path.join(__dirname, 'rooms.toml')
 const PUBLIC = path.join(__dirname, 'public')
 const ROUTING = { rooms: { '/shop': 'shop', '/vault': 'vault' }, bypass: ['/health', '/static/'] }
 
-function handler (req) {
-  return { ok: true, path: req.url, pid: process.pid }
+function handler (req, route) {
+  return { ok: true, path: req.url, pid: process.pid, route }
 }
 
 function express (engine) {
@@ -36,7 +36,7 @@ function express (engine) {
   app.use(velvetRope.express(engine, ROUTING))
   app.get('/health', (req, res) => res.json({ ok: true }))
   app.get('/open', (req, res) => res.json(handler(req)))
-  app.get('/shop/:page', (req, res) => res.json(handler(req)))
+  app.get('/shop/:page', (req, res) => res.json(handler(req, 'shop')))
   app.use(require('express').static(PUBLIC))
   return (port, ready) => app.listen(port, '127.0.0.1', ready)
 }
@@ -68,7 +68,7 @@ function fastify (engine) {
     scoped.get('/health', async () => ({ ok: true }))
     scoped.get('/open', async (req) => handler(req))
     scoped.get('/shop/free', { config: { velvetRope: false } }, async (req) => handler(req))
-    scoped.get('/shop/:page', async (req) => handler(req))
+    scoped.get('/shop/:page', async (req) => handler(req, 'shop'))
     scoped.get('/checkout', { config: { velvetRope: { room: 'checkout' } } }, async (req) => handler(req))
     scoped.get('/*', async (req, reply) => {
       // The wildcard, as `@fastify/static` takes it (find-my-way has read the target).

@@ -63,7 +63,7 @@ impl Fold {
     /// A path that is not UTF-8 is compared with ASCII letters folded only.
     pub(super) fn starts_with(self, path: &[u8], folded: &[u8]) -> bool {
         match self {
-            Fold::Exact => path.starts_with(folded),
+            Fold::Exact => exact_starts_with(path, folded),
             Fold::Ascii => ascii_starts_with(path, folded),
             Fold::Lower | Fold::Full => {
                 // The common case, an ASCII path and prefix, needs no decoding.
@@ -104,8 +104,21 @@ impl Fold {
     }
 }
 
-fn ascii_starts_with(path: &[u8], folded: &[u8]) -> bool {
-    path.len() >= folded.len() && path[..folded.len()].eq_ignore_ascii_case(folded)
+/// Prefixes are short and most differ from a path within a few bytes: a loop that stops at
+/// the first difference beats a call to `memcmp` (measured: a third of a plain route).
+#[inline]
+pub(super) fn exact_starts_with(path: &[u8], prefix: &[u8]) -> bool {
+    path.len() >= prefix.len() && path.iter().zip(prefix).all(|(a, b)| a == b)
+}
+
+/// [`exact_starts_with`] with ASCII letters of `path` folded (`folded` is folded already).
+#[inline]
+pub(super) fn ascii_starts_with(path: &[u8], folded: &[u8]) -> bool {
+    path.len() >= folded.len()
+        && path
+            .iter()
+            .zip(folded)
+            .all(|(a, b)| a.to_ascii_lowercase() == *b)
 }
 
 #[cfg(all(test, not(velvet_rope_loom)))]

@@ -234,10 +234,7 @@ impl Router {
         if !features.plain() {
             return self.route_slowly(target, features);
         }
-        let path = match memchr::memchr(b'?', target) {
-            Some(q) => &target[..q],
-            None => target,
-        };
+        let path = &target[..features.path_len];
         let tables = if self.ascii {
             &self.tables[..1]
         } else {
@@ -276,11 +273,25 @@ impl Router {
     /// Where one reading of a path goes under one fold.
     #[inline]
     fn classify(&self, table: &Table, path: &[u8], may_bypass: bool) -> Class {
-        if may_bypass && table.bypass.iter().any(|b| table.fold.starts_with(path, b)) {
+        // One comparison loop per fold, the fold chosen once (the common two inline).
+        match table.fold {
+            Fold::Exact => {
+                self.classify_by(table, may_bypass, |p| fold::exact_starts_with(path, p))
+            }
+            Fold::Ascii => {
+                self.classify_by(table, may_bypass, |p| fold::ascii_starts_with(path, p))
+            }
+            fold => self.classify_by(table, may_bypass, |p| fold.starts_with(path, p)),
+        }
+    }
+
+    #[inline(always)]
+    fn classify_by(&self, table: &Table, may_bypass: bool, under: impl Fn(&[u8]) -> bool) -> Class {
+        if may_bypass && table.bypass.iter().any(|b| under(b)) {
             return Class::Bypass;
         }
         for (prefix, room) in &table.rooms {
-            if table.fold.starts_with(path, prefix) {
+            if under(prefix) {
                 return Class::Prefix(*room);
             }
         }

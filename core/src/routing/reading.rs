@@ -41,6 +41,8 @@ pub(super) struct Features {
     /// not UTF-8; or a `%` not followed by two hex digits. Set by [`scan`] for the raw target
     /// and by [`Reading::read`] for decoded bytes.
     pub(super) malformed: bool,
+    /// Bytes of the target before its first `?`.
+    pub(super) path_len: usize,
 }
 
 impl Features {
@@ -56,39 +58,68 @@ impl Features {
     }
 }
 
-/// One pass over the target up to its first `?`: what it contains (see [`Features`]).
-pub(super) fn scan(target: &[u8]) -> Features {
-    let path = match memchr::memchr(b'?', target) {
-        Some(q) => &target[..q],
-        None => target,
-    };
-    let mut f = Features {
-        not_origin: path.first() != Some(&b'/'),
-        ..Features::default()
-    };
-    let mut prev = 0u8;
-    let mut ascii = true;
-    for &b in path {
-        match b {
-            b'%' => f.percent = true,
-            b'\\' => f.backslash = true,
-            b'#' => f.hash = true,
-            b';' => f.semicolon = true,
-            b'/' if prev == b'/' => f.other = true,
-            b'.' if prev == b'/' => f.other = true,
-            0..=0x1f | 0x7f => {
-                f.other = true;
-                f.malformed = true;
-            }
-            0x80.. => {
-                f.other = true;
-                ascii = false;
-            }
-            _ => {}
-        }
-        prev = b;
+/// Byte classes for [`scan`], one bit each.
+const PERCENT: u8 = 1;
+const BACKSLASH: u8 = 1 << 1;
+const HASH: u8 = 1 << 2;
+const SEMICOLON: u8 = 1 << 3;
+const CONTROL: u8 = 1 << 4;
+const HIGH: u8 = 1 << 5;
+/// `/` or `.`: after a `/`, the start of an empty or dot segment.
+const AFTER_SLASH: u8 = 1 << 6;
+/// `/`.
+const SLASH: u8 = 1 << 7;
+/// `?`: the path ends (a class of its own, no other bit).
+const QUERY: u8 = u8::MAX;
+
+/// The class bits of every byte.
+static CLASSES: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = match b as u8 {
+            b'%' => PERCENT,
+            b'\\' => BACKSLASH,
+            b'#' => HASH,
+            b';' => SEMICOLON,
+            b'/' => SLASH | AFTER_SLASH,
+            b'.' => AFTER_SLASH,
+            b'?' => QUERY,
+            0..=0x1f | 0x7f => CONTROL,
+            0x80.. => HIGH,
+            _ => 0,
+        };
+        b += 1;
     }
-    if !ascii && std::str::from_utf8(path).is_err() {
+    t
+};
+
+/// One pass over the target up to its first `?`: what it contains (see [`Features`]).
+/// Branch-free per byte: the common case is a short plain path.
+pub(super) fn scan(target: &[u8]) -> Features {
+    let (mut seen, mut slash_then, mut prev_slash) = (0u8, 0u8, 0u8);
+    let mut path = target;
+    for (i, &b) in target.iter().enumerate() {
+        let class = CLASSES[usize::from(b)];
+        if class == QUERY {
+            path = &target[..i];
+            break;
+        }
+        seen |= class;
+        slash_then |= prev_slash & (class >> 6);
+        prev_slash = class >> 7;
+    }
+    let mut f = Features {
+        percent: seen & PERCENT != 0,
+        backslash: seen & BACKSLASH != 0,
+        hash: seen & HASH != 0,
+        semicolon: seen & SEMICOLON != 0,
+        not_origin: path.first() != Some(&b'/'),
+        other: (slash_then & 1) != 0 || seen & (CONTROL | HIGH) != 0,
+        malformed: seen & CONTROL != 0,
+        path_len: path.len(),
+    };
+    if seen & HIGH != 0 && std::str::from_utf8(path).is_err() {
         f.malformed = true;
     }
     if f.percent {

@@ -7,7 +7,8 @@
  * Routes: `/shop/*` waits in room `shop`; `/health` and `/static/` are bypassed; `/open` is in
  * no room; Fastify's `/checkout` names room `checkout` in its route config, `/shop/free` opts
  * out. Files under `test/apps/public` are served at the root (Express's `express.static`; for
- * Fastify a wildcard route that resolves the path as `send` does): `/vault.html` is in room
+ * Fastify a wildcard route that resolves its parameter as `send` does, decoding what
+ * find-my-way decoded already, as careless handlers do): `/vault.html` is in room
  * `vault`, `/static/app.css` is bypassed. Both routers fold case (Express's default; Fastify's
  * `caseSensitive: false`), so `/SHOP/x` is a `/shop/:page` request.
  */
@@ -71,7 +72,8 @@ function fastify (engine) {
     scoped.get('/shop/:page', async (req) => handler(req, 'shop'))
     scoped.get('/checkout', { config: { velvetRope: { room: 'checkout' } } }, async (req) => handler(req))
     scoped.get('/*', async (req, reply) => {
-      // The wildcard, as `@fastify/static` takes it (find-my-way has read the target).
+      // The wildcard (decoded by find-my-way), decoded again by `publicFile`: a careless
+      // handler, which the router must allow for (`%252e%252e` is `..` to it).
       const file = publicFile('/' + req.params['*'])
       if (file === null) return reply.code(404).send({ ok: false })
       return reply.type(file.endsWith('.html') ? 'text/html' : 'text/css').send(fs.readFileSync(file))

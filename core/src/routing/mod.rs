@@ -252,7 +252,8 @@ impl Router {
     /// [`Router::route`] for a target that not every reading reads alike.
     #[cold]
     fn route_slowly(&self, target: &[u8], mut features: reading::Features) -> Route {
-        let (mut scratch, mut view) = (Vec::new(), Vec::new());
+        let room = target.len() + 8;
+        let (mut scratch, mut view) = (Vec::with_capacity(room), Vec::with_capacity(room));
         let mut outcome = Outcome::default();
         for (n, reading) in READINGS.iter().enumerate() {
             if n > 1 && !reading.relevant(&features) {

@@ -227,26 +227,27 @@ impl Reading {
         out: &mut Vec<u8>,
         f: &mut Features,
     ) {
-        // 1. The target as this reading sees its characters.
-        scratch.clear();
-        if self.whatwg || self.backslash {
+        // 1. The target as this reading sees its characters (a copy only when they change).
+        let source: &[u8] = if self.whatwg || self.backslash {
+            scratch.clear();
             scratch.extend(target.iter().filter_map(|&b| match b {
                 b'\t' | b'\r' | b'\n' if self.whatwg => None,
                 b'\\' => Some(b'/'),
                 b => Some(b),
             }));
+            scratch
         } else {
-            scratch.extend_from_slice(target);
-        }
+            target
+        };
         // 2. The path: past any scheme and authority, up to `?` (and `#`, `;`).
-        let mut path = path_of(scratch, self.whatwg);
-        let cut = path
-            .iter()
-            .position(|&b| {
-                b == b'?' || (self.cut_fragment && b == b'#') || (self.cut_semicolon && b == b';')
-            })
-            .unwrap_or(path.len());
-        path = &path[..cut];
+        let mut path = path_of(source, self.whatwg);
+        let cut = match (self.cut_fragment, self.cut_semicolon) {
+            (false, false) => memchr::memchr(b'?', path),
+            (true, false) => memchr::memchr2(b'?', b'#', path),
+            (false, true) => memchr::memchr2(b'?', b';', path),
+            (true, true) => memchr::memchr3(b'?', b'#', b';', path),
+        };
+        path = &path[..cut.unwrap_or(path.len())];
         // 3. Percent-decoding.
         out.clear();
         if self.rooted && path.first() != Some(&b'/') {
@@ -255,10 +256,10 @@ impl Reading {
         match self.decode {
             Decode::None => out.extend_from_slice(path),
             Decode::Twice => {
-                let start = out.len();
                 decode_into(path, Decode::All, out);
-                let once = out.split_off(start);
-                decode_into(&once, Decode::All, out);
+                scratch.clear();
+                decode_into(out, Decode::All, scratch);
+                std::mem::swap(out, scratch);
             }
             Decode::Uri | Decode::All => {
                 let start = out.len();
@@ -281,12 +282,14 @@ impl Reading {
             }
         }
         // 4. Dot segments and empty segments.
-        match self.dots {
-            Dots::Keep => {}
-            Dots::Merge => merge_slashes(out),
-            Dots::Rfc => remove_dot_segments(out, false, self.whatwg),
-            Dots::Normpath => remove_dot_segments(out, true, false),
-        }
+        let (merge, escaped_dots) = match self.dots {
+            Dots::Keep => return,
+            Dots::Merge => return merge_slashes(out),
+            Dots::Rfc => (false, self.whatwg),
+            Dots::Normpath => (true, false),
+        };
+        remove_dot_segments(out, scratch, merge, escaped_dots);
+        std::mem::swap(out, scratch);
     }
 }
 
@@ -402,28 +405,33 @@ fn hex(b: u8) -> Option<u8> {
 /// Appends `path` percent-decoded (as `how` says) to `out`; a `%` that does not start an
 /// escape is kept as it is.
 fn decode_into(path: &[u8], how: Decode, out: &mut Vec<u8>) {
+    out.reserve(path.len());
     let mut i = 0;
-    while i < path.len() {
-        let b = path[i];
-        if b == b'%' {
-            if let (Some(h), Some(l)) = (
-                path.get(i + 1).copied().and_then(hex),
-                path.get(i + 2).copied().and_then(hex),
-            ) {
+    // The bytes between escapes are copied whole.
+    while let Some(p) = memchr::memchr(b'%', &path[i..]) {
+        let at = i + p;
+        out.extend_from_slice(&path[i..at]);
+        match (
+            path.get(at + 1).copied().and_then(hex),
+            path.get(at + 2).copied().and_then(hex),
+        ) {
+            (Some(h), Some(l)) => {
                 let decoded = h << 4 | l;
-                let keep = how == Decode::Uri && b"#$&+,/:;=?@%".contains(&decoded);
-                if keep {
-                    out.extend_from_slice(&path[i..i + 3]);
+                if how == Decode::Uri && b"#$&+,/:;=?@%".contains(&decoded) {
+                    out.extend_from_slice(&path[at..at + 3]);
                 } else {
                     out.push(decoded);
                 }
-                i += 3;
-                continue;
+                i = at + 3;
+            }
+            // Not an escape: the `%` as it is.
+            _ => {
+                out.push(b'%');
+                i = at + 1;
             }
         }
-        out.push(b);
-        i += 1;
     }
+    out.extend_from_slice(&path[i..]);
 }
 
 /// Runs of `/` in `path` become one.
@@ -454,38 +462,39 @@ fn is_dots(seg: &[u8], dots: usize, escaped_dots: bool) -> bool {
     n == dots
 }
 
-/// Removes dot segments from `path` (which starts with `/`): RFC 3986 5.2.4 (empty segments
-/// kept), or with `merge` first merging runs of `/` as `path.normalize` does. A `..` never
-/// climbs above the root; a path ending in `/`, `.` or `..` keeps a trailing `/`.
-fn remove_dot_segments(path: &mut Vec<u8>, merge: bool, escaped_dots: bool) {
-    let input = std::mem::take(path);
-    let body = input.strip_prefix(b"/").unwrap_or(&input);
-    let segments: Vec<&[u8]> = body.split(|&b| b == b'/').collect();
-    let mut kept: Vec<&[u8]> = Vec::with_capacity(segments.len());
+/// Writes `path` (which starts with `/`) into `out` with its dot segments removed: RFC 3986
+/// 5.2.4 (empty segments kept), or with `merge` first merging runs of `/` as
+/// `path.normalize` does. A `..` never climbs above the root; a path ending in `/`, `.` or
+/// `..` keeps a trailing `/`. One pass, segments written as they come and taken back for
+/// `..`.
+fn remove_dot_segments(path: &[u8], out: &mut Vec<u8>, merge: bool, escaped_dots: bool) {
+    out.clear();
+    let body = path.strip_prefix(b"/").unwrap_or(path);
+    let mut kept = 0usize;
     let mut trailing = false;
-    for (i, &seg) in segments.iter().enumerate() {
-        let last = i + 1 == segments.len();
+    let mut segments = body.split(|&b| b == b'/').peekable();
+    while let Some(seg) = segments.next() {
+        let last = segments.peek().is_none();
         if is_dots(seg, 1, escaped_dots) {
             trailing = last;
         } else if is_dots(seg, 2, escaped_dots) {
-            kept.pop();
+            if kept > 0 {
+                let cut = out.iter().rposition(|&b| b == b'/').unwrap_or(0);
+                out.truncate(cut);
+                kept -= 1;
+            }
             trailing = last;
         } else if seg.is_empty() && merge {
             trailing = last;
         } else {
-            kept.push(seg);
+            out.push(b'/');
+            out.extend_from_slice(seg);
+            kept += 1;
             trailing = false;
         }
     }
-    path.push(b'/');
-    for (i, seg) in kept.iter().enumerate() {
-        if i > 0 {
-            path.push(b'/');
-        }
-        path.extend_from_slice(seg);
-    }
-    if trailing && !kept.is_empty() {
-        path.push(b'/');
+    if out.is_empty() || trailing {
+        out.push(b'/');
     }
 }
 

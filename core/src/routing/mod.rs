@@ -25,9 +25,12 @@
 //! # Prefixes
 //!
 //! A prefix matches a path that starts with it, character for character (`/shop` matches
-//! `/shop/item` and `/shopping`; write `/shop/` for the first only). The longest room prefix
-//! that matches names the room; a path no room prefix matches goes to the default room, or
-//! is unrouted without one. A path under a bypass prefix is not decided.
+//! `/shop/item` and `/shopping`; write `/shop/` for the first only). A room prefix ending in
+//! `/` also matches the path without that `/` (`/shop/` matches `/shop`, which Express without
+//! strict routing and Fastify with `ignoreTrailingSlash` route as `/shop/`); a bypass prefix
+//! does not (`/static/` does not bypass `/static`). The longest room prefix that matches
+//! names the room; a path no room prefix matches goes to the default room, or is unrouted
+//! without one. A path under a bypass prefix is not decided.
 //!
 //! # Normalisation: why a request is read more than one way
 //!
@@ -276,23 +279,30 @@ impl Router {
     fn classify(&self, table: &Table, path: &[u8], may_bypass: bool) -> Class {
         // One comparison loop per fold, the fold chosen once (the common two inline).
         match table.fold {
-            Fold::Exact => {
-                self.classify_by(table, may_bypass, |p| fold::exact_starts_with(path, p))
-            }
-            Fold::Ascii => {
-                self.classify_by(table, may_bypass, |p| fold::ascii_starts_with(path, p))
-            }
-            fold => self.classify_by(table, may_bypass, |p| fold.starts_with(path, p)),
+            Fold::Exact => self.classify_by(table, may_bypass, |p, bare| {
+                fold::exact_starts_with(path, p, bare)
+            }),
+            Fold::Ascii => self.classify_by(table, may_bypass, |p, bare| {
+                fold::ascii_starts_with(path, p, bare)
+            }),
+            fold => self.classify_by(table, may_bypass, |p, bare| fold.starts_with(path, p, bare)),
         }
     }
 
     #[inline(always)]
-    fn classify_by(&self, table: &Table, may_bypass: bool, under: impl Fn(&[u8]) -> bool) -> Class {
-        if may_bypass && table.bypass.iter().any(|b| under(b)) {
+    fn classify_by(
+        &self,
+        table: &Table,
+        may_bypass: bool,
+        under: impl Fn(&[u8], bool) -> bool,
+    ) -> Class {
+        // A bypass prefix is matched as written; a room prefix ending in `/` also by the path
+        // without that `/` (`/shop` is `/shop/` to routers that ignore a trailing slash).
+        if may_bypass && table.bypass.iter().any(|b| under(b, false)) {
             return Class::Bypass;
         }
         for (prefix, room) in &table.rooms {
-            if under(prefix) {
+            if under(prefix, true) {
                 return Class::Prefix(*room);
             }
         }

@@ -208,6 +208,27 @@ export interface RoomStatsObject {
   ticketRejections: TicketRejectionsObject
 }
 
+/**
+ * The router of `spec`: a function `route(target)` answering with the index of the room
+ * deciding the request with that target (its request-target as received, `req.url`) in
+ * the function's `rooms` array, or -1 when the request is not decided. Throws
+ * `InvalidArgumentError` for a prefix that does not start with `/` (or holds `?`, `#` or
+ * control characters), or when there is neither a default room nor a prefix.
+ */
+export declare function routerNew(spec: RouterSpec): ((target: string) => number) & { readonly rooms: string[] }
+
+/** Which requests a router sends to which room. */
+export interface RouterSpec {
+  /** `[prefix, room]` pairs: paths under the prefix go to the room (the longest prefix wins). */
+  rooms: Array<Array<string>>
+  /** The room of paths under no prefix (none: they are not decided). */
+  defaultRoom?: string
+  /** Prefixes of paths never decided. */
+  bypass: Array<string>
+  /** Whether the application's router tells `/Shop` from `/shop`. */
+  caseSensitive: boolean
+}
+
 /** Bytes of a state file for this configuration. */
 export declare function sharedMemorySize(config: string, isPath: boolean): number
 

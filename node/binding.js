@@ -866,4 +866,5 @@ module.exports.rateLimiterNew = nativeBinding.rateLimiterNew
 module.exports.rateLimiterRate = nativeBinding.rateLimiterRate
 module.exports.rateLimiterSetRate = nativeBinding.rateLimiterSetRate
 module.exports.rateLimiterTryOrWait = nativeBinding.rateLimiterTryOrWait
+module.exports.routerNew = nativeBinding.routerNew
 module.exports.sharedMemorySize = nativeBinding.sharedMemorySize

@@ -159,7 +159,13 @@ export declare class Gauge {
   readonly inUse: number
 }
 
-/** Which requests a room decides. */
+/**
+ * Which requests a room decides. Prefixes start with `/` and match characters (`/shop`
+ * covers `/shopping`). The request target is read the ways servers and frameworks read it
+ * (absolute form, percent-escapes, `..` and `//`, `\`, case), and a request is decided if
+ * any reading puts it in a room: only one that every reading puts under a bypass prefix
+ * passes (see the README, "Which requests a room decides").
+ */
 export interface RoutingOptions {
   /** The room of every path not otherwise routed. */
   room?: string
@@ -167,6 +173,12 @@ export interface RoutingOptions {
   rooms?: Record<string, string>
   /** Path prefixes that never wait (health checks, static assets). */
   bypass?: string[]
+  /**
+   * Whether `/Shop` and `/shop` are different paths. Default: as the framework routes them
+   * (Express: its app's `case sensitive routing` setting, off by default; Fastify: its
+   * `routerOptions.caseSensitive`, on by default).
+   */
+  caseSensitive?: boolean
 }
 
 /** A request as the Express middleware reads it. */
@@ -174,6 +186,9 @@ export interface ExpressRequest {
   url: string
   originalUrl?: string
   headers: { cookie?: string; accept?: string }
+  rawHeaders: string[]
+  /** The Express app (its `case sensitive routing` setting). */
+  app?: { get(setting: string): unknown }
 }
 
 /** A response as the Express middleware writes it. */

@@ -8,16 +8,21 @@
  * `unref`'d timer.
  */
 
-const { UnknownRoomError } = require('./errors.js')
+const native = require('./binding.js')
+const { UnknownRoomError, convert } = require('./errors.js')
 
 /**
- * Which room decides a path (a `Room`, or null): the room of the longest prefix of `rooms`
- * the path starts with, else `room` (the default; none: such paths pass). Paths under a
- * `bypass` prefix never decide.
+ * Which room decides a request (a `Room`, or null), given its target as received
+ * (`req.url`): the room of the longest prefix of `rooms` the path is under, else `room`
+ * (the default; none: such paths pass). Paths under a `bypass` prefix never decide. The
+ * decision is the core's (`routerNew`): the target is read the ways servers and frameworks
+ * read it (absolute form, percent-escapes, `..` and `//`, `\`, case as `caseSensitive`
+ * says), and a request is decided if any of those readings puts it in a room; only one
+ * that every reading puts under a bypass prefix passes.
  */
-function router (engine, { room, rooms, bypass = [] } = {}) {
+function router (engine, { room, rooms, bypass = [], caseSensitive = true } = {}) {
   const known = new Set(engine.rooms)
-  const prefixes = Object.entries(rooms || {}).sort((a, b) => b[0].length - a[0].length)
+  const prefixes = Object.entries(rooms || {})
   for (const name of [room, ...prefixes.map(([, r]) => r)]) {
     if (name !== undefined && name !== null && !known.has(name)) {
       throw new UnknownRoomError(
@@ -36,18 +41,20 @@ function router (engine, { room, rooms, bypass = [] } = {}) {
     roomFor.everyPath = true
     return roomFor
   }
-  const byPrefix = prefixes.map(([prefix, name]) => [prefix, engine.room(name)])
-  return function roomFor (path) {
-    for (const b of skip) if (path.startsWith(b)) return null
-    for (const [prefix, r] of byPrefix) if (path.startsWith(prefix)) return r
-    return fallback
+  let route
+  try {
+    route = native.routerNew({
+      rooms: prefixes,
+      defaultRoom: fallback === null ? undefined : room,
+      bypass: skip,
+      caseSensitive: caseSensitive !== false
+    })
+  } catch (e) { throw convert(e) }
+  const byIndex = route.rooms.map((name) => engine.room(name))
+  return function roomFor (target) {
+    const i = route(target)
+    return i < 0 ? null : byIndex[i]
   }
-}
-
-/** The path of a URL (`/a/b?x=1` -> `/a/b`). */
-function pathOf (url) {
-  const q = url.indexOf('?')
-  return q === -1 ? url : url.slice(0, q)
 }
 
 /**
@@ -67,13 +74,27 @@ function cookieOf (req) {
   return cookie
 }
 
-/** Express middleware: `app.use(velvetRope.express(engine, { room: 'shop' }))`. */
-function express (engine, options) {
-  const roomFor = router(engine, options)
-  const everyPath = roomFor.everyPath === true
+/**
+ * Express middleware: `app.use(velvetRope.express(engine, { room: 'shop' }))`. Paths are
+ * compared as the app's router compares them: case-insensitively unless the app sets `case
+ * sensitive routing` (read from `req.app` on the first request of each app), or as the
+ * `caseSensitive` option says.
+ */
+function express (engine, options = {}) {
+  const fixed = options.caseSensitive
+  const sensitive = fixed === false ? null : router(engine, { ...options, caseSensitive: true })
+  const insensitive = fixed === true ? null : router(engine, { ...options, caseSensitive: false })
+  const everyPath = (sensitive || insensitive).everyPath === true
+  let app = null
+  let roomFor = insensitive || sensitive
   engine.startTicking()
   return function velvetRope (req, res, next) {
-    const room = everyPath ? roomFor() : roomFor(pathOf(req.originalUrl || req.url))
+    if (fixed === undefined && req.app !== app) {
+      app = req.app
+      const setting = app && typeof app.get === 'function' && app.get('case sensitive routing')
+      roomFor = setting ? sensitive : insensitive
+    }
+    const room = everyPath ? roomFor() : roomFor(req.originalUrl || req.url)
     if (room === null) return next()
     const d = room.admit(cookieOf(req))
     if (d.admitted) {
@@ -85,6 +106,17 @@ function express (engine, options) {
     for (const [name, value] of page.headers) res.append(name, value)
     res.send(page.body)
   }
+}
+
+/**
+ * Whether a Fastify instance routes case-sensitively: its `routerOptions.caseSensitive`, else
+ * its (deprecated) top-level `caseSensitive`, else Fastify's default (true).
+ */
+function fastifyCaseSensitive (instance) {
+  const config = instance.initialConfig || {}
+  const routerOptions = config.routerOptions || {}
+  if (typeof routerOptions.caseSensitive === 'boolean') return routerOptions.caseSensitive
+  return config.caseSensitive !== false
 }
 
 /**
@@ -106,9 +138,22 @@ function express (engine, options) {
  * declared before the plugin loaded, on its requests).
  */
 function fastify (instance, options, done) {
+  // A mistake (an unknown room, a bad prefix) rejects the awaited `register`, through
+  // Fastify's plugin error path: thrown here, it would be an uncaught exception.
+  try {
+    setUp(instance, options)
+  } catch (e) {
+    return done(e)
+  }
+  done()
+}
+
+/** The Fastify plugin's work (see `fastify`). */
+function setUp (instance, options) {
   const { engine } = options
   const hasDefault = options.room !== undefined || options.rooms !== undefined
-  const roomFor = hasDefault ? router(engine, options) : () => null
+  const caseSensitive = options.caseSensitive ?? fastifyCaseSensitive(instance)
+  const roomFor = hasDefault ? router(engine, { ...options, caseSensitive }) : () => null
   const everyPath = !hasDefault || roomFor.everyPath === true
   const known = new Set(engine.rooms)
   engine.startTicking()
@@ -152,7 +197,7 @@ function fastify (instance, options, done) {
       }
     } else {
       hook = function velvetRopeRoute (request, reply, next) {
-        const room = roomFor(pathOf(request.url))
+        const room = roomFor(request.url)
         if (room === null) return next()
         decide(room, request, reply, next)
       }
@@ -171,7 +216,7 @@ function fastify (instance, options, done) {
       // An unknown room (a route declared before the plugin loaded) throws UnknownRoomError.
       const room = own && own.room !== undefined
         ? engine.room(own.room)
-        : everyPath ? roomFor() : roomFor(pathOf(request.url))
+        : everyPath ? roomFor() : roomFor(request.url)
       if (room === null) return next()
       decide(room, request, reply, next)
     })
@@ -180,7 +225,6 @@ function fastify (instance, options, done) {
     engine.stopTicking()
     closed()
   })
-  done()
 }
 // Applies to the whole application, not an encapsulated child (as fastify-plugin does).
 fastify[Symbol.for('skip-override')] = true

@@ -43,6 +43,7 @@ pub mod fork_safe_lock;
 mod hash;
 pub mod lease;
 mod random;
+pub mod routing;
 pub mod shares;
 #[cfg(feature = "simulation")]
 pub mod simulation;

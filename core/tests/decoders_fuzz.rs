@@ -200,3 +200,41 @@ fn shared_region_attach_survives_corrupt_bytes() {
         "{attached} attached, {refused} refused"
     );
 }
+
+#[test]
+fn routing_survives_random_and_mutated_targets() {
+    use velvet_rope::routing::{CaseRule, Route, Router};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x7a46e7);
+    let routers = [CaseRule::Sensitive, CaseRule::Insensitive].map(|case| {
+        Router::new(
+            [("/shop", "shop"), ("/caf\u{e9}", "cafe")],
+            Some("site"),
+            ["/static/"],
+            case,
+        )
+        .unwrap()
+    });
+    let seeds: [&[u8]; 6] = [
+        b"/static/%2e%2e/shop/item?x=1#y",
+        b"http://user@host:80/static/..%2Fshop",
+        b"/static\\..\\shop;x/%252e%252e//",
+        b"/caf%C3%A9/%c0%ae%c0%ae/%zz",
+        "/\u{212a}/\u{17f}tatic/../shop".as_bytes(),
+        b"//evil/\t/shop/%00",
+    ];
+    let mut rooms = 0;
+    for i in 0..200_000 {
+        let target = if i % 2 == 0 {
+            mutate(&mut rng, seeds[i % seeds.len()])
+        } else {
+            (0..rng.gen_range(0..48)).map(|_| rng.gen()).collect()
+        };
+        for router in &routers {
+            if let Route::Room(r) = router.route(&target) {
+                assert!(r < router.rooms().len());
+                rooms += 1;
+            }
+        }
+    }
+    assert!(rooms > 0);
+}

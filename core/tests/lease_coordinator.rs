@@ -357,3 +357,32 @@ fn a_leaf_hands_out_its_upstream_grant_only() {
         "grant withdrawn"
     );
 }
+
+/// Times past `MAX_NOW_MS` (2106) are refused, not granted: microseconds passed for
+/// milliseconds (a common mistake) would otherwise grant a lease that never ends in real
+/// time, holding its capacity for good.
+#[test]
+fn times_past_2106_are_refused() {
+    use velvet_rope::clock::MAX_NOW_MS;
+    let now = 1_800_000_000_000;
+    let c = coordinator(template(100.0, AlgorithmKind::FairShare, 60.0, 0.0), now);
+    for bad in [now * 1000, MAX_NOW_MS + 1, u64::MAX] {
+        let e = c.request("a", "db", 80.0, 0, bad).unwrap_err();
+        assert!(
+            matches!(&e, LeaseError::InvalidRequest { field: "now", .. }),
+            "{bad}: {e:?}"
+        );
+        assert!(e.to_string().contains("2106"), "{e}");
+    }
+    assert_eq!(c.sum_granted("db", now), 0.0, "nothing was granted");
+    assert_eq!(step(&c, "b", "db", 80.0, now).capacity, 80.0);
+    assert!(
+        c.request("a", "db", 10.0, 0, MAX_NOW_MS).is_ok(),
+        "the last time taken"
+    );
+    let config = LeaseConfig {
+        resources: vec![template(1.0, AlgorithmKind::Static, 60.0, 0.0)],
+    };
+    let e = Coordinator::from_config(&config, now * 1000).unwrap_err();
+    assert!(e.to_string().contains("2106"), "{e}");
+}

@@ -151,6 +151,14 @@ pub fn engine_free(engine: u32) {
     ENGINES.remove(engine);
 }
 
+/// Frees the engines environment `owner` still holds (it is torn down), and stops their sync
+/// loops.
+pub(crate) fn free_environment(owner: u64) {
+    for handle in ENGINES.take_owned_by(owner) {
+        stop_sync(handle);
+    }
+}
+
 /// The cluster tier's sync loop of an engine, as `engineClusterStatus` reports it.
 #[napi(object)]
 pub struct ClusterStatusObject {

@@ -29,9 +29,13 @@ const STACK: usize = 4096;
 /// The same for a room name (longer ones are read from the heap, and refused as unknown).
 const ROOM_STACK: usize = 256;
 
-/// Registers the raw callbacks on the module's exports.
+/// Registers the raw callbacks on the module's exports, and the environment's cleanup hook
+/// (see `environment`): napi-rs runs this once per environment that loads the module.
 #[napi(module_exports)]
 pub fn register_hot_calls(exports: Object, env: Env) -> napi::Result<()> {
+    // Once per environment (the main thread's, each worker's): its handles are freed when it
+    // ends.
+    crate::environment::register(&env)?;
     let calls: [(&std::ffi::CStr, sys::napi_callback); 2] = [
         (c"engineAdmit", Some(engine_admit)),
         (c"rateLimiterTryAcquire", Some(rate_limiter_try_acquire)),
@@ -79,7 +83,7 @@ unsafe fn throw(env: sys::napi_env, e: JsError) -> sys::napi_value {
 ///
 /// # Safety
 /// `env` must be the live call's environment.
-unsafe fn guarded(
+pub(crate) unsafe fn guarded(
     env: sys::napi_env,
     body: impl FnOnce() -> Result<sys::napi_value, JsError>,
 ) -> sys::napi_value {
@@ -120,7 +124,7 @@ unsafe fn args_and_count<const N: usize>(
 ///
 /// # Safety
 /// `env` and `info` must be the live call's.
-unsafe fn args_count_and_data<const N: usize>(
+pub(crate) unsafe fn args_count_and_data<const N: usize>(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> Result<([sys::napi_value; N], usize, *mut c_void), JsError> {

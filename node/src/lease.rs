@@ -23,15 +23,30 @@ static LEAVES: std::sync::Mutex<Vec<(u32, velvet_rope_cluster::LeafSync)>> =
 /// Frees a coordinator's handle (and stops its upstream loop, off JavaScript's thread).
 #[napi]
 pub fn coordinator_free(coordinator: u32) {
+    stop_leaf(coordinator);
+    COORDINATORS.remove(coordinator);
+}
+
+/// Frees the coordinators, rate limiters and gauges environment `owner` still holds (it is
+/// torn down), and stops the coordinators' upstream loops.
+pub(crate) fn free_environment(owner: u64) {
+    for handle in COORDINATORS.take_owned_by(owner) {
+        stop_leaf(handle);
+    }
+    LIMITERS.take_owned_by(owner);
+    GAUGES.take_owned_by(owner);
+}
+
+/// Stops the upstream loop of coordinator `handle`, if it has one, off JavaScript's thread.
+fn stop_leaf(handle: u32) {
     let mut leaves = LEAVES.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(i) = leaves.iter().position(|(h, _)| *h == coordinator) {
+    if let Some(i) = leaves.iter().position(|(h, _)| *h == handle) {
         let (_, leaf) = leaves.swap_remove(i);
         drop(leaves);
         let _ = std::thread::Builder::new()
             .name("velvet-rope-leaf-stop".into())
             .spawn(move || drop(leaf));
     }
-    COORDINATORS.remove(coordinator);
 }
 
 /// Frees a rate limiter's handle.

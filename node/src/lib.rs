@@ -10,10 +10,12 @@
 //! build).
 
 mod engine;
+mod environment;
 mod errors;
 mod handles;
 mod hot;
 mod lease;
+mod routing;
 
 use napi_derive::napi;
 

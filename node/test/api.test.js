@@ -316,6 +316,31 @@ test('worker threads over one state file admit exactly the limit while ticking',
   assert.equal(admitted, 37)
 })
 
+test('handles of ended worker threads are freed (more come and go than the table holds)', () => {
+  // In a process of its own, so that a leak cannot starve the other tests.
+  const run = require('node:child_process').spawnSync(process.execPath,
+    [path.join(__dirname, 'apps', 'worker_handles.js')], { encoding: 'utf8' })
+  assert.equal(run.status, 0, `exit ${run.status}: ${run.stderr}`)
+  assert.equal(run.stdout.trim(), 'ok')
+})
+
+test('lease times past 2106 (microseconds for milliseconds) are refused', () => {
+  const config = '[[resources]]\nidentifier_glob = "db-*"\ncapacity = 100\n' +
+    'algorithm = { kind = "fair_share", lease_length = 60, refresh_interval = 5, learning_mode_duration = 0 }\n'
+  const micros = Date.now() * 1000
+  assert.throws(() => new Coordinator(config, { nowMs: micros }), InvalidArgumentError)
+  const c = new Coordinator(config, { nowMs: T0 })
+  for (const nowMs of [micros, velvetRope.nowMs() * 1000, 2 ** 53]) {
+    assert.throws(() => c.request('a', 'db-1', 80, { nowMs }), (err) => {
+      assert.ok(err instanceof InvalidArgumentError, String(err))
+      assert.equal(err.code, 'ERR_VELVET_ROPE_INVALID_ARGUMENT')
+      return true
+    }, String(nowMs))
+  }
+  assert.equal(c.request('a', 'db-1', 80, { nowMs: T0 }).capacity, 80, 'nothing was granted to the refused calls')
+  assert.equal(c.request('b', 'db-1', 80, { nowMs: T0 }).capacity, 20)
+})
+
 test('coordinator and leases', () => {
   const c = new Coordinator(
     '[[resources]]\nidentifier_glob = "db-*"\ncapacity = 100\n' +

@@ -5,7 +5,8 @@ const assert = require('node:assert/strict')
 const { test } = require('node:test')
 const Fastify = require('fastify')
 
-const { Engine, UnknownRoomError, fastify: plugin } = require('..')
+const velvetRope = require('..')
+const { Engine, UnknownRoomError, fastify: plugin } = velvetRope
 const { cookieOf } = require('../middleware.js')
 
 const ROOMS = '[[rooms]]\nname = "shop"\ntotal_active_users = 1\nnew_users_per_minute = 1000\n' +
@@ -109,4 +110,74 @@ test('the Cookie header is read from the raw headers, whatever its case, lines j
   assert.equal(cookieOf({ rawHeaders: ['Host', 'a', 'Cookie', 'x=1'] }), 'x=1')
   assert.equal(cookieOf({ rawHeaders: ['cookie', 'x=1', 'Accept', '*/*', 'COOKIE', 'y=2'] }), 'x=1; y=2')
   assert.equal(cookieOf({ rawHeaders: ['Host', 'a', 'Cookies', 'x=1'] }), undefined)
+})
+
+test('fastify: an unknown room rejects the awaited register (UnknownRoomError), the process lives', () => {
+  // In a process of its own: a plugin that throws synchronously takes the process down.
+  const script = `
+    const Fastify = require('fastify')
+    const { Engine, fastify: plugin, UnknownRoomError } = require(${JSON.stringify(require('node:path').resolve(__dirname, '..'))})
+    const engine = new Engine(${JSON.stringify(ROOMS)})
+    ;(async () => {
+      for (const options of [{ room: 'nope' }, { rooms: { '/a': 'nope' } }, { rooms: {}, bypass: [] }]) {
+        const app = Fastify()
+        try {
+          await app.register(plugin, { engine, ...options })
+          console.log('registered: ' + JSON.stringify(options))
+        } catch (e) {
+          console.log((e instanceof UnknownRoomError ? 'UnknownRoomError' : e.name) + ': ' + e.message)
+        }
+      }
+      console.log('alive')
+    })()`
+  const run = require('node:child_process').spawnSync(process.execPath, ['-e', script],
+    { encoding: 'utf8', cwd: __dirname })
+  assert.equal(run.status, 0, run.stderr)
+  assert.deepEqual(run.stdout.trim().split('\n'), [
+    'UnknownRoomError: no room named `nope` in the configuration (its rooms: shop)',
+    'UnknownRoomError: no room named `nope` in the configuration (its rooms: shop)',
+    'TypeError: give `room` (every path) or `rooms` (path prefix -> room)',
+    'alive'
+  ])
+})
+
+const MANY = '[[rooms]]\nname = "shop"\ntotal_active_users = 1000\nnew_users_per_minute = 1000\n' +
+  '[rooms.cookie]\nsecure = false\n'
+
+test('express: paths compare as the app routes them (its `case sensitive routing`)', async () => {
+  const express = require('express')
+  const { rawGet } = require('./helpers.js')
+  const engine = new Engine(MANY)
+  const decided = {}
+  for (const sensitive of [false, true]) {
+    const app = express()
+    if (sensitive) app.set('case sensitive routing', true)
+    app.use(velvetRope.express(engine, { rooms: { '/shop': 'shop' } }))
+    app.get('/:a/:b', (req, res) => res.send('in'))
+    const server = app.listen(0, '127.0.0.1')
+    await new Promise((resolve) => server.once('listening', resolve))
+    try {
+      const r = await rawGet(server.address().port, '/SHOP/item')
+      assert.equal(r.status, 200)
+      decided[sensitive] = r.setCookies.some((c) => c.startsWith('__vr_shop='))
+    } finally {
+      server.close()
+    }
+  }
+  assert.deepEqual(decided, { false: true, true: false })
+  engine.stopTicking()
+})
+
+test('fastify: paths compare as its router does (`routerOptions.caseSensitive`)', async () => {
+  const decided = {}
+  for (const caseSensitive of [true, false]) {
+    const app = Fastify({ routerOptions: { caseSensitive } })
+    await app.register(plugin, { engine: new Engine(MANY), rooms: { '/shop': 'shop' } })
+    app.get('/*', async () => 'in')
+    const res = await app.inject('/SHOP/item')
+    assert.equal(res.statusCode, 200)
+    decided[caseSensitive] = /^__vr_shop=/.test(res.headers['set-cookie'] || '')
+    await app.close()
+  }
+  assert.deepEqual(decided, { true: false, false: true })
 })

@@ -10,7 +10,7 @@ const os = require('node:os')
 const path = require('node:path')
 const { describe, it, before, after } = require('node:test')
 
-const { Jar, get, startServer } = require('./helpers.js')
+const { Jar, get, rawGet, startServer, attackTargets } = require('./helpers.js')
 
 const K = 10 // total_active_users of room `shop` (test/apps/rooms.toml)
 const N = 40 // concurrent new visitors
@@ -86,6 +86,65 @@ for (const kind of ['express', 'fastify']) {
         assert.equal(r.json().ok, true)
         assert.deepEqual(r.setCookies, [], `${url} set a cookie`)
       }
+    })
+
+    /** Whether a reply was decided in `room`: its waiting page, or its ticket set. */
+    function decidedIn (r, room) {
+      return r.status === 202 || r.status === 429 || r.setCookies.some((c) => c.startsWith(`__vr_${room}=`))
+    }
+
+    it('decides what the framework routes to a room, however the target is written', async () => {
+      const wrong = []
+      // The room `shop` is full (the crowd above): its requests get the waiting page.
+      const shop = ['http://x/shop/item', 'http://user@x/shop/item?q=1', '/SHOP/item', '/sHoP/item']
+      if (kind === 'fastify') shop.push('/%73hop/item', '/%73HOP/item')
+      for (const target of shop) {
+        const r = await rawGet(server.port, target)
+        if (!decidedIn(r, 'shop')) wrong.push(`${target}: reached the route undecided (${r.status})`)
+      }
+      // A static handler at the root resolves `..` (and its escapes) after the bypass prefix.
+      for (const target of ['/static/../vault.html', '/static/%2e%2e/vault.html', '/static/.%2E/vault.html',
+        '/static/..%2Fvault.html', '/static//../vault.html']) {
+        const r = await rawGet(server.port, target)
+        if (r.status !== 200 || !/id="vault"/.test(r.body)) wrong.push(`${target}: not the vault's page (${r.status})`)
+        else if (!decidedIn(r, 'vault')) wrong.push(`${target}: served the vault's page undecided`)
+      }
+      // What the bypass and no room cover still passes.
+      for (const target of ['/static/app.css', '/health', '/open', 'http://x/static/app.css']) {
+        const r = await rawGet(server.port, target)
+        if (r.status !== 200 || r.setCookies.length > 0) wrong.push(`${target}: ${r.status}, decided: ${r.setCookies}`)
+      }
+      assert.deepEqual(wrong, [])
+    })
+
+    it('lets no spelling of a protected path reach it undecided (seeded attack targets)', async () => {
+      const { vault, shop } = attackTargets()
+      const escaped = []
+      let served = 0
+      for (const target of vault) {
+        let r
+        try {
+          r = await rawGet(server.port, target)
+        } catch (e) {
+          continue // refused by the server's parser: reaches nothing
+        }
+        if (r.status === 200 && /id="vault"/.test(r.body)) {
+          served++
+          if (!decidedIn(r, 'vault')) escaped.push(target)
+        }
+      }
+      for (const target of shop) {
+        let r
+        try {
+          r = await rawGet(server.port, target)
+        } catch (e) {
+          continue
+        }
+        // The room is full: the route runs only for a request that was not decided.
+        if (r.status === 200 && /"route":"shop"/.test(r.body)) escaped.push(target)
+      }
+      assert.deepEqual(escaped, [])
+      assert.ok(served >= 20, `only ${served} spellings served the vault's page: the attack is too weak`)
     })
 
     if (kind === 'fastify') {

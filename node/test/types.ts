@@ -37,7 +37,7 @@ async function leases (): Promise<number> {
 }
 void leases
 
-const middleware = velvetRope.express(engine, { rooms: { '/shop': 'shop' }, bypass: ['/health'] })
+const middleware = velvetRope.express(engine, { rooms: { '/shop': 'shop' }, bypass: ['/health'], caseSensitive: true })
 void middleware
 const e: Error = new CapacityError()
 void e

@@ -108,7 +108,7 @@ impl Engine {
         now_ms: Option<u64>,
     ) -> PyResult<Self> {
         let config = config.load()?;
-        let now = or_now(now_ms);
+        let now = or_now(now_ms)?;
         // Building may map a file and wait (bounded) for another process's first tick.
         let inner = py
             .detach(|| match shared_memory {
@@ -138,7 +138,7 @@ impl Engine {
         let header = cookie.map(header_bytes).transpose()?;
         let d = self
             .inner
-            .admit_header_bytes(room.as_bytes(), header, or_now(now_ms))
+            .admit_header_bytes(room.as_bytes(), header, or_now(now_ms)?)
             .map_err(to_py)?;
         self.wrap(py, d)
     }
@@ -154,7 +154,7 @@ impl Engine {
     ) -> PyResult<Py<Decision>> {
         let d = self
             .inner
-            .admit_ticket(room, ticket, or_now(now_ms))
+            .admit_ticket(room, ticket, or_now(now_ms)?)
             .map_err(to_py)?;
         self.wrap(py, d)
     }
@@ -162,10 +162,11 @@ impl Engine {
     /// Folds the counters into a new snapshot. Call about once a second (the middleware does);
     /// it never waits.
     #[pyo3(signature = (now_ms = None))]
-    fn tick(&self, py: Python<'_>, now_ms: Option<u64>) {
-        let now = or_now(now_ms);
+    fn tick(&self, py: Python<'_>, now_ms: Option<u64>) -> PyResult<()> {
+        let now = or_now(now_ms)?;
         py.detach(|| self.inner.tick(now));
         self.restart_sync_after_fork();
+        Ok(())
     }
 
     /// Replaces the configuration; a bad one raises and the running one keeps serving.

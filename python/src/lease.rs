@@ -35,7 +35,7 @@ impl Coordinator {
                 &LeaseConfig {
                     resources: config.resources.clone(),
                 },
-                or_now(now_ms),
+                or_now(now_ms)?,
             )
             .map_err(lease_to_py)?,
         );
@@ -54,7 +54,7 @@ impl Coordinator {
         now_ms: Option<u64>,
     ) -> PyResult<Lease> {
         self.inner
-            .request(client_id, resource, wants, priority, or_now(now_ms))
+            .request(client_id, resource, wants, priority, or_now(now_ms)?)
             .map(Lease::from)
             .map_err(lease_to_py)
     }
@@ -108,6 +108,22 @@ impl Lease {
     }
 }
 
+/// How long a blocking wait goes without checking for signals (Ctrl-C lands within it).
+const SIGNAL_CHECK: Duration = Duration::from_millis(20);
+
+/// Takes the GIL for a moment to run pending signal handlers (on the main thread; elsewhere
+/// this does nothing): true, with the handler's exception (`KeyboardInterrupt`) in `signal`,
+/// if one raised.
+fn interrupted(signal: &mut Option<PyErr>) -> bool {
+    match Python::attach(|py| py.check_signals()) {
+        Ok(()) => false,
+        Err(e) => {
+            *signal = Some(e);
+            true
+        }
+    }
+}
+
 fn non_negative(rate: f64) -> PyResult<f64> {
     if rate.is_finite() && rate >= 0.0 {
         Ok(rate)
@@ -157,11 +173,18 @@ impl RateLimiter {
         }
     }
 
-    /// Blocks until `n` permits are taken (the GIL is released while waiting). Raises
+    /// Blocks until `n` permits are taken (the GIL is released while waiting; signals are
+    /// checked every few milliseconds, so Ctrl-C raises `KeyboardInterrupt`). Raises
     /// `CapacityError` if `n` is more than one call can ever take.
     #[pyo3(signature = (n = 1))]
     fn acquire(&self, py: Python<'_>, n: u32) -> PyResult<()> {
-        py.detach(|| self.inner.acquire(n)).map_err(lease_to_py)
+        let mut signal = None;
+        py.detach(|| {
+            self.inner
+                .acquire_interruptibly(n, SIGNAL_CHECK, || interrupted(&mut signal))
+        })
+        .map_err(lease_to_py)?;
+        signal.map_or(Ok(()), Err)
     }
 
     /// Takes `n` permits now (`None`), or says how many seconds until they may be free (a
@@ -236,12 +259,20 @@ impl Gauge {
         Ok(self.inner.try_acquire_permits(n))
     }
 
-    /// Blocks until `n` units are taken (the GIL is released while waiting). Raises
+    /// Blocks until `n` units are taken (the GIL is released while waiting; signals are
+    /// checked every few milliseconds, so Ctrl-C raises `KeyboardInterrupt`). Raises
     /// `CapacityError` if `n` is above the capacity.
     #[pyo3(signature = (n = 1))]
     fn acquire(&self, py: Python<'_>, n: u32) -> PyResult<()> {
-        py.detach(|| self.inner.acquire(n).map(std::mem::forget))
-            .map_err(lease_to_py)
+        let mut signal = None;
+        py.detach(|| {
+            self.inner
+                .acquire_interruptibly(n, SIGNAL_CHECK, || interrupted(&mut signal))
+                // Held until `release`: the guard is not kept.
+                .map(|held| held.map(std::mem::forget))
+        })
+        .map_err(lease_to_py)?;
+        signal.map_or(Ok(()), Err)
     }
 
     /// Gives back `n` units. Raises `CapacityError` if fewer are held.

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 mod engine;
 mod errors;
 mod lease;
+mod routing;
 mod time;
 
 /// The native module.
@@ -22,6 +23,7 @@ fn _velvet_rope(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lease::Lease>()?;
     m.add_class::<lease::RateLimiter>()?;
     m.add_class::<lease::Gauge>()?;
+    m.add_class::<routing::Router>()?;
     m.add_function(wrap_pyfunction!(engine::shared_memory_size, m)?)?;
     m.add_function(wrap_pyfunction!(time::now_ms, m)?)?;
     m.add_function(wrap_pyfunction!(noop, m)?)?;

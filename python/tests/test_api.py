@@ -308,3 +308,79 @@ def test_native_floor_and_clock() -> None:
     velvet_rope.noop()
     assert abs(velvet_rope.now_ms() - time.time() * 1000) < 5_000
     assert velvet_rope.__version__ == "0.2.0"
+
+
+def test_times_past_2106_are_refused() -> None:
+    """Microseconds passed for milliseconds (a common mistake) lie far past the engine's last
+    time (2106): refused as bad arguments, as the C ABI and Node refuse them, rather than
+    granting a lease that never ends."""
+    micros = velvet_rope.now_ms() * 1000
+    config = (
+        '[[resources]]\nidentifier_glob = "db-*"\ncapacity = 100\n'
+        'algorithm = { kind = "fair_share", lease_length = 60, refresh_interval = 5, '
+        "learning_mode_duration = 0 }\n"
+    )
+    with pytest.raises(ValueError, match="2106"):
+        Coordinator(config, now_ms=micros)
+    c = Coordinator(config, now_ms=T0)
+    for now in (micros, 2**63, 2**64 - 1):
+        with pytest.raises(ValueError, match="2106"):
+            c.request("a", "db-1", 80.0, now_ms=now)
+    assert c.request("a", "db-1", 80.0, now_ms=T0).capacity == 80.0, "nothing granted before"
+    assert c.request("b", "db-1", 80.0, now_ms=T0).capacity == 20.0
+    e = Engine(room(), now_ms=T0)
+    for call in (
+        lambda: Engine(room(), now_ms=micros),
+        lambda: e.admit("shop", now_ms=micros),
+        lambda: e.admit_ticket("shop", None, now_ms=micros),
+        lambda: e.tick(now_ms=micros),
+    ):
+        with pytest.raises(ValueError, match="2106"):
+            call()
+
+
+SIGINT_SCRIPT = """
+import sys, velvet_rope
+kind = sys.argv[1]
+if kind == "rate":
+    limiter = velvet_rope.RateLimiter(0.0)        # no permit until the lease changes
+    print("waiting", flush=True)
+    limiter.acquire()
+else:
+    gauge = velvet_rope.Gauge(0)                   # nothing to hold until it changes
+    print("waiting", flush=True)
+    with gauge:
+        pass
+"""
+
+
+@pytest.mark.parametrize("kind", ["rate", "gauge"])
+def test_blocking_waits_let_ctrl_c_land(kind: str, tmp_path: pathlib.Path) -> None:
+    """`RateLimiter.acquire()` and `with Gauge(...)` wait in slices that check for signals:
+    SIGINT raises KeyboardInterrupt in the waiting process promptly."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "wait.py"
+    script.write_text(SIGINT_SCRIPT)
+    with subprocess.Popen([sys.executable, str(script), kind], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            assert proc.stdout.readline().strip() == "waiting"
+            time.sleep(0.3)  # well inside the wait
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{kind}: SIGINT did not end the wait within 5 s")
+            took = time.monotonic() - sent
+            err = proc.stderr.read()
+            assert "KeyboardInterrupt" in err, err
+            assert took < 1.0, f"{kind}: the wait took {took:.2f} s to notice SIGINT"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .http_client import Jar, get, position
+from .http_client import Jar, attack_targets, get, position, raw_get
 from .servers import Server
 
 K = 10  # total_active_users of room `shop` (tests/apps/rooms.toml)
@@ -85,6 +85,88 @@ def test_bypassed_and_unroomed_paths_pass_untouched(run: Run) -> None:
     r = get(run.port, "/health")
     assert r.status == 200 and json.loads(r.body) == {"ok": True}
     assert not r.all("Set-Cookie")
+
+
+def test_a_ticket_in_a_second_cookie_line_readmits(run: Run) -> None:
+    """Two `Cookie` lines (HTTP/2 splits cookies so; some clients send them so): gunicorn joins
+    them with `,`, uvicorn hands both to the middleware. The room is full: only the ticket
+    readmits."""
+    assert run.admitted, "needs the crowd's admitted visitors"
+    ticket = run.admitted[1].cookies["__vr_shop"]
+    wrong = []
+    for lines in (
+        [("Cookie", "a=1"), ("Cookie", f"__vr_shop={ticket}")],
+        [("Cookie", f"__vr_shop={ticket}"), ("Cookie", "b=2")],
+        [("Cookie", "a=1; b=2"), ("Cookie", f"c=3; __vr_shop={ticket}; d=4")],
+    ):
+        r = raw_get(run.port, "/shop/split", lines)
+        if not r.admitted:
+            wrong.append(f"{[v for _, v in lines]}: {r.status}")
+    assert wrong == []
+    # A ticket inside another cookie's quoted value is no ticket (as servers parse it).
+    r = raw_get(run.port, "/shop/split", [("Cookie", f'pref="x,__vr_shop={ticket}"')])
+    assert not r.admitted and r.waiting, "a ticket smuggled in a quoted value got in"
+
+
+def _decided_in(r: object, room: str) -> bool:
+    from .http_client import Response
+
+    assert isinstance(r, Response)
+    return r.status in (202, 429) or any(
+        c.startswith(f"__vr_{room}=") for c in r.all("Set-Cookie")
+    )
+
+
+def test_the_room_of_a_path_is_decided_on_its_normal_form(run: Run) -> None:
+    """`..`, its escapes and other escapes are resolved before the room is chosen: a static
+    handler at the root that resolves `..` after the bypass prefix serves the vault's page
+    only to a decided request."""
+    wrong = []
+    for target in ("/static/../vault.html", "/static/%2e%2e/vault.html", "/static/.%2E/vault.html",
+                   "/static/..%2Fvault.html", "/static//../vault.html", "/%76ault.html"):
+        r = raw_get(run.port, target)
+        if r.status != 200 or 'id="vault"' not in r.body:
+            wrong.append(f"{target}: not the vault's page ({r.status})")
+        elif not _decided_in(r, "vault"):
+            wrong.append(f"{target}: the vault's page, undecided")
+    # The room `shop` is full (the crowd): its requests get the waiting page.
+    for target in ("/%73hop/e", "/shop/%2e/e", "/static/../shop/e"):
+        r = raw_get(run.port, target)
+        if not _decided_in(r, "shop"):
+            wrong.append(f"{target}: undecided ({r.status})")
+    for target in ("/static/app.css", "/health"):
+        r = raw_get(run.port, target)
+        if r.status != 200 or r.all("Set-Cookie"):
+            wrong.append(f"{target}: {r.status}, decided")
+    assert wrong == []
+
+
+def test_no_spelling_of_a_protected_path_reaches_it_undecided(run: Run) -> None:
+    """Seeded attack targets (encodings of `..`, `/`, `\\` and letters, absolute forms, case):
+    whatever the server serves the vault's page for was decided in its room, and the shop's
+    route (its room full) never runs."""
+    import http.client
+
+    vault, shop = attack_targets()
+    escaped, served = [], 0
+    for target in vault:
+        try:
+            r = raw_get(run.port, target)
+        except (http.client.HTTPException, OSError):
+            continue  # refused by the server's parser: reaches nothing
+        if r.status == 200 and 'id="vault"' in r.body:
+            served += 1
+            if not _decided_in(r, "vault"):
+                escaped.append(target)
+    for target in shop:
+        try:
+            r = raw_get(run.port, target)
+        except (http.client.HTTPException, OSError):
+            continue
+        if r.admitted:
+            escaped.append(target)
+    assert escaped == []
+    assert served >= 20, f"only {served} spellings served the vault's page: the attack is too weak"
 
 
 def test_the_server_stops_cleanly(run: Run) -> None:

@@ -140,7 +140,7 @@ unsafe fn to_c(d: &Decision, out: *mut vr_decision) -> Result<(), Failure> {
 
 /// `now_ms` as the engine takes it: times past [`engine::MAX_NOW_MS`] (2106) are refused, most
 /// likely microseconds passed for milliseconds.
-fn checked_now(now_ms: u64) -> Result<u64, Failure> {
+pub(crate) fn checked_now(now_ms: u64) -> Result<u64, Failure> {
     if now_ms > engine::MAX_NOW_MS {
         return Err(bad_now(now_ms));
     }

@@ -6,6 +6,7 @@ use std::ffi::c_char;
 use engine::lease::{Coordinator, Gauge, Lease, LeaseConfig, RateLimiter};
 use engine::Config;
 
+use crate::engine_api::checked_now;
 use crate::error::{free_handle, guard, null, vr_result, Failure, VR_INVALID_ARGUMENT};
 use crate::strings::{text, write};
 
@@ -84,6 +85,7 @@ pub unsafe extern "C" fn vr_coordinator_new(
         if coordinator_out.is_null() {
             return Err(null("coordinator_out"));
         }
+        let now_ms = checked_now(now_ms)?;
         let cfg = Config::from_text(text)?;
         let inner = std::sync::Arc::new(Coordinator::from_config(
             &LeaseConfig {
@@ -135,6 +137,7 @@ pub unsafe extern "C" fn vr_coordinator_request(
         // SAFETY: per this function's contract.
         let resource = unsafe { text(resource, resource_len, "resource") }?;
         let wants = finite_non_negative(wants, "wants")?;
+        let now_ms = checked_now(now_ms)?;
         if lease_out.is_null() {
             return Err(null("lease_out"));
         }

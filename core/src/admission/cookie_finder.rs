@@ -1,5 +1,27 @@
 //! Finding one cookie's value in a `Cookie` request header (`a=b; c=d`), on every request.
 //!
+//! **Where a cookie starts.** At the start of the header, or after `;` and optional blanks
+//! (spaces, tabs): how browsers send cookies, and how servers joining several `Cookie` lines
+//! join them (Node, uvicorn, HTTP/2's `cookie` crumbs). Also after `,` and optional blanks,
+//! which is how gunicorn (and RFC 9110's generic rule for repeated fields) joins two `Cookie`
+//! lines (`a=1,__vr_shop=T`) — but with care, since a `,` can be part of another cookie's
+//! value, which no server splits on:
+//! - a cookie found after `;` comes first: one found after `,` is taken only when there is
+//!   none, so a `,` inside another cookie's value can never shadow the real ticket;
+//! - a `,` inside a double-quoted value (`pref="x,__vr_shop=T"`) starts nothing, as servers
+//!   parsing quoted values (Python's `http.cookies`) read it;
+//! - a `,` in an unquoted value (`pref=x,__vr_shop=T`) cannot be told from two joined lines,
+//!   so it does start a cookie. Such a value is outside RFC 6265's cookie-octets (which
+//!   exclude `,`, `;`, blanks and quotes), and taking its ticket gains nothing: whoever could
+//!   plant it could send the ticket as a cookie of its own, and it only counts when the
+//!   visitor has no ticket of its own.
+//!
+//! A blank inside another cookie's value (`a=x __vr_shop=T`) starts nothing either.
+//!
+//! **Where a value ends.** At the first `;` or `,` (none is a cookie-octet), blanks trimmed;
+//! a value in double quotes is what they hold (a `;` ends it even inside quotes, since
+//! servers split on `;` first).
+//!
 //! A substring search for `name=` (so a header of many cookies is skipped 16 bytes at a time)
 //! followed by a check that the match starts a cookie. On x86-64 the search is memchr's SSE2
 //! "packed pair" searcher, which is inlined into the caller: measured in nginx, what a request
@@ -45,7 +67,7 @@ impl CookieFinder {
     }
 
     /// The cookie's value in `header`, without surrounding blanks or quotes; the first of
-    /// several cookies of the name.
+    /// several cookies of the name (see the module's documentation for which comes first).
     #[inline]
     pub(crate) fn find<'h>(&self, header: &'h [u8]) -> Option<&'h [u8]> {
         self.find_rest(header).map(value_at_start)
@@ -70,7 +92,7 @@ impl CookieFinder {
         debug_assert!(short < long);
         let rest = self.find_rest(header)?;
         let ends_at = |len: usize| match rest.get(len) {
-            Some(b';') => true,
+            Some(b';' | b',') => true,
             Some(_) => false,
             None => rest.len() == len,
         };
@@ -99,19 +121,29 @@ impl CookieFinder {
         )
     }
 
-    /// What follows `name=` in the first cookie of the name.
+    /// What follows `name=` in the first cookie of the name: the first that starts the
+    /// header or follows a `;`, else the first that follows a `,` outside a quoted value.
     #[inline]
     fn find_rest<'h>(&self, header: &'h [u8]) -> Option<&'h [u8]> {
         let mut from = 0;
+        let mut after_comma = None;
         while let Some(pos) = self.find_needle(&header[from..]) {
             let at = from + pos;
-            if at == 0 || matches!(header[at - 1], b';' | b' ' | b'\t') {
-                return Some(&header[at + self.needle.len()..]);
+            match boundary(header, at) {
+                Boundary::Start | Boundary::Semicolon => {
+                    return Some(&header[at + self.needle.len()..]);
+                }
+                Boundary::Comma(comma) => {
+                    if after_comma.is_none() && !in_quotes(header, comma) {
+                        after_comma = Some(at);
+                    }
+                }
+                // `name=` inside another cookie's name or value.
+                Boundary::None => {}
             }
-            // `name=` inside another cookie's name or value: look further.
             from = at + 1;
         }
-        None
+        after_comma.map(|at| &header[at + self.needle.len()..])
     }
 
     #[inline]
@@ -132,31 +164,101 @@ impl CookieFinder {
     }
 }
 
-/// Whether `b` can end or surround a value: `;`, a blank (what `value_at_start` trims) or a
-/// double quote.
+/// What comes before a match of `name=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Boundary {
+    /// The header's start (and perhaps blanks).
+    Start,
+    /// `;` (and perhaps blanks).
+    Semicolon,
+    /// `,` at this index (and perhaps blanks).
+    Comma(usize),
+    /// Anything else: the match is inside another cookie's name or value.
+    None,
+}
+
+/// What precedes the match at `at`, blanks skipped.
+#[inline]
+fn boundary(header: &[u8], at: usize) -> Boundary {
+    let mut i = at;
+    loop {
+        if i == 0 {
+            return Boundary::Start;
+        }
+        i -= 1;
+        match header[i] {
+            b';' => return Boundary::Semicolon,
+            b' ' | b'\t' => {}
+            b',' => return Boundary::Comma(i),
+            _ => return Boundary::None,
+        }
+    }
+}
+
+/// Whether the byte at `at` lies inside a double-quoted cookie value: a value whose first
+/// byte (after `=` and blanks) is `"`, up to the next `"` (a `;` ends it regardless). Reads
+/// the header from its start, so it is only asked off the common path.
+#[cold]
+fn in_quotes(header: &[u8], at: usize) -> bool {
+    if memchr::memchr(b'"', &header[..at]).is_none() {
+        return false;
+    }
+    #[derive(PartialEq)]
+    enum State {
+        Name,
+        ValueStart,
+        Value,
+        Quoted,
+    }
+    let mut state = State::Name;
+    for &b in &header[..at] {
+        state = match (state, b) {
+            (_, b';') => State::Name,
+            (State::Quoted, b'"') => State::Value,
+            (State::Quoted, _) => State::Quoted,
+            (_, b',') => State::Name,
+            (State::Name, b'=') => State::ValueStart,
+            (State::Name, _) => State::Name,
+            (State::ValueStart, b' ' | b'\t') => State::ValueStart,
+            (State::ValueStart, b'"') => State::Quoted,
+            (State::ValueStart | State::Value, _) => State::Value,
+        };
+    }
+    state == State::Quoted
+}
+
+/// Whether `b` can end or surround a value: `;`, `,`, a blank (what `value_at_start` trims)
+/// or a double quote.
 #[inline]
 fn delimits(b: u8) -> bool {
-    b == b';' || b == b'"' || b.is_ascii_whitespace()
+    b == b';' || b == b',' || b == b'"' || b.is_ascii_whitespace()
 }
 
-/// The value that starts `rest` (what follows `name=`): up to the next `;`, without
-/// surrounding blanks or double quotes.
+/// The value that starts `rest` (what follows `name=`): up to the next `;` or `,`, without
+/// surrounding blanks; or, when it starts with `"`, what the quotes hold (up to the next `"`
+/// before any `;`).
 #[inline]
 fn value_at_start(rest: &[u8]) -> &[u8] {
-    let end = semicolon(rest).unwrap_or(rest.len());
-    match rest[..end].trim_ascii() {
-        [b'"', inner @ .., b'"'] => inner,
-        v => v,
+    let v = rest.trim_ascii_start();
+    if v.first() == Some(&b'"') {
+        let body = &v[1..];
+        let semi = memchr::memchr(b';', body).unwrap_or(body.len());
+        if let Some(close) = memchr::memchr(b'"', &body[..semi]) {
+            return &body[..close];
+        }
     }
+    let end = separator(v).unwrap_or(v.len());
+    v[..end].trim_ascii_end()
 }
 
+/// The first `;` or `,` in `haystack`.
 #[inline]
-fn semicolon(haystack: &[u8]) -> Option<usize> {
+fn separator(haystack: &[u8]) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
-    if let Some(one) = memchr::arch::x86_64::sse2::memchr::One::new(b';') {
-        return one.find(haystack);
+    if let Some(two) = memchr::arch::x86_64::sse2::memchr::Two::new(b';', b',') {
+        return two.find(haystack);
     }
-    memchr::memchr(b';', haystack)
+    memchr::memchr2(b';', b',', haystack)
 }
 
 #[cfg(all(test, not(velvet_rope_loom)))]
@@ -175,21 +277,132 @@ mod tests {
         assert_eq!(find_cookie("x=a=1; a=2", "a"), Some("2"));
     }
 
-    /// What the finder must agree with, byte by byte with no search and no vectors: the first
-    /// `name=` at the start of the header or after `;`, a space or a tab; its value up to the
-    /// next `;`, trimmed, unquoted. (A space inside another cookie's value also starts a
-    /// cookie here: values cannot hold spaces, and browsers send none.)
+    /// Two `Cookie` lines joined with `,` (gunicorn): the ticket is found in either; a `,`
+    /// inside a quoted value starts nothing; a `;` match beats a `,` one wherever it is; a
+    /// blank inside a value starts nothing.
+    #[test]
+    fn comma_joined_lines_and_smuggling() {
+        fn f(h: &str) -> Option<&str> {
+            find_cookie(h, "__vr_shop")
+        }
+        assert_eq!(f("a=1,__vr_shop=T"), Some("T"));
+        assert_eq!(f("a=1, __vr_shop=T"), Some("T"));
+        assert_eq!(f("__vr_shop=T,b=2"), Some("T"));
+        assert_eq!(f("a=1; b=2,c=3; __vr_shop=T; d=4"), Some("T"));
+        assert_eq!(f("a=1; b=2,__vr_shop=T; d=4,e=5"), Some("T"));
+        assert_eq!(f("pref=\"x,__vr_shop=FORGED\""), None);
+        assert_eq!(f("pref=\"x,__vr_shop=FORGED\"; __vr_shop=T"), Some("T"));
+        assert_eq!(f("pref=\"x,__vr_shop=F\",__vr_shop=T"), Some("T"));
+        assert_eq!(f("pref=x,__vr_shop=FORGED; __vr_shop=T"), Some("T"));
+        assert_eq!(f("pref=x, __vr_shop=FORGED; __vr_shop=T"), Some("T"));
+        assert_eq!(f("__vr_shop=T; pref=x,__vr_shop=FORGED"), Some("T"));
+        assert_eq!(f("a=x __vr_shop=FORGED"), None);
+        assert_eq!(f("a=x\t__vr_shop=FORGED; __vr_shop=T"), Some("T"));
+        assert_eq!(find_cookie("pref=\"x,y\"; a=1", "pref"), Some("x,y"));
+        assert_eq!(find_cookie("pref=\"x;y\"", "pref"), Some("\"x"));
+        assert_eq!(find_cookie("a=\"1\"  ,b=2", "a"), Some("1"));
+        let finder = CookieFinder::new("__vr_shop");
+        let ticket = "A".repeat(crate::ticket::ENCODED_LEN);
+        for header in [
+            format!("a=1,__vr_shop={ticket}"),
+            format!("__vr_shop={ticket},b=2"),
+            format!("a=1; __vr_shop={ticket},b=2"),
+        ] {
+            assert_eq!(
+                finder.find_ticket(header.as_bytes()),
+                Some(ticket.as_bytes()),
+                "{header}"
+            );
+        }
+    }
+
+    /// What the finder must agree with, byte by byte with no search and no vectors: of the
+    /// `name=` matches, the first preceded (blanks skipped) by the header's start or `;`, else
+    /// the first preceded by a `,` that is not inside a quoted value; its value as
+    /// [`reference_value`] reads it.
     fn reference<'h>(header: &'h [u8], name: &[u8]) -> Option<&'h [u8]> {
         let needle = [name, b"="].concat();
-        let at = (0..header.len()).find(|&i| {
-            header[i..].starts_with(&needle) && (i == 0 || b"; \t".contains(&header[i - 1]))
-        })?;
-        let rest = &header[at + needle.len()..];
-        let end = rest.iter().position(|&b| b == b';').unwrap_or(rest.len());
-        Some(match rest[..end].trim_ascii() {
-            [b'"', inner @ .., b'"'] => inner,
-            v => v,
-        })
+        let matches: Vec<usize> = (0..header.len())
+            .filter(|&i| header[i..].starts_with(&needle))
+            .collect();
+        // The byte before `i`, blanks skipped (`None`: the header's start), and its index.
+        let before = |i: usize| {
+            header[..i]
+                .iter()
+                .rposition(|&b| b != b' ' && b != b'\t')
+                .map(|j| (j, header[j]))
+        };
+        let at = matches
+            .iter()
+            .copied()
+            .find(|&i| matches!(before(i), None | Some((_, b';'))))
+            .or_else(|| {
+                matches.iter().copied().find(
+                    |&i| matches!(before(i), Some((j, b',')) if !reference_in_quotes(header, j)),
+                )
+            })?;
+        Some(reference_value(&header[at + needle.len()..]))
+    }
+
+    /// Whether the `,` at `at` is inside a quoted value: the `;`-separated piece holding it
+    /// is walked cookie by cookie (a cookie ends at a `,` outside quotes).
+    fn reference_in_quotes(header: &[u8], at: usize) -> bool {
+        let start = header[..at]
+            .iter()
+            .rposition(|&b| b == b';')
+            .map_or(0, |i| i + 1);
+        let piece = &header[start..at];
+        let mut i = 0;
+        loop {
+            let Some(k) = piece[i..].iter().position(|&b| b == b'=' || b == b',') else {
+                return false;
+            };
+            if piece[i + k] == b',' {
+                i += k + 1;
+                continue;
+            }
+            let mut v = i + k + 1;
+            while v < piece.len() && (piece[v] == b' ' || piece[v] == b'\t') {
+                v += 1;
+            }
+            if v < piece.len() && piece[v] == b'"' {
+                match piece[v + 1..].iter().position(|&b| b == b'"') {
+                    None => return true,
+                    Some(c) => v += c + 2,
+                }
+            }
+            match piece[v..].iter().position(|&b| b == b',') {
+                None => return false,
+                Some(c) => i = v + c + 1,
+            }
+        }
+    }
+
+    /// A value: blanks skipped; what double quotes hold when it starts with one (closed before
+    /// any `;`); else up to the first `;` or `,`, trailing blanks trimmed.
+    fn reference_value(rest: &[u8]) -> &[u8] {
+        let mut s = 0;
+        while s < rest.len() && rest[s].is_ascii_whitespace() {
+            s += 1;
+        }
+        let v = &rest[s..];
+        if v.first() == Some(&b'"') {
+            for (k, &b) in v[1..].iter().enumerate() {
+                match b {
+                    b'"' => return &v[1..1 + k],
+                    b';' => break,
+                    _ => {}
+                }
+            }
+        }
+        let mut end = 0;
+        while end < v.len() && v[end] != b';' && v[end] != b',' {
+            end += 1;
+        }
+        while end > 0 && v[end - 1].is_ascii_whitespace() {
+            end -= 1;
+        }
+        &v[..end]
     }
 
     /// Headers of every length around the vector width and the needle's, with the cookie at
@@ -199,7 +412,7 @@ mod tests {
     fn agrees_on_assembled_headers() {
         let name = "__vr_shop";
         let finder = CookieFinder::new(name);
-        let pieces: [&str; 12] = [
+        let pieces: [&str; 15] = [
             "a=1",
             "__vr_sho=x",
             "x__vr_shop=y",
@@ -210,10 +423,13 @@ mod tests {
             "k=__vr_shop=z",
             "long_cookie_name_0123456789=some-long-value-0123456789abcdef",
             "\t__vr_shop=T4 ",
+            "p=\"x,__vr_shop=Q\"",
+            "p=x,__vr_shop=C",
+            "p=x __vr_shop=S",
             "=",
             "",
         ];
-        let seps = [";", "; ", ";\t", " ; "];
+        let seps = [";", "; ", ";\t", " ; ", ",", ", "];
         for a in 0..pieces.len() {
             for b in 0..pieces.len() {
                 for c in 0..pieces.len() {
@@ -303,7 +519,8 @@ mod tests {
             pieces in proptest::collection::vec(
                 proptest::sample::select(vec![
                     "__vr_shop=", "AAAABBBBCCCC", "AAAABBBBCCC", "AAAABBBBCCCCD", "AAAABBBBCCCCDD",
-                    "AAAABBBBCCCCDDE", "a", "ab", ";", "; ", " ", "\t", "\"", "x=1", "=",
+                    "AAAABBBBCCCCDDE", "a", "ab", ";", "; ", " ", "\t", "\"", "x=1", "=", ",",
+                    ", ",
                 ]),
                 0..40,
             ),
@@ -319,7 +536,7 @@ mod tests {
             pieces in proptest::collection::vec(
                 proptest::sample::select(vec![
                     "__vr_shop=", "__vr_shop", "__vr_sh", "op=", "=", ";", "; ", " ", "\t",
-                    "\"", "x", "T0123456789", "a=b",
+                    "\"", "x", "T0123456789", "a=b", ",", ", ", "=\"",
                 ]),
                 0..60,
             ),

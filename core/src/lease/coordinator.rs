@@ -19,7 +19,7 @@ use super::algorithm::{self, next_down, Demand};
 use super::config::{AlgorithmKind, LeaseConfig, ResourceTemplate};
 use super::error::LeaseError;
 use super::template::TemplateSet;
-use crate::clock::Millis;
+use crate::clock::{Millis, MAX_NOW_MS};
 
 /// What a client receives: how much it may use and until when.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -164,11 +164,12 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    /// A coordinator over validated templates, started (learning mode begins) at `now`.
+    /// A coordinator over validated templates, started (learning mode begins) at `now`
+    /// (taken as [`MAX_NOW_MS`] if later; [`Coordinator::from_config`] refuses such times).
     pub fn new(templates: TemplateSet, now: Millis) -> Self {
         Self {
             templates,
-            started_at: now,
+            started_at: now.min(MAX_NOW_MS),
             state: Mutex::new(State {
                 resources: FxHashMap::default(),
                 upstream_expiry: None,
@@ -178,8 +179,12 @@ impl Coordinator {
         }
     }
 
-    /// Validates `config` and builds a coordinator started at `now`.
+    /// Validates `config` and builds a coordinator started at `now`. A `now` past
+    /// [`MAX_NOW_MS`] (2106: most likely microseconds passed for milliseconds) is refused.
     pub fn from_config(config: &LeaseConfig, now: Millis) -> Result<Self, LeaseError> {
+        if now > MAX_NOW_MS {
+            return Err(LeaseError::config("now", past_2106(now)));
+        }
         Ok(Self::new(TemplateSet::new(config)?, now))
     }
 
@@ -274,13 +279,18 @@ impl Coordinator {
         )
     }
 
-    /// Requests (or refreshes) a lease with every field of the protocol.
+    /// Requests (or refreshes) a lease with every field of the protocol. A `now` past
+    /// [`MAX_NOW_MS`] (2106: most likely microseconds passed for milliseconds, which would
+    /// grant a lease that never ends in real time) is refused.
     pub fn request_with(&self, req: &LeaseRequest<'_>, now: Millis) -> Result<Lease, LeaseError> {
         let bad = |field: &'static str, reason: String| LeaseError::InvalidRequest {
             resource: req.resource.to_owned(),
             field,
             reason,
         };
+        if now > MAX_NOW_MS {
+            return Err(bad("now", past_2106(now)));
+        }
         if req.client_id.is_empty() {
             return Err(bad("client_id", "must not be empty".into()));
         }
@@ -485,6 +495,15 @@ impl Coordinator {
         }
         Ok(())
     }
+}
+
+/// Why a time past [`MAX_NOW_MS`] is refused.
+#[cold]
+fn past_2106(now: Millis) -> String {
+    format!(
+        "{now} lies past 2106 (MAX_NOW_MS, {MAX_NOW_MS}): milliseconds since the Unix epoch are \
+         due (microseconds?)"
+    )
 }
 
 /// Clamps a target to what the safety rules allow for this client right now.

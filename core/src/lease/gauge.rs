@@ -212,6 +212,35 @@ impl Gauge {
         }
     }
 
+    /// [`acquire`](Self::acquire) for a caller that must notice something while it waits (a
+    /// signal, such as Python's Ctrl-C; a shutdown): asks `interrupted` at least every `every`
+    /// of waiting and stops when it answers true. `Ok(Some(guard))`: the units are held;
+    /// `Ok(None)`: interrupted, nothing held.
+    pub fn acquire_interruptibly(
+        &self,
+        n: u32,
+        every: Duration,
+        mut interrupted: impl FnMut() -> bool,
+    ) -> Result<Option<GaugeGuard<'_>>, LeaseError> {
+        let mut backoff = Duration::from_micros(50);
+        let mut waited = Duration::ZERO;
+        loop {
+            self.check_fits(n)?;
+            if let Some(g) = self.try_acquire_n(n) {
+                return Ok(Some(g));
+            }
+            std::thread::sleep(backoff);
+            waited += backoff;
+            backoff = (backoff * 2).min(Duration::from_millis(5));
+            if waited >= every {
+                waited = Duration::ZERO;
+                if interrupted() {
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
     /// Waits asynchronously, on any executor, until `n` units are taken.
     pub async fn acquire_async(&self, n: u32) -> Result<GaugeGuard<'_>, LeaseError> {
         let mut backoff = Duration::from_micros(50);
@@ -294,6 +323,31 @@ mod tests {
         g.release_permits(2).unwrap();
         assert_eq!(units(2.9), 2);
         assert_eq!(units(-1.0), 0);
+    }
+
+    /// A wait that must notice something asks at least every `every` of waiting, stops when
+    /// told to, and holds nothing then.
+    #[test]
+    fn an_interruptible_wait_asks_and_stops() {
+        let g = Gauge::new(0);
+        let mut asked = 0;
+        let held = g
+            .acquire_interruptibly(1, Duration::from_millis(2), || {
+                asked += 1;
+                asked == 3
+            })
+            .unwrap();
+        assert!(held.is_none() && asked == 3);
+        assert_eq!(g.in_use(), 0);
+        let g = Gauge::new(1);
+        let guard = g
+            .acquire_interruptibly(1, Duration::from_millis(2), || true)
+            .unwrap();
+        assert_eq!(guard.map(|g| g.permits()), Some(1));
+        assert_eq!(g.in_use(), 0, "released on drop");
+        assert!(g
+            .acquire_interruptibly(2, Duration::from_millis(2), || true)
+            .is_err());
     }
 }
 

@@ -301,12 +301,29 @@ impl<C: Clock> RateLimiter<C> {
     /// lease changes); fails only if `n` is above the most one call can take. Sleeps in real
     /// time, so use it with a real clock.
     pub fn acquire(&self, n: u32) -> Result<(), LeaseError> {
+        self.acquire_interruptibly(n, Duration::MAX, || false)
+            .map(|_| ())
+    }
+
+    /// [`acquire`](Self::acquire) for a caller that must notice something while it waits (a
+    /// signal, such as Python's Ctrl-C; a shutdown): sleeps at most `every` at a time, asks
+    /// `interrupted` after each sleep, and stops waiting when it answers true. `Ok(true)`: the
+    /// permits are taken; `Ok(false)`: interrupted, nothing taken.
+    pub fn acquire_interruptibly(
+        &self,
+        n: u32,
+        every: Duration,
+        mut interrupted: impl FnMut() -> bool,
+    ) -> Result<bool, LeaseError> {
         let n = u64::from(n);
         self.count_demand(n);
         loop {
             match self.check_inner(n, self.clock.now_ms(), false) {
-                Ok(()) => return Ok(()),
-                Err(d) => std::thread::sleep(self.wait_for(n, d)?),
+                Ok(()) => return Ok(true),
+                Err(d) => std::thread::sleep(self.wait_for(n, d)?.min(every)),
+            }
+            if interrupted() {
+                return Ok(false);
             }
         }
     }
@@ -433,6 +450,30 @@ mod tests {
             }
             std::thread::park();
         }
+    }
+
+    /// A wait that must notice something (Python's Ctrl-C) asks between slices of at most
+    /// `every`, stops when told to, and takes nothing then; permits free in time are taken.
+    #[test]
+    fn an_interruptible_wait_asks_and_stops() {
+        let rl = RateLimiter::new(0.0);
+        let mut asked = 0;
+        let start = std::time::Instant::now();
+        let taken = rl
+            .acquire_interruptibly(1, Duration::from_millis(2), || {
+                asked += 1;
+                asked == 3
+            })
+            .unwrap();
+        assert!(!taken && asked == 3);
+        assert!(start.elapsed() < Duration::from_secs(1));
+        let rl = RateLimiter::new(1000.0);
+        assert!(rl
+            .acquire_interruptibly(1, Duration::from_millis(2), || true)
+            .unwrap());
+        assert!(rl
+            .acquire_interruptibly(1_000_000, Duration::from_millis(2), || true)
+            .is_err());
     }
 }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from ._velvet_rope import Engine
+from ._velvet_rope import Engine, Router
 from .errors import UnknownRoomError
 
 __all__ = ["RoomRouter", "status_line"]
@@ -13,8 +13,14 @@ __all__ = ["RoomRouter", "status_line"]
 class RoomRouter:
     """Maps a request path to the room that decides it: the room of the longest prefix in
     `rooms` that the path starts with, else `room` (the default; `None`: such paths pass
-    untouched). Paths starting with a `bypass` prefix never decide. Room names are checked
-    against the engine at once, so a typo fails at start-up, not on the first request."""
+    untouched). Paths under a `bypass` prefix never decide. Room names are checked against
+    the engine at once, so a typo fails at start-up, not on the first request.
+
+    The decision is the core's (`velvet_rope._velvet_rope.Router`): the path is read the ways
+    the servers and frameworks in front of the application may read it (percent-escapes,
+    `..` and `//`, the absolute form, `case_sensitive`), and a request is decided if any of
+    those readings puts it in a room; only a path every reading puts under a bypass prefix
+    passes. See the package README, "Which requests a room decides"."""
 
     def __init__(
         self,
@@ -22,28 +28,25 @@ class RoomRouter:
         room: str | None = None,
         rooms: Mapping[str, str] | None = None,
         bypass: Iterable[str] = (),
+        case_sensitive: bool = True,
     ) -> None:
         known = set(engine.rooms)
-        self._prefixes = sorted((rooms or {}).items(), key=lambda kv: len(kv[0]), reverse=True)
-        self._default = room
-        self._bypass = tuple(bypass)
-        for name in [room, *(r for _, r in self._prefixes)]:
+        pairs = list((rooms or {}).items())
+        for name in [room, *(r for _, r in pairs)]:
             if name is not None and name not in known:
                 raise UnknownRoomError(
                     f"no room named `{name}` in the configuration (its rooms: "
                     f"{', '.join(sorted(known)) or 'none'})"
                 )
-        if room is None and not self._prefixes:
-            raise ValueError("give `room` (every path) or `rooms` (path prefix -> room)")
+        self._router = Router(pairs, room, list(bypass), case_sensitive)
+        self._every = room if self._router.every_path else None
 
-    def room_for(self, path: str) -> str | None:
-        """The room deciding `path`, or `None` when the request passes untouched."""
-        if self._bypass and path.startswith(self._bypass):
-            return None
-        for prefix, name in self._prefixes:
-            if path.startswith(prefix):
-                return name
-        return self._default
+    def room_for(self, path: str | bytes) -> str | None:
+        """The room deciding the request with `path` (or its whole request-target), or `None`
+        when the request passes untouched."""
+        if self._every is not None:
+            return self._every
+        return self._router.route(path)
 
 
 def status_line(status: int) -> str:

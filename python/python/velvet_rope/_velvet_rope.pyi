@@ -15,6 +15,7 @@ __all__ = [
     "Lease",
     "RateLimiter",
     "Gauge",
+    "Router",
     "shared_memory_size",
     "now_ms",
     "noop",
@@ -192,3 +193,20 @@ class Gauge:
     def capacity(self) -> int: ...
     @property
     def in_use(self) -> int: ...
+
+@final
+class Router:
+    """Which room decides a request (the core's router)."""
+
+    def __new__(
+        cls,
+        rooms: list[tuple[str, str]] = ...,
+        room: str | None = None,
+        bypass: list[str] = ...,
+        case_sensitive: bool = True,
+    ) -> Router: ...
+    def route(self, target: str | bytes) -> str | None: ...
+    @property
+    def rooms(self) -> list[str]: ...
+    @property
+    def every_path(self) -> bool: ...

@@ -52,8 +52,11 @@ class WaitingRoom:
     """ASGI middleware putting a velvet-rope room in front of `app`.
 
     `room`: the room deciding every path; `rooms`: path prefix -> room (longest prefix wins);
-    `bypass`: path prefixes that are never decided (health checks, static files); `tick`: drive
-    `engine.tick()` from the event loop (turn it off if something else ticks the engine).
+    `bypass`: path prefixes that are never decided (health checks, static files);
+    `case_sensitive`: whether the application routes `/Shop` apart from `/shop` (Starlette
+    and FastAPI do); `tick`: drive `engine.tick()` from the event loop (turn it off if
+    something else ticks the engine). The room is chosen on the normalised path (see
+    `velvet_rope._routing.RoomRouter`).
     """
 
     def __init__(
@@ -64,11 +67,12 @@ class WaitingRoom:
         room: str | None = None,
         rooms: Mapping[str, str] | None = None,
         bypass: Iterable[str] = (),
+        case_sensitive: bool = True,
         tick: bool = True,
     ) -> None:
         self.app = app
         self.engine = engine
-        self.router = RoomRouter(engine, room, rooms, bypass)
+        self.router = RoomRouter(engine, room, rooms, bypass, case_sensitive)
         self.ticker = LoopTicker(engine) if tick else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -7,7 +7,7 @@ from velvet_rope.fastapi import Admission, install, waiting_room
 
 engine = Engine(pathlib.Path("velvet-rope.toml"))
 app = FastAPI()
-install(app)                                   # renders the waiting page for `Admission`
+install(app)                                   # needed by `Admission`, before the app starts
 
 @app.get("/checkout", dependencies=[Depends(Admission(engine, "shop"))])
 async def checkout(): ...
@@ -16,6 +16,14 @@ async def checkout(): ...
 @waiting_room(engine, "shop")                  # no install() needed
 async def tickets(): ...
 ```
+
+`install(app)` adds what `Admission` needs: an exception handler that answers a waiting
+visitor with the waiting page, and a small ASGI middleware that adds the ticket's
+`Set-Cookie` to the response whatever the endpoint returns (a dict, or a `Response` of its
+own: HTML, a template, a redirect, a stream), since FastAPI drops a dependency's headers when
+the endpoint returns a `Response`. `Admission` used in an app without `install` raises
+`RuntimeError` on its first request rather than losing tickets. Both forms read every
+`Cookie` header of the request.
 
 For a whole application, `velvet_rope.asgi.WaitingRoom` is the simpler choice. Both forms
 tick the engine from a daemon thread (one per engine).
@@ -33,6 +41,8 @@ from starlette.responses import Response as StarletteResponse
 
 from ._ticker import ThreadTicker
 from ._velvet_rope import Decision, Engine
+from .asgi import ASGIApp, Message, Receive, Scope, Send, _headers
+from .errors import UnknownRoomError
 
 __all__ = ["Admission", "Queued", "install", "waiting_room"]
 
@@ -46,6 +56,19 @@ def _ticking(engine: Engine) -> None:
         ticker = ThreadTicker(engine)
         _TICKERS[id(engine)] = (engine, ticker)
         ticker.start()
+
+
+def _known(engine: Engine, room: str) -> None:
+    if room not in engine.rooms:
+        raise UnknownRoomError(
+            f"no room named `{room}` in the configuration (its rooms: "
+            f"{', '.join(sorted(engine.rooms)) or 'none'})"
+        )
+
+
+def _cookie(request: Request) -> bytes | None:
+    """The request's `Cookie` headers, all of them (joined with `; `)."""
+    return _headers(request.scope)[0]
 
 
 def _page_response(engine: Engine, room: str, decision: Decision, request: Request) -> Response:
@@ -73,29 +96,74 @@ async def _queued_handler(request: Request, exc: Exception) -> Response:
     raise exc
 
 
+#: The scope key under which `_Tickets` keeps the `Set-Cookie` values to add to the response.
+_TICKETS = "velvet_rope.set_cookie"
+
+
+class _Tickets:
+    """ASGI middleware (added by `install`): gives each HTTP request a list, in its scope, for
+    `Admission` to put the ticket's `Set-Cookie` in, and adds what it holds to the response's
+    headers, whatever made the response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        tickets: list[str] = []
+        scope[_TICKETS] = tickets
+
+        async def send_with_tickets(message: Message) -> None:
+            if message["type"] == "http.response.start" and tickets:
+                message = dict(message)
+                message["headers"] = [
+                    *message.get("headers", ()),
+                    *((b"set-cookie", t.encode("latin-1")) for t in tickets),
+                ]
+            await send(message)
+
+        await self.app(scope, receive, send_with_tickets)
+
+
 def install(app: FastAPI) -> None:
-    """Lets `app` answer `Queued` (raised by `Admission`) with the waiting page."""
+    """Prepares `app` for `Admission` (call it before the app starts; once is enough): a
+    waiting visitor (`Queued`) is answered with the waiting page, and an admitted visitor's
+    ticket is set on the response whatever the endpoint returns."""
+    if getattr(app, "_velvet_rope_installed", False):
+        return
     app.add_exception_handler(Queued, _queued_handler)
+    app.add_middleware(_Tickets)
+    setattr(app, "_velvet_rope_installed", True)
 
 
 class Admission:
     """A FastAPI dependency deciding the request in `room`: admitted requests go on (the
-    ticket's `Set-Cookie` joins the response), the others raise `Queued`, which `install()`
-    answers with the waiting page. The dependency's value is the `Decision`."""
+    ticket's `Set-Cookie` joins the response, whatever the endpoint returns), the others
+    raise `Queued`, which `install()` answers with the waiting page. The dependency's value
+    is the `Decision`. Needs `install(app)`: without it, the first request raises
+    `RuntimeError`. Raises `UnknownRoomError` for a room the engine does not have."""
 
     def __init__(self, engine: Engine, room: str, *, tick: bool = True) -> None:
-        if room not in engine.rooms:
-            raise KeyError(f"no room named `{room}` in the configuration")
+        _known(engine, room)
         self.engine = engine
         self.room = room
         if tick:
             _ticking(engine)
 
-    async def __call__(self, request: Request, response: Response) -> Decision:
-        decision = self.engine.admit(self.room, request.headers.get("cookie"))
+    async def __call__(self, request: Request) -> Decision:
+        tickets = request.scope.get(_TICKETS)
+        if tickets is None:
+            raise RuntimeError(
+                "velvet_rope.fastapi.Admission needs velvet_rope.fastapi.install(app) on the "
+                "application, before it starts: without it, the tickets of admitted visitors "
+                "would be lost whenever an endpoint returns a Response of its own"
+            )
+        decision = self.engine.admit(self.room, _cookie(request))
         if decision.admitted:
             if decision.set_cookie is not None:
-                response.headers.append("set-cookie", decision.set_cookie)
+                tickets.append(decision.set_cookie)
             return decision
         raise Queued(_page_response(self.engine, self.room, decision, request))
 
@@ -108,9 +176,9 @@ _RESPONSE = "__velvet_rope_response"
 
 def waiting_room(engine: Engine, room: str, *, tick: bool = True) -> Callable[[F], F]:
     """Decorates one async FastAPI endpoint: it runs for admitted requests (the ticket's
-    `Set-Cookie` joins its response); the others get the waiting page instead."""
-    if room not in engine.rooms:
-        raise KeyError(f"no room named `{room}` in the configuration")
+    `Set-Cookie` joins its response, whatever it returns); the others get the waiting page
+    instead. Raises `UnknownRoomError` for a room the engine does not have."""
+    _known(engine, room)
     if tick:
         _ticking(engine)
 
@@ -121,7 +189,7 @@ def waiting_room(engine: Engine, room: str, *, tick: bool = True) -> Callable[[F
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             request: Request = kwargs.pop(_REQUEST)
             response: Response = kwargs.pop(_RESPONSE)
-            decision = engine.admit(room, request.headers.get("cookie"))
+            decision = engine.admit(room, _cookie(request))
             if not decision.admitted:
                 return _page_response(engine, room, decision, request)
             result = await endpoint(*args, **kwargs)

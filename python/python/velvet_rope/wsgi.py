@@ -30,6 +30,17 @@ StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
+def _path_bytes(environ: dict[str, Any]) -> bytes | str:
+    """`PATH_INFO` as the router reads it: the path's bytes, which PEP 3333 hands over one per
+    character; a server that put other characters in it (not PEP 3333's) is read as UTF-8,
+    never with a character replaced (a replacement `?` would cut the path short)."""
+    path: str = environ.get("PATH_INFO", "") or "/"
+    try:
+        return path.encode("latin-1")
+    except UnicodeEncodeError:
+        return path
+
+
 class WaitingRoom:
     """WSGI middleware putting a velvet-rope room in front of `app` (arguments as in
     `velvet_rope.asgi.WaitingRoom`)."""
@@ -42,17 +53,18 @@ class WaitingRoom:
         room: str | None = None,
         rooms: Mapping[str, str] | None = None,
         bypass: Iterable[str] = (),
+        case_sensitive: bool = True,
         tick: bool = True,
     ) -> None:
         self.app = app
         self.engine = engine
-        self.router = RoomRouter(engine, room, rooms, bypass)
+        self.router = RoomRouter(engine, room, rooms, bypass, case_sensitive)
         self.ticker = ThreadTicker(engine) if tick else None
         if self.ticker is not None:
             self.ticker.start()
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        room = self.router.room_for(environ.get("PATH_INFO", "") or "/")
+        room = self.router.room_for(_path_bytes(environ))
         if room is None:
             return self.app(environ, start_response)
         decision = self.engine.admit(room, environ.get("HTTP_COOKIE"))

@@ -1,17 +1,20 @@
 """A Flask app behind the WSGI middleware; run by gunicorn with 2 workers sharing a state file
-(`VR_CONFIG`, `VR_STATE`)."""
+(`VR_CONFIG`, `VR_STATE`). The middleware puts `/shop/` in room `shop` and `/vault` in room
+`vault`, and lets `/health` and `/static/` pass; the files of `public/` are served at the root
+(`send_from_directory`, which resolves `..` in what it is given)."""
 
 import os
 import pathlib
 import time
 
-from flask import Flask
+from flask import Flask, send_from_directory
 
 from velvet_rope import Engine
 from velvet_rope.wsgi import WaitingRoom
 
 engine = Engine(pathlib.Path(os.environ["VR_CONFIG"]), shared_memory=os.environ["VR_STATE"])
-flask_app = Flask(__name__)
+flask_app = Flask(__name__, static_folder=None)
+PUBLIC = pathlib.Path(__file__).parent / "public"
 
 
 @flask_app.get("/shop/<page>")
@@ -26,7 +29,13 @@ def health() -> dict[str, object]:
     return {"ok": True}
 
 
-room = WaitingRoom(flask_app.wsgi_app, engine, rooms={"/shop/": "shop"}, bypass=["/health"])
+@flask_app.get("/<path:name>")
+def public(name: str):  # type: ignore[no-untyped-def]
+    return send_from_directory(PUBLIC, name)
+
+
+room = WaitingRoom(flask_app.wsgi_app, engine, rooms={"/shop/": "shop", "/vault": "vault"},
+                   bypass=["/health", "/static/"])
 
 
 def app(environ, start_response):  # type: ignore[no-untyped-def]

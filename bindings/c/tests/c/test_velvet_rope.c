@@ -261,6 +261,8 @@ static void test_leases(void) {
     CHECK(l.capacity >= 0.0 && l.capacity <= 20.0);
     CHECK(vr_coordinator_request(c, "a", 1, "nothing", 7, 1.0, 0, later, &l) == VR_LEASE_ERROR);
     CHECK(vr_coordinator_request(c, "a", 1, "db-1", 4, -1.0, 0, later, &l) == VR_INVALID_ARGUMENT);
+    /* Microseconds for milliseconds: past 2106, refused rather than a lease that never ends. */
+    CHECK(vr_coordinator_request(c, "a", 1, "db-1", 4, 1.0, 0, T0 * 1000, &l) == VR_INVALID_ARGUMENT);
     bool released = false;
     CHECK(vr_coordinator_release(c, "a", 1, "db-1", 4, &released) == VR_OK && released);
     CHECK(vr_coordinator_release(c, "a", 1, "db-1", 4, &released) == VR_OK && !released);

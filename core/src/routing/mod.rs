@@ -1,0 +1,484 @@
+//! Which room decides a request: one decision, made here, for every front door.
+//!
+//! A [`Router`] is built once from path prefixes mapped to rooms, an optional default room,
+//! bypass prefixes (paths that never wait: health checks, static files) and a case rule; per
+//! request, [`Router::route`] takes the request target as the server received it and answers
+//! with a room, or none.
+//!
+//! ```
+//! use velvet_rope::routing::{CaseRule, Route, Router};
+//!
+//! let router = Router::new(
+//!     [("/shop", "shop")],
+//!     None,
+//!     ["/static/"],
+//!     CaseRule::Insensitive,
+//! ).unwrap();
+//! assert_eq!(router.room_for(b"/shop/item?x=1"), Some("shop"));
+//! assert_eq!(router.room_for(b"http://example.com/SHOP/item"), Some("shop"));
+//! assert_eq!(router.room_for(b"/%73hop/item"), Some("shop"));
+//! assert_eq!(router.route(b"/static/app.css"), Route::Bypass);
+//! assert_eq!(router.room_for(b"/static/../shop/item"), Some("shop"));
+//! assert_eq!(router.route(b"/about"), Route::Unrouted);
+//! ```
+//!
+//! # Prefixes
+//!
+//! A prefix matches a path that starts with it, character for character (`/shop` matches
+//! `/shop/item` and `/shopping`; write `/shop/` for the first only). A room prefix ending in
+//! `/` also matches the path without that `/` (`/shop/` matches `/shop`, which Express without
+//! strict routing and Fastify with `ignoreTrailingSlash` route as `/shop/`); a bypass prefix
+//! does not (`/static/` does not bypass `/static`). The longest room prefix that matches
+//! names the room; a path no room prefix matches goes to the default room, or is unrouted
+//! without one. A path under a bypass prefix is not decided.
+//!
+//! # Normalisation: why a request is read more than one way
+//!
+//! Servers and frameworks do not agree on what path a target names. Express routes on the
+//! target as written (`/%73hop` is not `/shop` to it; `http://x/shop/i` is); Fastify routes
+//! on it percent-decoded except for reserved characters such as `%2F`; uvicorn and gunicorn
+//! hand the application the path fully decoded (`%2F` becomes `/`); static file handlers
+//! (`send`, Starlette's `StaticFiles`, Werkzeug's `safe_join`) then resolve `..`; WHATWG URL
+//! parsing (`new URL(req.url, base)`) reads `\` as `/` and `%2e` as `.`; a handler may decode
+//! a parameter its router decoded already (`%252e` becomes `.`). One canonical form
+//! is not enough to be safe: if `%2F` is decoded, `/static%2Fx` looks bypassed while Express
+//! routes it to `/:page`; if it is not, `/static/..%2Fvault.html` looks bypassed while
+//! `express.static` serves `/vault.html`. So the router reads the target each of those ways
+//! (the readings are listed in `reading.rs`, with who reads a target that way) and:
+//!
+//! - **decides it in a room if any reading puts it there**: under a room prefix (or, with a
+//!   default room, under no prefix) and under no bypass prefix. A room prefix names the room
+//!   before the default room does (`/static\..\checkout` is `/checkout` to a WHATWG parser:
+//!   it goes to the checkout room, not the default one); the canonical reading is tried
+//!   first, then the others in a fixed order, and the first room prefix found wins;
+//! - bypasses it only if **every** reading is under a bypass prefix (or unrouted).
+//!
+//! The canonical reading: an absolute-form target (`http://user@host:port/path`) reduced to
+//! its path; query and fragment dropped; percent-escapes decoded, `%2F` included; runs of
+//! `/` merged (as `path.normalize` and `os.path.normpath` do); dot segments removed as RFC
+//! 3986 says, never above the root. A plain target (`/` then letters, digits and
+//! punctuation, no `%`, `\`, `#`, `;`, empty or dot segment) reads the same every way: that
+//! common case is one pass over the bytes and allocates nothing.
+//!
+//! **Case.** [`CaseRule::Sensitive`] compares byte for byte. [`CaseRule::Insensitive`] (for
+//! a framework that routes case-insensitively: Express by default, Fastify with
+//! `caseSensitive: false`) compares under each fold such frameworks use (ASCII; Unicode
+//! lowercase, as find-my-way's `toLowerCase`; Unicode uppercase-then-lowercase) and decides
+//! if any fold puts the request in a room.
+//!
+//! **Fail closed.** A target that cannot be normalised (a `%` not followed by two hex digits,
+//! a control character such as NUL, tab or CR, raw or decoded, or bytes that are not UTF-8,
+//! raw or decoded: overlong encodings of `.` and `/` among them) is never bypassed: its
+//! readings are matched against the room prefixes and the default room only, so it goes to
+//! the room its raw form or one of its normalisations names, else the default room, else
+//! nowhere. `;` path parameters are ordinary characters (no framework served here strips
+//! them), also read as a delimiter (Fastify's `useSemicolonDelimiter`).
+
+mod fold;
+mod reading;
+
+use fold::Fold;
+use reading::{scan, READINGS};
+
+/// Whether prefixes are compared with case or without.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaseRule {
+    /// Byte for byte: `/SHOP` is not `/shop` (Fastify's default, Starlette, Flask).
+    Sensitive,
+    /// Letters of any case alike (Express's default, Fastify with `caseSensitive: false`).
+    Insensitive,
+}
+
+/// Where a request goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Decided in the room with this index in [`Router::rooms`].
+    Room(usize),
+    /// Under a bypass prefix: never decided.
+    Bypass,
+    /// Under no room prefix, and there is no default room: not decided.
+    Unrouted,
+}
+
+/// A router that cannot be built: the message names the prefix and the problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RouteError {
+    /// A prefix that cannot match a normalised path.
+    #[error("path prefix `{prefix}` {problem}")]
+    BadPrefix {
+        /// The prefix as given.
+        prefix: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// Neither a default room nor a room prefix: nothing would ever be decided.
+    #[error("give `room` (every path) or `rooms` (path prefix -> room)")]
+    NoRoom,
+}
+
+/// The prefixes under one fold.
+#[derive(Debug)]
+struct Table {
+    fold: Fold,
+    /// Room prefixes, folded, longest first, each with its room's index.
+    rooms: Vec<(Box<[u8]>, usize)>,
+    /// Bypass prefixes, folded.
+    bypass: Vec<Box<[u8]>>,
+}
+
+/// Which room decides a request (see the module's documentation): built once, then shared
+/// by every thread (it is immutable).
+#[derive(Debug)]
+pub struct Router {
+    /// Distinct room names, in order of first mention (default room first).
+    names: Vec<String>,
+    default: Option<usize>,
+    /// One table per fold of the case rule.
+    tables: Vec<Table>,
+    /// Whether a plain (ASCII) path can be matched under the first fold alone: every prefix is
+    /// ASCII, so every fold of the rule reads it alike.
+    ascii: bool,
+}
+
+impl Router {
+    /// A router sending paths under each prefix of `rooms` to its room (the longest prefix
+    /// wins; of equal ones, the first), the others to `default_room` (none: not decided), and
+    /// never deciding paths under a prefix of `bypass`. Prefixes start with `/` and hold no
+    /// `?`, `#` or control characters.
+    pub fn new<P, R, B>(
+        rooms: impl IntoIterator<Item = (P, R)>,
+        default_room: Option<&str>,
+        bypass: impl IntoIterator<Item = B>,
+        case: CaseRule,
+    ) -> Result<Self, RouteError>
+    where
+        P: AsRef<str>,
+        R: AsRef<str>,
+        B: AsRef<str>,
+    {
+        let mut names: Vec<String> = Vec::new();
+        let mut index = |name: &str| match names.iter().position(|n| n == name) {
+            Some(i) => i,
+            None => {
+                names.push(name.to_owned());
+                names.len() - 1
+            }
+        };
+        let default = default_room.map(&mut index);
+        let mut by_prefix = Vec::new();
+        for (prefix, room) in rooms {
+            let prefix = checked(prefix.as_ref())?;
+            by_prefix.push((prefix.to_owned(), index(room.as_ref())));
+        }
+        let bypass = bypass
+            .into_iter()
+            .map(|b| checked(b.as_ref()).map(str::to_owned))
+            .collect::<Result<Vec<_>, _>>()?;
+        if default.is_none() && by_prefix.is_empty() {
+            return Err(RouteError::NoRoom);
+        }
+        // Longest first; a stable sort keeps the first of equal ones first.
+        by_prefix.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+        let ascii =
+            by_prefix.iter().all(|(p, _)| p.is_ascii()) && bypass.iter().all(|b| b.is_ascii());
+        let tables = Fold::all(case == CaseRule::Sensitive)
+            .iter()
+            .map(|&fold| {
+                let mut rooms: Vec<(Box<[u8]>, usize)> = by_prefix
+                    .iter()
+                    .map(|(p, room)| (fold.prefix(p), *room))
+                    .collect();
+                // Folding can change lengths (`ß` and `ss`): longest first again.
+                rooms.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+                Table {
+                    fold,
+                    rooms,
+                    bypass: bypass.iter().map(|b| fold.prefix(b)).collect(),
+                }
+            })
+            .collect();
+        Ok(Self {
+            names,
+            default,
+            tables,
+            ascii,
+        })
+    }
+
+    /// The rooms this router sends requests to: [`Route::Room`] indexes this list.
+    pub fn rooms(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Whether every request goes to the default room (no prefixes, no bypass), so that a
+    /// caller need not read the target at all.
+    pub fn every_path(&self) -> bool {
+        self.default.is_some()
+            && self
+                .tables
+                .iter()
+                .all(|t| t.rooms.is_empty() && t.bypass.is_empty())
+    }
+
+    /// The room of the request with `target` (its request-target as received: origin form
+    /// `/path?query`, or absolute form `http://host/path`; a path such as ASGI's
+    /// `scope["path"]` or WSGI's `PATH_INFO` does as well), or none.
+    pub fn room_for(&self, target: &[u8]) -> Option<&str> {
+        match self.route(target) {
+            Route::Room(i) => Some(&self.names[i]),
+            Route::Bypass | Route::Unrouted => None,
+        }
+    }
+
+    /// Where the request with `target` goes (see the module's documentation).
+    pub fn route(&self, target: &[u8]) -> Route {
+        let features = scan(target);
+        if !features.plain() {
+            return self.route_slowly(target, features);
+        }
+        let path = &target[..features.path_len];
+        let tables = if self.ascii {
+            &self.tables[..1]
+        } else {
+            &self.tables[..]
+        };
+        let mut outcome = Outcome::default();
+        for table in tables {
+            if let Some(room) = outcome.add(self.classify(table, path, true)) {
+                return Route::Room(room);
+            }
+        }
+        outcome.finish(self.default)
+    }
+
+    /// [`Router::route`] for a target that not every reading reads alike.
+    #[cold]
+    fn route_slowly(&self, target: &[u8], mut features: reading::Features) -> Route {
+        let room = target.len() + 8;
+        let (mut scratch, mut view) = (Vec::with_capacity(room), Vec::with_capacity(room));
+        let mut outcome = Outcome::default();
+        for (n, reading) in READINGS.iter().enumerate() {
+            if n > 1 && !reading.relevant(&features) {
+                continue;
+            }
+            reading.read(target, &mut scratch, &mut view, &mut features);
+            // The canonical reading decodes everything: after it, `malformed` is final.
+            let may_bypass = !features.malformed;
+            for table in &self.tables {
+                if let Some(room) = outcome.add(self.classify(table, &view, may_bypass)) {
+                    return Route::Room(room);
+                }
+            }
+        }
+        outcome.finish(self.default)
+    }
+
+    /// Where one reading of a path goes under one fold.
+    #[inline]
+    fn classify(&self, table: &Table, path: &[u8], may_bypass: bool) -> Class {
+        // One comparison loop per fold, the fold chosen once (the common two inline).
+        match table.fold {
+            Fold::Exact => self.classify_by(table, may_bypass, |p, bare| {
+                fold::exact_starts_with(path, p, bare)
+            }),
+            Fold::Ascii => self.classify_by(table, may_bypass, |p, bare| {
+                fold::ascii_starts_with(path, p, bare)
+            }),
+            fold => self.classify_by(table, may_bypass, |p, bare| fold.starts_with(path, p, bare)),
+        }
+    }
+
+    #[inline(always)]
+    fn classify_by(
+        &self,
+        table: &Table,
+        may_bypass: bool,
+        under: impl Fn(&[u8], bool) -> bool,
+    ) -> Class {
+        // A bypass prefix is matched as written; a room prefix ending in `/` also by the path
+        // without that `/` (`/shop` is `/shop/` to routers that ignore a trailing slash).
+        if may_bypass && table.bypass.iter().any(|b| under(b, false)) {
+            return Class::Bypass;
+        }
+        for (prefix, room) in &table.rooms {
+            if under(prefix, true) {
+                return Class::Prefix(*room);
+            }
+        }
+        if self.default.is_some() {
+            Class::Default
+        } else {
+            Class::Unrouted
+        }
+    }
+}
+
+/// Where one reading goes under one fold.
+#[derive(Debug, Clone, Copy)]
+enum Class {
+    /// Under a bypass prefix.
+    Bypass,
+    /// Under this room's prefix.
+    Prefix(usize),
+    /// Under no prefix: the default room's.
+    Default,
+    /// Under no prefix, and there is no default room.
+    Unrouted,
+}
+
+/// The readings seen so far: a room prefix in any of them names the room (the first such);
+/// failing that, the default room, if any reading was not bypassed; failing that, the first
+/// reading's answer.
+#[derive(Debug, Default)]
+struct Outcome {
+    first: Option<Route>,
+    default: bool,
+}
+
+impl Outcome {
+    /// Records one reading's class; the room, when it settles the question.
+    #[inline]
+    fn add(&mut self, class: Class) -> Option<usize> {
+        let route = match class {
+            Class::Prefix(room) => return Some(room),
+            Class::Default => {
+                self.default = true;
+                return None;
+            }
+            Class::Bypass => Route::Bypass,
+            Class::Unrouted => Route::Unrouted,
+        };
+        self.first.get_or_insert(route);
+        None
+    }
+
+    fn finish(self, default: Option<usize>) -> Route {
+        match default {
+            Some(room) if self.default => Route::Room(room),
+            _ => self.first.unwrap_or(Route::Unrouted),
+        }
+    }
+}
+
+/// `prefix` if it can match a normalised path.
+fn checked(prefix: &str) -> Result<&str, RouteError> {
+    let bad = |problem| RouteError::BadPrefix {
+        prefix: prefix.to_owned(),
+        problem,
+    };
+    if !prefix.starts_with('/') {
+        return Err(bad("must start with `/`"));
+    }
+    if prefix.contains(['?', '#']) {
+        return Err(bad("must not hold `?` or `#` (a path prefix, not a URL)"));
+    }
+    if prefix.chars().any(char::is_control) {
+        return Err(bad("must not hold control characters"));
+    }
+    Ok(prefix)
+}
+
+#[cfg(all(test, not(velvet_rope_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_bad_prefixes_and_no_room() {
+        let none: [(&str, &str); 0] = [];
+        let no_bypass: [&str; 0] = [];
+        assert_eq!(
+            Router::new(none, None, no_bypass, CaseRule::Sensitive).unwrap_err(),
+            RouteError::NoRoom
+        );
+        for bad in ["shop", "/a?b", "/a#b", "/a\0", ""] {
+            let e = Router::new([(bad, "r")], None, no_bypass, CaseRule::Sensitive).unwrap_err();
+            assert!(e.to_string().contains("path prefix"), "{bad:?}: {e}");
+            assert!(Router::new(none, Some("r"), [bad], CaseRule::Sensitive).is_err());
+        }
+    }
+
+    #[test]
+    fn longest_prefix_then_default_then_nothing() {
+        let r = Router::new(
+            [("/a", "x"), ("/a/b", "y")],
+            Some("d"),
+            ["/a/b/c"],
+            CaseRule::Sensitive,
+        )
+        .unwrap();
+        assert_eq!(r.rooms(), ["d", "x", "y"]);
+        assert_eq!(r.room_for(b"/a/z"), Some("x"));
+        assert_eq!(r.room_for(b"/a/b/z"), Some("y"));
+        assert_eq!(r.route(b"/a/b/c/z"), Route::Bypass);
+        assert_eq!(r.room_for(b"/z"), Some("d"));
+        assert!(!r.every_path());
+        let every = Router::new(
+            [] as [(&str, &str); 0],
+            Some("d"),
+            [] as [&str; 0],
+            CaseRule::Insensitive,
+        )
+        .unwrap();
+        assert!(every.every_path());
+        assert_eq!(every.room_for(b"anything at all \0"), Some("d"));
+    }
+
+    #[test]
+    fn malformed_targets_are_never_bypassed() {
+        let r = Router::new(
+            [("/shop", "shop")],
+            Some("d"),
+            ["/static/"],
+            CaseRule::Sensitive,
+        )
+        .unwrap();
+        assert_eq!(r.route(b"/static/x.css"), Route::Bypass);
+        for t in [
+            &b"/static/100%.png"[..],
+            b"/static/%zz",
+            b"/static/a\0b",
+            b"/static/%00",
+            b"/static/%c0%ae%c0%ae/shop",
+            b"/static/\xff",
+            b"/static/a\tb",
+        ] {
+            assert_ne!(r.route(t), Route::Bypass, "{}", String::from_utf8_lossy(t));
+        }
+        assert_eq!(r.room_for(b"/static/%c0%ae%c0%ae/shop"), Some("d"));
+        assert_eq!(r.room_for(b"/shop/%zz"), Some("shop"));
+        assert_eq!(r.room_for(b"/%73hop/%zz"), Some("shop"));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        /// A plain target reads alike every way: the fast path answers as every reading would.
+        #[test]
+        fn the_fast_path_answers_as_every_reading(
+            pieces in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "/", "shop", "SHOP", "static", "x", "a.b", "-", "?", "?/../", "%", "\u{e9}",
+                    "\u{212a}", ".", "//",
+                ]),
+                0..10,
+            ),
+            sensitive in proptest::bool::ANY,
+        ) {
+            let target = format!("/{}", pieces.concat());
+            let features = scan(target.as_bytes());
+            let case = if sensitive { CaseRule::Sensitive } else { CaseRule::Insensitive };
+            for router in [
+                Router::new([("/shop", "shop"), ("/static/x", "x")], Some("d"), ["/static/"], case),
+                Router::new([("/sh", "sh"), ("/\u{212a}", "k")], None, ["/x"], case),
+            ] {
+                let router = router.unwrap();
+                let fast = router.route(target.as_bytes());
+                let every = router.route_slowly(target.as_bytes(), features);
+                if features.plain() {
+                    proptest::prop_assert_eq!(fast, every, "{:?}", target);
+                }
+            }
+        }
+    }
+}

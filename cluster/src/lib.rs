@@ -84,15 +84,17 @@
 //!   that host's holdings, or its fallback share once it falls back if that is more;
 //!   `fallback_share = 0` keeps it to the holdings.
 //! - *A store that loses writes* (restarted without persistence, reloaded from an older
-//!   snapshot, failed over to a replica that missed them) finds out from the first host that
-//!   holds a grant it has no record of (the store keeps each host's last grant number), or
-//!   that relies on a reservation it does not hold, and learns: for a lease, or for the
-//!   longest a host that reaches it may take to report ([`Params::learn`]), it grants nobody
-//!   more than they report holding. Grants it made to other hosts before it found out, and
-//!   hosts that do not report while it learns (partitioned, or counters restarted without a
-//!   state file whose old holdings only the store knew), can cost up to a roomful. With a
-//!   replicated store set `replicas`: a host applies a grant only once the replicas hold it
-//!   (`WAIT`), so a failover forgets nothing a host uses.
+//!   snapshot, failed over to a replica that missed them) finds out at its first call when
+//!   another server process answers (each room's hash keeps the Redis `run_id` that wrote
+//!   it), else from the first host that holds a grant it has no record of (the store keeps
+//!   each host's last grant number), or that relies on a reservation it does not hold; and
+//!   learns: for a lease, or for the longest a host that reaches it may take to report
+//!   ([`Params::learn`]), plus a lease of margin for its clock, it grants nobody more than
+//!   they report holding. Grants it made to other hosts before it found out (a rollback in
+//!   place), and hosts that do not report while it learns (partitioned, or counters restarted
+//!   without a state file whose old holdings only the store knew), can cost up to a roomful.
+//!   With a replicated store set `replicas`: a host applies a grant only once the replicas
+//!   hold it (`WAIT`), so a failover forgets nothing a host uses.
 //! - *A visitor who moves between hosts* is counted afresh where it lands (its ticket names
 //!   the counters that counted it), and stays counted where it was until its session ends
 //!   there: this under-admits, never over-admits. Put sticky load balancing in front.

@@ -1,10 +1,11 @@
 //! The admission engine: `engine*` functions over numeric engine handles (see `handles`).
 
 use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
 
 use napi_derive::napi;
 use velvet_rope::{Config, Engine, Outcome, TicketError};
-use velvet_rope_cluster::Syncer;
+use velvet_rope_cluster::{RedisStore, Syncer};
 
 use crate::errors::{invalid, to_js, CONFIG};
 use crate::handles::Handles;
@@ -131,17 +132,59 @@ fn start_sync(handle: u32) -> napi::Result<(), &'static str> {
     Ok(())
 }
 
+/// Takes `handle`'s sync loop out of the table, if it has one.
+fn take_sync(handle: u32) -> Option<Syncer> {
+    let mut syncers = SYNCERS.lock().unwrap_or_else(|p| p.into_inner());
+    let i = syncers.iter().position(|(h, _)| *h == handle)?;
+    Some(syncers.swap_remove(i).1)
+}
+
 /// Stops `handle`'s sync loop, if any, without waiting for it on this (JavaScript's) thread.
 fn stop_sync(handle: u32) {
-    let mut syncers = SYNCERS.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(i) = syncers.iter().position(|(h, _)| *h == handle) {
-        let (_, sync) = syncers.swap_remove(i);
-        drop(syncers);
+    if let Some(sync) = take_sync(handle) {
         // Dropping joins the loop's thread (at most one store timeout): elsewhere.
         let _ = std::thread::Builder::new()
             .name("velvet-rope-sync-stop".into())
             .spawn(move || drop(sync));
     }
+}
+
+/// Replaces `handle`'s sync loop after a reload changed its `[cluster]` table: the new loop
+/// starts only once the old one has stopped (joined, on a thread of its own: JavaScript's
+/// never waits), so the two never sync at once (an old round answered by the old store after
+/// the new loop's first grant would overwrite it with the old store's). A bad store URL is
+/// refused here, at once.
+fn restart_sync(handle: u32) -> napi::Result<(), &'static str> {
+    let engine = ENGINES.get(handle)?;
+    if let Some(c) = engine.config().cluster.as_ref() {
+        RedisStore::new(
+            &c.redis_url,
+            &c.key_prefix,
+            Duration::from_millis(c.timeout_ms),
+        )
+        .map_err(|e| napi::Error::new(CONFIG, format!("cluster: {e}")))?;
+    }
+    let old = take_sync(handle);
+    let started = std::thread::Builder::new()
+        .name("velvet-rope-sync-restart".into())
+        .spawn(move || {
+            drop(old);
+            let Ok(Some(sync)) = Syncer::from_engine(engine.clone()) else {
+                return;
+            };
+            let mut syncers = SYNCERS.lock().unwrap_or_else(|p| p.into_inner());
+            // Unless the engine was freed (or its loop replaced again) meanwhile.
+            let current = ENGINES.get(handle).is_ok_and(|e| Arc::ptr_eq(&e, &engine));
+            if current && !syncers.iter().any(|(h, _)| *h == handle) {
+                syncers.push((handle, sync));
+            } else {
+                drop(syncers);
+                drop(sync);
+            }
+        });
+    started.map(|_| ()).map_err(|e| {
+        napi::Error::new(CONFIG, format!("cluster: no thread for the sync loop: {e}"))
+    })
 }
 
 /// Frees an engine's handle (the package calls it when the `Engine` object is collected).
@@ -228,9 +271,8 @@ pub fn engine_reload(engine: u32, config: String, is_path: bool) -> napi::Result
     let cluster_changed = e.config().cluster != config.cluster;
     e.reload(config).map_err(to_js)?;
     if cluster_changed {
-        // A new store or new sync settings: a new loop.
-        stop_sync(engine);
-        start_sync(engine)?;
+        // A new store or new sync settings: a new loop, once the old one has stopped.
+        restart_sync(engine)?;
     }
     Ok(())
 }

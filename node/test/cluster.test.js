@@ -169,3 +169,60 @@ algorithm = { kind = "fair_share", lease_length = 2, refresh_interval = 0.2 }
     redis.proc.kill('SIGKILL')
   }
 })
+
+/** One command to the redis-server on `port` (RESP inline): the reply's first line. */
+function redisCommand (port, ...args) {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(port, '127.0.0.1')
+    let data = ''
+    s.on('connect', () => s.write(args.join(' ') + '\r\n'))
+    s.on('data', (chunk) => {
+      data += chunk
+      const lines = data.split('\r\n')
+      if (lines[0].startsWith('$-1')) { s.destroy(); resolve(null) }
+      else if (lines[0].startsWith('$') && lines.length >= 3) { s.destroy(); resolve(lines[1]) }
+      else if (!lines[0].startsWith('$') && lines.length >= 2) { s.destroy(); resolve(lines[0]) }
+    })
+    s.on('error', reject)
+  })
+}
+
+test('a reload to another store starts the new sync loop only once the old one stopped', async () => {
+  const [a, b] = [await redisServer(), await redisServer()]
+  try {
+    const e = host(a.port, 'node-reload')
+    await sleep(300)
+    // The old store answers slowly: a round of the old loop is under way when the reload
+    // comes, and ends (answered) a little after.
+    process.kill(a.proc.pid, 'SIGSTOP')
+    await sleep(150) // longer than the sync interval: a round waits on the old store
+    const config = (port) => `
+[settings]
+bucket_width_secs = 1
+${clusterTable(port, 'node-reload')}[[rooms]]
+name = "shop"
+total_active_users = ${LIMIT}
+new_users_per_minute = 1000
+session_duration = 600
+refresh_interval = 1
+`
+    e.reload(config(b.port))
+    await sleep(20) // within the old round's timeout: it gets its answer
+    process.kill(a.proc.pid, 'SIGCONT')
+    const deadline = Date.now() + 5000
+    let born = null
+    while (born === null && Date.now() < deadline) {
+      await sleep(20)
+      born = await redisCommand(b.port, 'HGET', '{vr:shop}', 'born')
+    }
+    assert.ok(born !== null, 'the new loop syncs with the new store')
+    await sleep(400)
+    const lastOld = await redisCommand(a.port, 'HGET', '{vr:shop}', 'clock')
+    assert.ok(Number(lastOld) <= Number(born),
+      `the old loop synced at ${lastOld}, after the new one's first sync at ${born}`)
+  } finally {
+    process.kill(a.proc.pid, 'SIGCONT')
+    a.proc.kill('SIGKILL')
+    b.proc.kill('SIGKILL')
+  }
+})

@@ -139,7 +139,7 @@ fn stalled_killed_and_restarted_store() {
         hosts.iter().all(|h| !h.sync.status().in_outage)
     });
 
-    // Killed and restarted empty: the store learns for a lease, then hands out the rest.
+    // Killed and restarted empty: the store learns (another run_id), then hands out the rest.
     redis.kill();
     let (got, slowest) = arrivals(&hosts, &mut waiting, Duration::from_millis(500));
     total += got;

@@ -341,9 +341,9 @@ fn restarts_without_state_and_a_wiped_store() {
     }
 }
 
-/// A process stopped mid-advance past the tick lock's takeover (30 s) wakes up to a lock its
-/// host's other process took over: it grants nothing more. (Its host cannot report while the
-/// lock is held: sessions are longer than the takeover here, as they are in practice.)
+/// A process stopped mid-advance for half a minute (past the tick lock's takeover, a second)
+/// wakes up to a lock its host's other process took over: it grants nothing more, and its
+/// host went on reporting meanwhile.
 #[test]
 fn a_process_stopped_past_the_lock_takeover() {
     for seed in 0..10 {

@@ -12,12 +12,13 @@
 //! (attaching a region retries for a bounded time, see `directory`). It is taken over:
 //! - at once when its holder is dead (`kill(pid, 0)` says no such process: a worker that
 //!   crashed mid-tick does not stop the others' ticks);
-//! - after [`LIVE_HOLDER_TIMEOUT_MS`] even when a process of that id lives (a stopped process,
-//!   or a new process that got the dead holder's id), or when the time it was taken lies in the
-//!   future (a state file kept across a reboot). A holder that wakes up after that may overlap
-//!   with its successor for the rest of its critical section; the sections guarded here take
-//!   microseconds and are written so that an overlap cannot corrupt a ledger (see
-//!   `admission::tick`), only repeat work.
+//! - after [`LIVE_HOLDER_TIMEOUT_MS`] (a room's tick lock: after a second, see
+//!   `TickBlock::try_lock`) even when a process of that id lives (a stopped process, or a new
+//!   process that got the dead holder's id), or when the time it was taken lies in the future
+//!   (a state file kept across a reboot). A holder that wakes up after that checks
+//!   [`Held::still_held`] before each step two holders must not both take (an advance's
+//!   grants): the sections guarded here take microseconds and are written so that an overlap
+//!   cannot corrupt a ledger (see `admission::tick`).
 //!
 //! A [`Held`] lock is released when it is dropped, panics included.
 //!

@@ -10,7 +10,7 @@
 //!              queue lane tags                (lanes x u64)
 //!              queue lane counts              (queue_slots x lanes x i64)
 //!              queue lane id sets             (lanes x lane_guard_words x u64)
-//!              tick block                     (32 x u64)
+//!              tick block                     (64 x u64)
 //!              bucket guards                  (buckets x guard_words x u64)
 //! ```
 //! Every block starts on a 128-byte boundary. The size depends only on the room's
@@ -271,7 +271,7 @@ mod tests {
         assert_eq!(layout.guard_words, 512);
         assert_eq!(layout.lane_guard_words, 32_768);
         let fixed = layout.size() - 4 * 32_768 * 8 - 8 * 512 * 8;
-        assert_eq!(fixed, 34_944, "everything but the guards");
+        assert_eq!(fixed, 35_072, "everything but the guards");
         // A room for 1,048,576 users: 8 guards of 16 MiB.
         let big = RoomLayout::of(&RoomConfig::new("r", 1 << 20, 1000), &settings(4));
         assert_eq!(big.guard_words, 1 << 21);

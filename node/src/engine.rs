@@ -182,9 +182,9 @@ fn restart_sync(handle: u32) -> napi::Result<(), &'static str> {
                 drop(sync);
             }
         });
-    started.map(|_| ()).map_err(|e| {
-        napi::Error::new(CONFIG, format!("cluster: no thread for the sync loop: {e}"))
-    })
+    started
+        .map(|_| ())
+        .map_err(|e| napi::Error::new(CONFIG, format!("cluster: no thread for the sync loop: {e}")))
 }
 
 /// Frees an engine's handle (the package calls it when the `Engine` object is collected).

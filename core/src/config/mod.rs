@@ -13,9 +13,11 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 mod cluster;
+mod event;
 mod room;
 
 pub use cluster::ClusterConfig;
+pub use event::{EventConfig, Instant};
 pub use room::{CookieConfig, QueueingMethod, RoomConfig, MAX_COOKIE_DOMAIN, MAX_COOKIE_PATH};
 
 /// Most rooms one configuration may hold.

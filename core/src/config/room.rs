@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::event::EventConfig;
 use crate::error::{Error, Result};
 
 /// Longest `cookie.path`, in bytes.
@@ -122,6 +123,29 @@ pub struct RoomConfig {
     /// mode). A brand-new room learns too: its first visitors wait one session. Default false.
     #[serde(default)]
     pub restart_learning: bool,
+    /// The room is switched off: every request passes untouched and nothing is counted.
+    #[serde(default)]
+    pub suspended: bool,
+    /// The waiting page as a Mustache template with Cloudflare's variables (see `page`);
+    /// the built-in page when neither this nor `custom_page_file` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_page: Option<String>,
+    /// A file holding the page template, read when the configuration loads (relative paths
+    /// from the configuration file's directory, or the working directory for text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_page_file: Option<String>,
+    /// Language of the built-in pages (a BCP 47 tag such as `en-US` or `de-DE`). Default
+    /// `en-US`.
+    #[serde(default = "default_language")]
+    pub default_template_language: String,
+    /// Serve the built-in pages in the language the visitor's `Accept-Language` prefers,
+    /// when it is one of the built-in languages. Default false (always
+    /// `default_template_language`, as Cloudflare does).
+    #[serde(default)]
+    pub accept_language: bool,
+    /// Scheduled events, in any order; their spans (pre-queue included) may not overlap.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<EventConfig>,
 }
 
 fn default_session() -> u32 {
@@ -144,6 +168,9 @@ fn default_max_live_waiters() -> u32 {
 }
 fn default_queue_buckets() -> u32 {
     1024
+}
+fn default_language() -> String {
+    "en-US".into()
 }
 fn default_title() -> String {
     "You are in line".into()
@@ -170,6 +197,12 @@ impl RoomConfig {
             max_live_waiters: default_max_live_waiters(),
             page_title: default_title(),
             restart_learning: false,
+            suspended: false,
+            custom_page: None,
+            custom_page_file: None,
+            default_template_language: default_language(),
+            accept_language: false,
+            events: Vec::new(),
         }
     }
 
@@ -290,7 +323,74 @@ impl RoomConfig {
         if self.page_title.len() > 200 {
             return Err(Error::invalid(f("page_title"), "must be at most 200 bytes"));
         }
+        if self.custom_page.is_some() && self.custom_page_file.is_some() {
+            return Err(Error::invalid(
+                f("custom_page_file"),
+                "give `custom_page` or `custom_page_file`, not both",
+            ));
+        }
+        self.validate_events(at)?;
         debug_assert!(self.max_set_cookie_len() <= crate::MAX_SET_COOKIE_LEN);
+        Ok(())
+    }
+
+    /// Checks each event, then that no two spans (pre-queue included) overlap.
+    fn validate_events(&self, at: &str) -> Result<()> {
+        for (i, e) in self.events.iter().enumerate() {
+            e.validate(&format!("{at}.events[{i}]"))?;
+            let event = |name: &str, v: u64, ok: bool, what: &str| {
+                if ok {
+                    Ok(())
+                } else {
+                    Err(Error::invalid(
+                        format!("{at}.events[{i}].{name}"),
+                        format!("{v}: {what}"),
+                    ))
+                }
+            };
+            if let Some(v) = e.total_active_users {
+                event(
+                    "total_active_users",
+                    v,
+                    (1..=1 << 20).contains(&v),
+                    "must be between 1 and 1048576",
+                )?;
+            }
+            if let Some(v) = e.new_users_per_minute {
+                event(
+                    "new_users_per_minute",
+                    v,
+                    (1..=u64::from(u32::MAX)).contains(&v),
+                    "must be between 1 and 4294967295",
+                )?;
+            }
+            if let Some(v) = e.session_duration {
+                event(
+                    "session_duration",
+                    v.into(),
+                    (1..=1440).contains(&v),
+                    "must be between 1 and 1440 minutes",
+                )?;
+            }
+        }
+        let mut spans: Vec<&EventConfig> = self.events.iter().collect();
+        spans.sort_by_key(|e| e.opens());
+        for w in spans.windows(2) {
+            if w[1].opens() < w[0].event_end {
+                return Err(Error::invalid(
+                    format!("{at}.events"),
+                    format!(
+                        "events `{}` ({} to {}) and `{}` ({} to {}) overlap",
+                        w[0].name,
+                        w[0].opens().to_rfc3339(),
+                        w[0].event_end.to_rfc3339(),
+                        w[1].name,
+                        w[1].opens().to_rfc3339(),
+                        w[1].event_end.to_rfc3339()
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 

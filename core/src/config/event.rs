@@ -162,3 +162,62 @@ impl EventConfig {
         Ok(())
     }
 }
+
+/// Where an instant falls in a room's schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventPhase {
+    /// In the event's pre-queue: everyone waits for `event_start`.
+    Prequeue,
+    /// Between `event_start` and `event_end`.
+    Active,
+}
+
+/// The event of a room in force at an instant, and which part of it.
+#[derive(Debug, Clone, Copy)]
+pub struct EventAt<'a> {
+    /// Its index in the room's `events`.
+    pub index: usize,
+    /// The event.
+    pub event: &'a EventConfig,
+    /// Pre-queue or active.
+    pub phase: EventPhase,
+}
+
+/// The event in force at `now_ms` (ms since the Unix epoch) among `events`, if any; a
+/// suspended event is never in force.
+pub fn event_at(events: &[EventConfig], now_ms: u64) -> Option<EventAt<'_>> {
+    events.iter().enumerate().find_map(|(index, event)| {
+        if event.suspended || now_ms < event.opens().millis() || now_ms >= event.event_end.millis()
+        {
+            return None;
+        }
+        let phase = if now_ms < event.event_start.millis() {
+            EventPhase::Prequeue
+        } else {
+            EventPhase::Active
+        };
+        Some(EventAt {
+            index,
+            event,
+            phase,
+        })
+    })
+}
+
+/// The first instant after `now_ms` at which `events` switch the room's settings (an event's
+/// pre-queue start, start or end), if any. Suspended events never switch anything.
+pub fn next_switch(events: &[EventConfig], now_ms: u64) -> Option<u64> {
+    events
+        .iter()
+        .filter(|e| !e.suspended)
+        .flat_map(|e| {
+            [
+                e.prequeue_start.map(Instant::millis),
+                Some(e.event_start.millis()),
+                Some(e.event_end.millis()),
+            ]
+        })
+        .flatten()
+        .filter(|&t| t > now_ms)
+        .min()
+}

@@ -17,7 +17,7 @@ mod event;
 mod room;
 
 pub use cluster::ClusterConfig;
-pub use event::{EventConfig, Instant};
+pub use event::{event_at, next_switch, EventAt, EventConfig, EventPhase, Instant};
 pub use room::{CookieConfig, QueueingMethod, RoomConfig, MAX_COOKIE_DOMAIN, MAX_COOKIE_PATH};
 
 /// Most rooms one configuration may hold.

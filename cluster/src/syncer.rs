@@ -234,11 +234,17 @@ impl SyncRound {
                 }
             };
             fault_point(FaultPoint::SyncReported);
+            // A grant is enforced for its lease and held a session after it: it is computed
+            // from the strictest limits the room's schedule sets over that span, so that an
+            // event's switch to lower limits is exact across hosts too.
+            let hold = u64::from(room.longest_session()) * bucket_ms;
+            let (total, minute) =
+                room.strictest_limits(turn_at, turn_at + lease_ms + hold, bucket_ms);
             let params = Params {
-                total: room.total_active_users,
-                minute: room.new_users_per_minute,
+                total,
+                minute,
                 lease: lease_ms,
-                hold: u64::from(room.session_duration) * bucket_ms,
+                hold,
                 // A host that reaches the store reports within an interval, or a turn (or
                 // the room's tick lock) whose holder stopped, and an interval: the store
                 // learns that long.

@@ -26,7 +26,7 @@
 
 use crate::admission::room::Room;
 use crate::clock::Millis;
-use crate::config::QueueingMethod;
+use crate::config::{QueueingMethod, Rules};
 use crate::counters::process_lock::Held;
 pub use crate::counters::tick_block::TICK_LOCK_TAKEOVER_MS;
 use crate::counters::tick_block::{Cell, TickBlock, APPLIED_CELLS, GRANT_CELLS};
@@ -246,13 +246,18 @@ const PPM: u64 = 1_000_000;
 /// The limits an advance of `room` at `bucket` and `now` enforces: the room's own when it is
 /// not clustered; else the current grant; else, while the store may still reserve the last
 /// grant (a session after its lease), that grant and nothing more; else the fallback share.
-pub(crate) fn allowance(room: &Room, tb: &TickBlock<'_>, bucket: u64, now: Millis) -> Allowance {
-    let cfg = &room.cfg;
+pub(crate) fn allowance(
+    room: &Room,
+    tb: &TickBlock<'_>,
+    bucket: u64,
+    now: Millis,
+    rules: &Rules,
+) -> Allowance {
     let Some(default_ppm) = room.cluster_fallback_ppm.filter(|_| clustered(room)) else {
         return Allowance {
-            total: cfg.total_active_users,
-            minute: cfg.new_users_per_minute,
-            minute_next: cfg.new_users_per_minute,
+            total: rules.total_active_users,
+            minute: rules.new_users_per_minute,
+            minute_next: rules.new_users_per_minute,
             global_fifo: None,
         };
     };
@@ -263,10 +268,12 @@ pub(crate) fn allowance(room: &Room, tb: &TickBlock<'_>, bucket: u64, now: Milli
         let (minute, minute_next) = g.minutes(bucket);
         // Past its lease the grant's frontier is stale: the host orders its own queue.
         let global_fifo = (now <= until).then_some((g.frontier, g.behind));
+        // Never more than the limits in force here, whatever the grant (one computed before
+        // an event's switch, see `Syncer`).
         return Allowance {
-            total: g.total,
-            minute,
-            minute_next,
+            total: g.total.min(rules.total_active_users),
+            minute: minute.min(rules.new_users_per_minute),
+            minute_next: minute_next.min(rules.new_users_per_minute),
             global_fifo,
         };
     }
@@ -287,9 +294,9 @@ pub(crate) fn allowance(room: &Room, tb: &TickBlock<'_>, bucket: u64, now: Milli
         stored => stored - 1,
     };
     let part = |limit: u64| ((u128::from(limit) * u128::from(ppm)) / u128::from(PPM)) as u64;
-    let minute = part(cfg.new_users_per_minute);
+    let minute = part(rules.new_users_per_minute);
     Allowance {
-        total: part(cfg.total_active_users),
+        total: part(rules.total_active_users),
         minute,
         minute_next: minute,
         global_fifo: None,

@@ -17,7 +17,7 @@ use crate::admission::room::Room;
 use crate::admission::set_cookie::set_cookie;
 use crate::admission::snapshot::{RoomView, Snapshot};
 use crate::clock::Millis;
-use crate::config::QueueingMethod;
+use crate::config::{QueueingMethod, Rules, SHUFFLE_LANES};
 use crate::counters::buckets::Renewal;
 use crate::counters::queue_lanes::Counted;
 use crate::counters::slot_pool::home_shard;
@@ -25,6 +25,22 @@ use crate::counters::tick_block::Cell;
 use crate::hash::mix64;
 use crate::sync::Ordering;
 use crate::ticket::{random_id, Ticket, TicketError, TicketState};
+
+/// Salt of the draw of a pre-queued visitor's place in a shuffle (independent of the per-epoch
+/// draws, which use the epoch).
+const SHUFFLE_SALT: u64 = 0x5bd1_e995_3c6e_f372;
+
+/// One request's clock and the rules in force at it.
+struct At<'a> {
+    /// Now (ms since the Unix epoch).
+    now: Millis,
+    /// The bucket of `now`.
+    bucket: u64,
+    /// `now` in seconds.
+    secs: u32,
+    /// The rules in force.
+    rules: &'a Rules,
+}
 
 /// The bucket an admission made now is booked to: the request's, clamped to the two buckets
 /// the tick has opened (read after the claim, see the module documentation).
@@ -52,6 +68,11 @@ impl Snapshot {
     #[inline]
     pub(crate) fn decide(&self, view: &RoomView, cookie: Option<&[u8]>, now: Millis) -> Decision {
         let room = &view.room;
+        let rules = view.rules_at(now);
+        if rules.suspended {
+            // Suspended: untouched, uncounted.
+            return Decision::admit(None, None);
+        }
         let now_secs = (now / 1000).min(u32::MAX as u64) as u32;
         let bucket = now / room.bucket_ms;
         let opened = cookie.map(|text| {
@@ -61,14 +82,20 @@ impl Snapshot {
         if let Some(Ok(t)) = &opened {
             if t.state == TicketState::Admitted
                 && t.incarnation == room.incarnation
-                && (room.cfg.disable_session_renewal || u64::from(t.counted) >= bucket)
+                && (rules.disable_session_renewal || u64::from(t.counted) >= bucket)
             {
                 // Counted by these counters in this bucket or a later one (or never renewed):
                 // nothing to change.
                 return Decision::admit(None, None);
             }
         }
-        self.not_steady(view, opened, bucket, now_secs)
+        let at = At {
+            now,
+            bucket,
+            secs: now_secs,
+            rules: &rules,
+        };
+        self.not_steady(view, opened, &at)
     }
 
     /// Decides one request only for a visitor holding a valid admission ticket of the room
@@ -90,7 +117,8 @@ impl Snapshot {
         if holds {
             return Some(self.decide(view, cookie, now));
         }
-        (room.cfg.queueing_method == QueueingMethod::Passthrough)
+        let rules = view.rules_at(now);
+        (rules.suspended || rules.queueing_method == QueueingMethod::Passthrough)
             .then(|| Decision::admit(None, None))
     }
 
@@ -103,24 +131,21 @@ impl Snapshot {
         &self,
         view: &RoomView,
         opened: Option<Result<Ticket, TicketError>>,
-        bucket: u64,
-        now_secs: u32,
+        at: &At<'_>,
     ) -> Decision {
         match opened {
-            None => self.arrival(view, bucket, now_secs, None),
-            Some(Ok(t)) if t.state == TicketState::Admitted => {
-                self.renew(view, t, bucket, now_secs)
-            }
-            Some(Ok(t)) => self.waiter(view, t, bucket, now_secs),
-            Some(Err(e)) => self.refused(view, e, bucket, now_secs),
+            None => self.arrival(view, at, None),
+            Some(Ok(t)) if t.state == TicketState::Admitted => self.renew(view, t, at),
+            Some(Ok(t)) => self.waiter(view, t, at),
+            Some(Err(e)) => self.refused(view, e, at),
         }
     }
 
     /// A visitor whose ticket was refused: counted by reason, then treated as new.
     #[inline(never)]
-    fn refused(&self, view: &RoomView, e: TicketError, bucket: u64, now_secs: u32) -> Decision {
+    fn refused(&self, view: &RoomView, e: TicketError, at: &At<'_>) -> Decision {
         view.room.counters.rejections()[e as usize].fetch_add(1, Ordering::Relaxed);
-        self.arrival(view, bucket, now_secs, Some(e))
+        self.arrival(view, at, Some(e))
     }
 
     /// A visitor holding a valid admission ticket that these counters must count now: last
@@ -130,16 +155,25 @@ impl Snapshot {
     /// for this request's clock, clamped as admissions are: a process whose clock lags by more
     /// than a session must not move a visitor into a bucket the room counts as ended.
     #[inline(never)]
-    fn renew(&self, view: &RoomView, t: Ticket, bucket: u64, now_secs: u32) -> Decision {
+    fn renew(&self, view: &RoomView, t: Ticket, at: &At<'_>) -> Decision {
+        let (bucket, now_secs, rules) = (at.bucket, at.secs, at.rules);
         let room = &view.room;
         let buckets = room.counters.buckets();
-        let first = bucket.saturating_sub(u64::from(room.cfg.session_duration));
+        let first = bucket.saturating_sub(u64::from(rules.session_duration));
+        if rules.session_duration < room.longest_session
+            && t.incarnation == room.incarnation
+            && u64::from(t.counted) < first
+        {
+            // Counted before the session window of the rules in force (an event shortened
+            // sessions since): its session is over, whatever its ticket says.
+            return self.arrival(view, at, None);
+        }
         let afresh = || {
             // The slot first, then which bucket is open (see the module documentation).
             let home = home_shard();
             let (open, waiters) = (room.counters.open_pool(), room.counters.waiter_pool());
-            let claimed = room
-                .may_claim()
+            let claimed = view
+                .may_claim(at.now)
                 .then(|| {
                     open.try_claim(home)
                         .map(|shard| (open, shard))
@@ -172,10 +206,10 @@ impl Snapshot {
             // The tick is late for this bucket: keep the ticket, count it on a later request.
             return Decision::admit(None, None);
         }
-        let expires = if room.cfg.disable_session_renewal {
+        let expires = if rules.disable_session_renewal {
             t.expires
         } else {
-            now_secs.saturating_add(room.session_secs)
+            now_secs.saturating_add(room.session_secs(rules))
         };
         let renewed = Ticket {
             counted: counted as u32,
@@ -192,11 +226,11 @@ impl Snapshot {
 
     /// A visitor holding a valid queued ticket.
     #[inline(never)]
-    fn waiter(&self, view: &RoomView, t: Ticket, bucket: u64, now_secs: u32) -> Decision {
+    fn waiter(&self, view: &RoomView, t: Ticket, at: &At<'_>) -> Decision {
+        let (bucket, now_secs, rules) = (at.bucket, at.secs, at.rules);
         let room = &view.room;
-        let cfg = &room.cfg;
-        if cfg.queueing_method == QueueingMethod::Passthrough {
-            return self.arrival_with(view, t.id, bucket, now_secs, None);
+        if rules.queueing_method == QueueingMethod::Passthrough {
+            return self.arrival_with(view, t.id, at, None);
         }
         let epoch = u64::from(now_secs / room.refresh_secs);
         let lanes = room.counters.lanes();
@@ -208,21 +242,48 @@ impl Snapshot {
         // The epoch it was counted in, if these counters counted it.
         let counted = (t.incarnation == room.incarnation).then_some(u64::from(t.counted));
         let buckets = room.counters.buckets();
-        let window_start = bucket.saturating_sub(u64::from(cfg.session_duration));
+        // The longest session of the room and its events: a session shortened by an event
+        // does not shorten what a queued ticket may be replayed over.
+        let window_start = bucket.saturating_sub(u64::from(room.longest_session));
         // A queued ticket admits once: a replay of it after its holder got in (whose queued
         // ticket expires within the session window this looks at) waits as before.
         let already_in = buckets.admitted_from_queue(t.id, window_start, bucket + 1);
         let tb = room.counters.tick_block();
-        let eligible = !cfg.queue_all
-            && !already_in
-            && match cfg.queueing_method {
-                QueueingMethod::Random => {
-                    mix64(t.id ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15))
-                        < tb.get(Cell::DrawThreshold)
+        let draw = || mix64(t.id ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        // Counts the waiter live in this epoch (moving it from the epoch it was counted in).
+        let count_in_epoch = || {
+            let c = lanes.count(slot, epoch, t.id);
+            if c == Counted::New {
+                if let Some(old) = counted.filter(|&c| lanes.in_window(c, epoch)) {
+                    lanes.uncount(slot, old);
                 }
-                _ => arrival <= tb.get(Cell::Frontier),
+            }
+            c
+        };
+        let frontier = tb.get(Cell::Frontier);
+        let may_enter = !rules.queue_all && !already_in;
+        // A waiter of a shuffled pre-queue's bucket at the frontier draws once per refresh
+        // epoch: its first request of the epoch (by ticket id, so replays of older tickets
+        // included) is counted, then draws; any other request of the epoch does not, so that
+        // refreshing more often than the page does gains nothing.
+        let fresh = (may_enter
+            && rules.queueing_method == QueueingMethod::Fifo
+            && arrival == frontier
+            && rules.is_shuffle_lane(arrival)
+            && counted != Some(epoch))
+        .then(count_in_epoch);
+        let eligible = may_enter
+            && match rules.queueing_method {
+                QueueingMethod::Random => draw() < tb.get(Cell::DrawThreshold),
+                _ => {
+                    arrival < frontier
+                        || (arrival == frontier
+                            && (!rules.is_shuffle_lane(arrival)
+                                || (fresh == Some(Counted::New)
+                                    && draw() < tb.get(Cell::FrontierDraw))))
+                }
             };
-        if eligible && room.may_claim() {
+        if eligible && view.may_claim(at.now) {
             let home = home_shard();
             let (waiters, open) = (room.counters.waiter_pool(), room.counters.open_pool());
             let claimed = waiters
@@ -233,15 +294,21 @@ impl Snapshot {
                 let b = booking_bucket(room, bucket);
                 if buckets.mark_admitted_from_queue(t.id, b) {
                     let b = book(room, b, bucket);
-                    if let Some(c) = counted.filter(|&c| lanes.in_window(c, epoch)) {
+                    // It leaves the lane it is counted in: this epoch's if it was just
+                    // counted, else the one its ticket says.
+                    let live_in = match fresh {
+                        Some(Counted::New) => Some(epoch),
+                        _ => counted,
+                    };
+                    if let Some(c) = live_in.filter(|&c| lanes.in_window(c, epoch)) {
                         lanes.uncount(slot, c);
                     }
-                    return self.admitted(view, t.id, b as u32, now_secs, None);
+                    return self.admitted(view, t.id, b as u32, at, None);
                 }
                 // A concurrent request with the same ticket was admitted first: this one gets
                 // the same admission, and its slot goes back.
                 pool.unclaim(shard);
-                return self.admitted(view, t.id, b as u32, now_secs, None);
+                return self.admitted(view, t.id, b as u32, at, None);
             }
         }
         let mut cookie = None;
@@ -249,44 +316,35 @@ impl Snapshot {
             let refreshed = Ticket {
                 counted: epoch as u32,
                 last_checkin: now_secs,
-                expires: now_secs.saturating_add(room.session_secs),
+                expires: now_secs.saturating_add(room.session_secs(rules)),
                 incarnation: room.incarnation,
                 ..t
             };
-            match lanes.count(slot, epoch, t.id) {
-                Counted::New => {
-                    if let Some(c) = counted.filter(|&c| lanes.in_window(c, epoch)) {
-                        lanes.uncount(slot, c);
-                    }
+            match fresh.unwrap_or_else(count_in_epoch) {
+                // Counted now, or in this epoch by a sibling request (same ticket, no count
+                // change): either way its ticket now says this epoch.
+                Counted::New | Counted::Already => {
                     cookie = Some(set_cookie(&self.keyring, room, &refreshed, now_secs));
-                }
-                // Counted in this epoch by a sibling request: same ticket, no count change.
-                Counted::Already => {
-                    cookie = Some(set_cookie(&self.keyring, room, &refreshed, now_secs))
                 }
                 Counted::NotReady => {}
             }
         }
-        let position = match cfg.queueing_method {
+        let position = match rules.queueing_method {
+            // In a pre-queue nobody has a place yet (a shuffle may draw it at the start).
+            _ if rules.prequeue => None,
             QueueingMethod::Fifo => {
                 let i = arrival.saturating_sub(view.queue_base) as usize;
-                view.ahead.get(i).copied().unwrap_or(view.queue_length) + 1
+                Some(view.ahead.get(i).copied().unwrap_or(view.queue_length) + 1)
             }
-            _ => view.queue_length.max(1),
+            _ => Some(view.queue_length.max(1)),
         };
         self.queued(view, cookie, position, None)
     }
 
     /// A visitor with no valid ticket.
     #[inline(never)]
-    fn arrival(
-        &self,
-        view: &RoomView,
-        bucket: u64,
-        now_secs: u32,
-        err: Option<TicketError>,
-    ) -> Decision {
-        self.arrival_with(view, random_id(), bucket, now_secs, err)
+    fn arrival(&self, view: &RoomView, at: &At<'_>, err: Option<TicketError>) -> Decision {
+        self.arrival_with(view, random_id(), at, err)
     }
 
     /// A new visitor (or a waiter of a `passthrough` room) with ticket id `id`.
@@ -294,25 +352,26 @@ impl Snapshot {
         &self,
         view: &RoomView,
         id: u64,
-        bucket: u64,
-        now_secs: u32,
+        at: &At<'_>,
         err: Option<TicketError>,
     ) -> Decision {
+        let (bucket, now_secs, rules) = (at.bucket, at.secs, at.rules);
         let room = &view.room;
         let cfg = &room.cfg;
-        let passthrough = cfg.queueing_method == QueueingMethod::Passthrough;
-        if passthrough || !cfg.queue_all {
-            if room.may_claim() && room.counters.open_pool().try_claim(home_shard()).is_some() {
+        let passthrough = rules.queueing_method == QueueingMethod::Passthrough;
+        if passthrough || !rules.queue_all {
+            if view.may_claim(at.now) && room.counters.open_pool().try_claim(home_shard()).is_some()
+            {
                 let b = book(room, booking_bucket(room, bucket), bucket);
-                return self.admitted(view, id, b as u32, now_secs, err);
+                return self.admitted(view, id, b as u32, at, err);
             }
             if passthrough {
                 // Never short of slots in practice (the tick keeps a billion free); admitted
                 // uncounted, and counted afresh on its next request.
-                return self.admitted(view, id, 0, now_secs, err);
+                return self.admitted(view, id, 0, at, err);
             }
         }
-        if cfg.queueing_method == QueueingMethod::Reject {
+        if rules.queueing_method == QueueingMethod::Reject {
             return Decision {
                 outcome: Outcome::Reject,
                 set_cookie: None,
@@ -324,8 +383,13 @@ impl Snapshot {
             };
         }
         let epoch = u64::from(now_secs / room.refresh_secs);
-        let arrival = match cfg.queueing_method {
-            QueueingMethod::Fifo => bucket,
+        let arrival = match (rules.queueing_method, rules.shuffle_lanes) {
+            // A shuffled pre-queue: one of the buckets before the event's start, drawn at
+            // random (the ticket's id is random and sealed: nobody can choose or read it).
+            (QueueingMethod::Fifo, Some(first)) if rules.prequeue => {
+                first + mix64(id ^ SHUFFLE_SALT) % SHUFFLE_LANES
+            }
+            (QueueingMethod::Fifo, _) => bucket,
             _ => 0,
         };
         let q = room.counters.layout().queue_slots as u64;
@@ -342,11 +406,12 @@ impl Snapshot {
             accepted_at: now_secs,
             counted,
             last_checkin: now_secs,
-            expires: now_secs.saturating_add(room.session_secs),
+            expires: now_secs.saturating_add(room.session_secs(rules)),
             incarnation: room.incarnation,
         };
         let cookie = set_cookie(&self.keyring, room, &t, now_secs);
-        self.queued(view, Some(cookie), view.queue_length + 1, err)
+        let position = (!rules.prequeue).then_some(view.queue_length + 1);
+        self.queued(view, Some(cookie), position, err)
     }
 
     /// An admission ticket for `id`, counted in bucket `counted` (0: not counted yet).
@@ -355,9 +420,10 @@ impl Snapshot {
         view: &RoomView,
         id: u64,
         counted: u32,
-        now_secs: u32,
+        at: &At<'_>,
         err: Option<TicketError>,
     ) -> Decision {
+        let now_secs = at.secs;
         let room = &view.room;
         let t = Ticket {
             id,
@@ -366,7 +432,7 @@ impl Snapshot {
             accepted_at: now_secs,
             counted,
             last_checkin: now_secs,
-            expires: now_secs.saturating_add(room.session_secs),
+            expires: now_secs.saturating_add(room.session_secs(at.rules)),
             incarnation: room.incarnation,
         };
         Decision::admit(Some(set_cookie(&self.keyring, room, &t, now_secs)), err)
@@ -377,22 +443,25 @@ impl Snapshot {
         &self,
         view: &RoomView,
         set_cookie: Option<String>,
-        position: u64,
+        position: Option<u64>,
         err: Option<TicketError>,
     ) -> Decision {
         let rate = view.rate_per_sec;
         let cfg = &view.room.cfg;
-        let wait = if rate > 0.0 {
-            (position as f64 / rate).ceil() as u64
-        } else {
-            let per_sec = cfg.new_users_per_minute as f64 * 1000.0 / view.room.bucket_ms as f64;
-            (position as f64 / per_sec).ceil() as u64
-        };
+        let wait = position.map(|position| {
+            if rate > 0.0 {
+                (position as f64 / rate).ceil() as u64
+            } else {
+                let per_sec =
+                    view.rules.new_users_per_minute as f64 * 1000.0 / view.room.bucket_ms as f64;
+                (position as f64 / per_sec).ceil() as u64
+            }
+        });
         Decision {
             outcome: Outcome::Queue,
             set_cookie,
-            position: Some(position),
-            estimated_wait_secs: Some(wait),
+            position,
+            estimated_wait_secs: wait,
             retry_after_secs: Some(u64::from(cfg.refresh_interval)),
             queue_length: Some(view.queue_length),
             ticket_error: err,

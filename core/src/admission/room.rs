@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::admission::cookie_finder::CookieFinder;
-use crate::config::{Config, RoomConfig};
+use crate::config::{Config, RoomConfig, Rules};
 use crate::counters::room_counters::RoomCounters;
 use crate::ticket::RoomId;
 
@@ -21,8 +21,11 @@ pub(crate) struct Room {
     pub(crate) cookie_finder: CookieFinder,
     /// `; Path=...; Domain=...; Secure; HttpOnly; SameSite=...`.
     pub(crate) cookie_attrs: String,
-    /// Session length in seconds.
-    pub(crate) session_secs: u32,
+    /// Bucket width in seconds (a session of `n` buckets lasts `n` times this).
+    pub(crate) bucket_secs: u32,
+    /// The longest session the room or its events set, in buckets (see
+    /// `RoomConfig::longest_session`).
+    pub(crate) longest_session: u32,
     /// Bucket width in milliseconds.
     pub(crate) bucket_ms: u64,
     /// Refresh interval in seconds (the queue's epoch width).
@@ -51,9 +54,21 @@ impl Room {
         !(self.fork_guard && self.counters.copied_by_fork())
     }
 
-    /// A session's length in ms: how long a visitor stays active after its last request.
+    /// The longest session's length in ms (of the room or any of its events): how long a
+    /// visitor may stay active after its last request.
     pub(crate) fn session_ms(&self) -> u64 {
-        u64::from(self.cfg.session_duration) * self.bucket_ms
+        u64::from(self.longest_session) * self.bucket_ms
+    }
+
+    /// A session's length in seconds under `rules`.
+    #[inline]
+    pub(crate) fn session_secs(&self, rules: &Rules) -> u32 {
+        rules.session_duration.saturating_mul(self.bucket_secs)
+    }
+
+    /// The rules in force at `now` (see `RoomConfig::rules_at`).
+    pub(crate) fn rules_at(&self, now: u64) -> Rules {
+        self.cfg.rules_at(now, self.bucket_ms)
     }
 }
 
@@ -79,7 +94,8 @@ impl Room {
             cookie_name: cfg.cookie_name(),
             cookie_finder: CookieFinder::new(&cfg.cookie_name()),
             cookie_attrs: attrs,
-            session_secs: cfg.session_duration * config.settings.bucket_width_secs,
+            bucket_secs: config.settings.bucket_width_secs,
+            longest_session: cfg.longest_session(),
             bucket_ms: u64::from(layout.bucket_secs) * 1000,
             refresh_secs: layout.refresh_secs,
             incarnation: counters.incarnation(),

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::admission::room::Room;
-use crate::config::Config;
+use crate::clock::Millis;
+use crate::config::{Config, Rules};
 use crate::error::{Error, Result};
 use crate::ticket::Keyring;
 
@@ -62,6 +63,35 @@ pub(crate) struct RoomView {
     pub(crate) ahead: Arc<[u64]>,
     /// Recent admissions per second.
     pub(crate) rate_per_sec: f64,
+    /// The rules in force over `rules_from..rules_until` (ms; see `RoomConfig::rules_span`).
+    pub(crate) rules: Rules,
+    /// Start of the span of `rules`.
+    pub(crate) rules_from: Millis,
+    /// End of the span of `rules`.
+    pub(crate) rules_until: Millis,
+    /// Requests claim slots only before this instant (ms): the room's schedule switches
+    /// then, and the slots the pools hold were granted under the rules before the switch,
+    /// until an advance after it moves them to the new rules (see `tick`).
+    pub(crate) claims_until: Millis,
+}
+
+impl RoomView {
+    /// The rules in force at `now`: those of the view's span, or (a request after a switch
+    /// the last tick did not see yet) worked out afresh.
+    #[inline]
+    pub(crate) fn rules_at(&self, now: Millis) -> Rules {
+        if now >= self.rules_from && now < self.rules_until {
+            self.rules
+        } else {
+            self.room.rules_at(now)
+        }
+    }
+
+    /// Whether a request at `now` may claim a slot from the room's pools.
+    #[inline]
+    pub(crate) fn may_claim(&self, now: Millis) -> bool {
+        now < self.claims_until && self.room.may_claim()
+    }
 }
 
 /// Everything a decision reads.

@@ -36,6 +36,8 @@ pub(crate) fn room_stats(room: &Room) -> RoomStats {
 pub(crate) fn room_stats_json(room: &Room) -> serde_json::Value {
     let st = room_stats(room);
     let r = st.ticket_rejections;
+    // The rules in force when the figures were published (the last advance's clock).
+    let rules = room.rules_at(room.counters.tick_block().get(Cell::LastTick));
     serde_json::json!({
         "active_users": st.active_users,
         "admitted_this_minute": st.admitted_this_minute,
@@ -45,8 +47,12 @@ pub(crate) fn room_stats_json(room: &Room) -> serde_json::Value {
         "free_slots": st.free_slots,
         "admission_rate": st.admission_rate,
         "memory_bytes": st.memory_bytes,
-        "total_active_users": room.cfg.total_active_users,
-        "new_users_per_minute": room.cfg.new_users_per_minute,
+        "total_active_users": rules.total_active_users,
+        "new_users_per_minute": rules.new_users_per_minute,
+        "suspended": rules.suspended,
+        "queue_all": rules.queue_all,
+        "event": rules.event.map(|i| room.cfg.events[i].name.as_str()),
+        "event_phase": rules.event.map(|_| if rules.prequeue { "prequeue" } else { "active" }),
         "governing": crate::admission::governance::is_governing(room),
         "ticket_rejections": {
             "bad_encoding": r.bad_encoding,

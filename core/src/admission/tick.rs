@@ -106,8 +106,9 @@ fn bucket_and_epoch(room: &Room, tb: &TickBlock<'_>, now: Millis) -> (u64, u64) 
 /// Folds counts, moves the ledger and the frontier, publishes. One process at a time (the
 /// holder of the room's tick lock, `held`).
 pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis, held: &Held<'_>) {
-    let cfg = &room.cfg;
     let counters = &room.counters;
+    // The rules in force now (the room's, or an event's): what this advance grants under.
+    let rules = room.rules_at(now);
     let (bucket, epoch) = bucket_and_epoch(room, tb, now);
     if cluster::clustered(room) && tb.get(Cell::ClusterSince) == 0 {
         tb.set(Cell::ClusterSince, now.max(1));
@@ -125,10 +126,10 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis, held: &Held<
     tb.set(Cell::Bucket, bucket);
 
     // The figures of the limits (see `budget`), from one reading of the ring.
-    let first = bucket.saturating_sub(u64::from(cfg.session_duration));
+    let first = bucket.saturating_sub(u64::from(rules.session_duration));
     let (before_window, all) = buckets.admitted_before_and_all(first);
     let window = buckets.sums(first, bucket + 1);
-    let allow = cluster::allowance(room, tb, bucket, now);
+    let allow = cluster::allowance(room, tb, bucket, now, &rules);
     let figures = Figures {
         total_active_users: allow.total,
         new_users_per_minute: allow.minute,
@@ -148,7 +149,7 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis, held: &Held<
     );
     env::fault_point(FaultPoint::AdvanceRead);
     let held_slots = waiters.free() + open.free();
-    let limit = if cfg.queueing_method == QueueingMethod::Passthrough {
+    let limit = if rules.queueing_method == QueueingMethod::Passthrough {
         granted
             .saturating_add(PASSTHROUGH_FREE)
             .saturating_sub(held_slots)
@@ -165,12 +166,17 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis, held: &Held<
         .collect();
     let queue_length: u64 = live.iter().sum();
     let mut frontier = tb.get(Cell::Frontier);
+    if let (true, Some(first)) = (rules.prequeue, rules.shuffle_lanes) {
+        // Before a shuffled start the frontier stands before the shuffle's buckets (it may
+        // have moved past some of them while the room ran before its pre-queue).
+        frontier = frontier.min(first.saturating_sub(1));
+    }
     let mut threshold = 0;
     let learning = now < tb.get(Cell::LearnUntil);
-    let want = if cfg.queue_all || learning {
+    let want = if rules.queue_all || learning {
         Split::default()
     } else {
-        match cfg.queueing_method {
+        match rules.queueing_method {
             QueueingMethod::Fifo => match allow.global_fifo {
                 Some((global, behind_elsewhere)) => {
                     frontier = frontier.max(global);
@@ -200,6 +206,16 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis, held: &Held<
         // Taken over while stopped: the successor publishes.
         return;
     }
+    // Only now, with the pools moved to the rules in force, may requests claim until the
+    // schedule's next switch (see the module documentation).
+    tb.set(
+        Cell::GrantsUntil,
+        crate::config::next_switch(&room.cfg.events, now).unwrap_or(0),
+    );
+    tb.set(
+        Cell::FrontierDraw,
+        frontier_draw(&rules, &live, base, bucket, frontier, want.waiters),
+    );
     tb.set(Cell::Granted, ledger);
     if cluster::clustered(room) {
         cluster::publish_applied(tb, &allow, &figures, ledger, bucket);
@@ -236,6 +252,27 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis, held: &Held<
     env::fault_point(FaultPoint::AdvancePublished);
 }
 
+/// The draw below which a waiter of the frontier's arrival bucket may enter, when that bucket
+/// is one of a shuffled pre-queue's: the waiter slots left once every waiter before it has
+/// one, over its live waiters (each of them then draws once per refresh epoch, so that the
+/// order within the bucket is random too, and refreshing more often does not help). Any
+/// other frontier: everyone (`u64::MAX`).
+fn frontier_draw(
+    rules: &crate::config::Rules,
+    live: &[u64],
+    base: u64,
+    bucket: u64,
+    frontier: u64,
+    waiter_slots: u64,
+) -> u64 {
+    if !rules.is_shuffle_lane(frontier) || frontier < base || frontier > bucket {
+        return u64::MAX;
+    }
+    let i = (frontier - base) as usize;
+    let ahead: u64 = live[..i].iter().sum();
+    budget::random(waiter_slots.saturating_sub(ahead), live[i]).1
+}
+
 /// A view of a room from its published state and its live-waiter table.
 pub(crate) fn observe(room: &Arc<Room>, tb: &TickBlock<'_>, now: Millis) -> RoomView {
     let (bucket, epoch) = bucket_and_epoch(room, tb, now);
@@ -248,6 +285,7 @@ pub(crate) fn observe(room: &Arc<Room>, tb: &TickBlock<'_>, now: Millis) -> Room
         ahead.push(sum);
         sum += lanes.live((b % q) as usize, epoch);
     }
+    let (rules, rules_from, rules_until) = room.cfg.rules_span(now, room.bucket_ms);
     RoomView {
         name: RoomName::new(room.cfg.name.as_bytes()),
         room: room.clone(),
@@ -255,6 +293,13 @@ pub(crate) fn observe(room: &Arc<Room>, tb: &TickBlock<'_>, now: Millis) -> Room
         queue_base: base,
         ahead: ahead.into(),
         rate_per_sec: f64::from_bits(tb.get(Cell::RateBits)),
+        rules,
+        rules_from,
+        rules_until,
+        claims_until: match tb.get(Cell::GrantsUntil) {
+            0 => Millis::MAX,
+            t => t,
+        },
     }
 }
 

@@ -15,10 +15,12 @@ use crate::error::{Error, Result};
 mod cluster;
 mod event;
 mod room;
+mod rules;
 
 pub use cluster::ClusterConfig;
 pub use event::{event_at, next_switch, EventAt, EventConfig, EventPhase, Instant};
 pub use room::{CookieConfig, QueueingMethod, RoomConfig, MAX_COOKIE_DOMAIN, MAX_COOKIE_PATH};
+pub use rules::{Rules, SHUFFLE_LANES};
 
 /// Most rooms one configuration may hold.
 pub const MAX_ROOMS: usize = crate::counters::directory::MAX_ROOMS;

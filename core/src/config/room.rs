@@ -373,6 +373,19 @@ impl RoomConfig {
                 )?;
             }
         }
+        let shuffled = self
+            .events
+            .iter()
+            .any(|e| e.shuffle_at_event_start && e.prequeue_start.is_some());
+        if shuffled && u64::from(self.queue_buckets) < 2 * crate::config::SHUFFLE_LANES {
+            return Err(Error::invalid(
+                format!("{at}.queue_buckets"),
+                format!(
+                    "must be at least {} in a room whose events shuffle their pre-queue",
+                    2 * crate::config::SHUFFLE_LANES
+                ),
+            ));
+        }
         let mut spans: Vec<&EventConfig> = self.events.iter().collect();
         spans.sort_by_key(|e| e.opens());
         for w in spans.windows(2) {

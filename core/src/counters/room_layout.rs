@@ -74,9 +74,9 @@ impl RoomLayout {
     pub(crate) fn of(room: &RoomConfig, settings: &Settings) -> Self {
         Self {
             shards: shard_count(settings),
-            guard_words: guard_words(room.total_active_users),
+            guard_words: guard_words(room.largest_total()),
             // The window of session_duration + 1 buckets, the next bucket, one spare.
-            buckets: room.session_duration as usize + 3,
+            buckets: room.longest_session() as usize + 3,
             queue_slots: room.queue_buckets as usize,
             lanes: room.waiter_grace_refreshes as usize + 2,
             // Two fingerprints per word: at most half full with `max_live_waiters` waiters.

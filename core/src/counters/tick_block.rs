@@ -69,6 +69,12 @@ pub(crate) enum Cell {
     /// Until when (engine clock, ms) the room learns after its counters were made anew (the
     /// room's `restart_learning`): ticket holders are counted in, new visitors wait.
     LearnUntil,
+    /// Until when (engine clock, ms; 0: no end) the slots the last advance left in the pools
+    /// are good: the next switch of the room's schedule (see `admission::tick`).
+    GrantsUntil,
+    /// FIFO with a shuffled pre-queue: a waiter of the frontier's arrival bucket, when that is
+    /// one of the shuffle's, may enter when its draw is below this (see `admission::decide`).
+    FrontierDraw,
     /// Cluster: the grant the last sync wrote, a [`Record`] of `GRANT_CELLS` (see
     /// `admission::cluster`): written whole or not at all.
     Grant = 32,
@@ -82,7 +88,7 @@ pub(crate) const GRANT_CELLS: usize = 9;
 /// Cells of an applied record: total, bucket, minute, minute next.
 pub(crate) const APPLIED_CELLS: usize = 4;
 const _: () = assert!(Cell::Applied as usize + 1 + 2 * APPLIED_CELLS <= CELLS);
-const _: () = assert!((Cell::LearnUntil as usize) < (Cell::Grant as usize));
+const _: () = assert!((Cell::FrontierDraw as usize) < (Cell::Grant as usize));
 
 /// A record of `N` cells that a crash never leaves half written: two slots and a selector
 /// (its parity says which slot is current). A writer (one at a time: the tick lock's holder)

@@ -1,5 +1,5 @@
 //! The `velvet-rope` command: run the demo, check a configuration, compute lease grants, make
-//! keys, read tickets.
+//! keys, read tickets, import a Cloudflare waiting room.
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -12,6 +12,7 @@ use velvet_rope::Config;
 
 mod allocate;
 mod demo;
+mod import_cloudflare;
 
 /// velvet-rope: an in-process admission engine (virtual waiting room and capacity leases).
 #[derive(Parser)]
@@ -19,7 +20,7 @@ mod demo;
     name = "velvet-rope",
     version,
     about = "velvet-rope: an in-process admission engine (a virtual waiting room, and capacity \
-             leases).\nCommands: demo, check-config, allocate, keygen, inspect."
+             leases).\nCommands: demo, check-config, allocate, keygen, inspect, import-cloudflare."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -56,6 +57,10 @@ enum Command {
         /// The ticket (cookie value).
         ticket: String,
     },
+    /// Convert a Cloudflare waiting room (and its events), as Cloudflare's API returns them,
+    /// into a velvet-rope configuration; what has no counterpart is listed on stderr and as
+    /// comments in the output.
+    ImportCloudflare(import_cloudflare::ImportArgs),
 }
 
 const ALLOCATE_HELP: &str = "\
@@ -114,6 +119,7 @@ fn main() -> ExitCode {
             room,
             ticket,
         } => inspect(&config, &room, &ticket),
+        Command::ImportCloudflare(args) => import_cloudflare::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

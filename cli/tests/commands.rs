@@ -35,7 +35,14 @@ const KEY: &str =
 #[test]
 fn help_names_every_command() {
     let out = text(&run(&["--help"], ""));
-    for c in ["demo", "check-config", "allocate", "keygen", "inspect"] {
+    for c in [
+        "demo",
+        "check-config",
+        "allocate",
+        "keygen",
+        "inspect",
+        "import-cloudflare",
+    ] {
         assert!(out.contains(c), "`{c}` missing from --help:\n{out}");
     }
 }

@@ -16,6 +16,8 @@ demo:
 	$(CARGO) build --release -p velvet-rope-cli
 	@echo "make demo: running a flash sale through the engine in virtual time"
 	./target/release/velvet-rope demo
+	@echo "make demo: a ticket drop: a scheduled event with a pre-queue and a shuffled start"
+	./target/release/velvet-rope demo --event
 
 test: lint test-rust test-loom test-c test-nginx test-python test-envoy test-node
 	@echo "make test: all suites passed"

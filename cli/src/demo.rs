@@ -46,7 +46,15 @@ pub struct DemoArgs {
     /// Configuration file whose first room is used (limits from the flags are ignored).
     #[arg(long)]
     pub config: Option<String>,
+    /// A ticket drop: the room gets a scheduled event (a pre-queue from minute 2, the start
+    /// at minute 5 with the pre-queue shuffled, twice the room and half the new-user rate
+    /// until minute 20).
+    #[arg(long)]
+    pub event: bool,
 }
+
+/// Minutes (from the demo's start) of the `--event` schedule: pre-queue, start, end.
+const EVENT_MINUTES: (u64, u64, u64) = (2, 5, 20);
 
 /// Virtual start: a minute boundary (milliseconds since the Unix epoch).
 const T0: u64 = 1_800_000_000_000;
@@ -66,6 +74,10 @@ struct Visitor {
     give_up_at: u64,
     last_request: u64,
     admitted_at: u64,
+    /// Arrival order among all visitors.
+    global: u64,
+    /// Arrived during an event's pre-queue.
+    prequeued: bool,
 }
 
 /// Per-second figures one thread reports.
@@ -84,6 +96,7 @@ struct Tally {
 #[derive(Debug, Clone, Serialize)]
 pub struct MinuteRow {
     minute: u64,
+    phase: &'static str,
     arrivals: u64,
     admitted: u64,
     queued: u64,
@@ -108,6 +121,15 @@ pub struct Summary {
     session_minutes: u32,
     threads: usize,
     minutes: u64,
+    /// Seconds in which visitors were let in while the room held more than the
+    /// `total_active_users` in force, and minutes that admitted more than the
+    /// `new_users_per_minute` in force (the room's, or its event's): both must be 0.
+    over_limits_in_force: u64,
+    /// Visitors who arrived during the pre-queue (`--event`).
+    prequeued: u64,
+    /// Rank correlation between the pre-queued visitors' arrival and admission orders: about
+    /// 0 when the start shuffles them, 1 for first come, first served.
+    prequeue_order_correlation: Option<f64>,
 }
 
 impl Summary {
@@ -115,7 +137,62 @@ impl Summary {
     pub fn limits_held(&self) -> bool {
         self.max_active_users <= self.total_active_users
             && self.max_admitted_in_a_minute <= self.new_users_per_minute
+            && self.over_limits_in_force == 0
     }
+}
+
+/// The `--event` schedule on `room`, in the demo's virtual time.
+fn add_event(room: &mut RoomConfig, minute_ms: u64) {
+    let at = |m: u64| velvet_rope::config::Instant::from_millis(T0 + m * minute_ms);
+    let (pre, start, end) = EVENT_MINUTES;
+    room.events.push(velvet_rope::config::EventConfig {
+        name: "ticket-drop".into(),
+        description: Some("the demo's scheduled drop".into()),
+        prequeue_start: Some(at(pre)),
+        event_start: at(start),
+        event_end: at(end),
+        shuffle_at_event_start: true,
+        suspended: false,
+        total_active_users: Some(room.total_active_users * 2),
+        new_users_per_minute: Some((room.new_users_per_minute / 2).max(1)),
+        session_duration: None,
+        disable_session_renewal: None,
+        queueing_method: None,
+        custom_page: None,
+        custom_page_file: None,
+    });
+}
+
+/// Spearman's rank correlation of `(x, y)` pairs (ties take their mean rank).
+fn rank_correlation(pairs: &[(u64, u64)]) -> Option<f64> {
+    if pairs.len() < 3 {
+        return None;
+    }
+    let ranks = |key: &dyn Fn(&(u64, u64)) -> u64| {
+        let mut idx: Vec<usize> = (0..pairs.len()).collect();
+        idx.sort_by_key(|&i| key(&pairs[i]));
+        let mut r = vec![0.0; pairs.len()];
+        let mut i = 0;
+        while i < idx.len() {
+            let k = key(&pairs[idx[i]]);
+            let j = i + idx[i..]
+                .iter()
+                .take_while(|&&x| key(&pairs[x]) == k)
+                .count();
+            for &x in &idx[i..j] {
+                r[x] = (i + j - 1) as f64 / 2.0;
+            }
+            i = j;
+        }
+        r
+    };
+    let (a, b) = (ranks(&|p| p.0), ranks(&|p| p.1));
+    let n = a.len() as f64;
+    let mean = (n - 1.0) / 2.0;
+    let cov: f64 = a.iter().zip(&b).map(|(x, y)| (x - mean) * (y - mean)).sum();
+    let var = |v: &[f64]| v.iter().map(|x| (x - mean).powi(2)).sum::<f64>();
+    let d = (var(&a) * var(&b)).sqrt();
+    (d > 0.0).then(|| cov / d)
 }
 
 /// Runs the demo, printing the table (and the JSON summary with `--json`).
@@ -131,6 +208,14 @@ pub fn run(args: &DemoArgs) -> Result<Summary, String> {
             c
         }
     };
+    if args.event {
+        let minute_ms = u64::from(config.settings.bucket_width_secs) * 1000;
+        let room = config
+            .rooms
+            .first_mut()
+            .ok_or("the configuration has no room")?;
+        add_event(room, minute_ms);
+    }
     config.validate().map_err(|e| e.to_string())?;
     let room: RoomConfig = config
         .rooms
@@ -159,23 +244,42 @@ pub fn run(args: &DemoArgs) -> Result<Summary, String> {
         max_active_users: 0,
         max_admitted_in_a_minute: 0,
         first_queued_at_active_users: None,
-        total_active_users: room.total_active_users,
-        new_users_per_minute: room.new_users_per_minute,
+        // The largest limits of the schedule (those in force are checked second by second).
+        total_active_users: room.largest_total(),
+        new_users_per_minute: room
+            .events
+            .iter()
+            .filter_map(|e| e.new_users_per_minute)
+            .fold(room.new_users_per_minute, u64::max),
         session_minutes: room.session_duration,
         threads,
         minutes: args.minutes,
+        over_limits_in_force: 0,
+        prequeued: 0,
+        prequeue_order_correlation: None,
     });
+    let prequeue_order: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+    let room_ref = &room;
     let name = room.name.as_str();
     let renews = !room.disable_session_renewal;
     let per_minute = args.arrivals_per_minute;
     let seconds_per_minute = minute_ms / 1000;
     std::thread::scope(|scope| {
         for t in 0..threads {
-            let (engine, tallies, barrier, rows, summary) =
-                (&engine, &tallies, &barrier, &rows, &summary);
+            let (engine, tallies, barrier, rows, summary, prequeue_order) = (
+                &engine,
+                &tallies,
+                &barrier,
+                &rows,
+                &summary,
+                &prequeue_order,
+            );
             scope.spawn(move || {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed * 1000 + t as u64);
                 let mut visitors: Vec<Visitor> = Vec::new();
+                // (arrival order, admission time) of the pre-queue's visitors, and their number.
+                let mut admitted_from_prequeue: Vec<(u64, u64)> = Vec::new();
+                let mut prequeued = 0u64;
                 let tally = &tallies[t];
                 for s in 0..seconds {
                     let now = T0 + s * 1000;
@@ -197,7 +301,10 @@ pub fn run(args: &DemoArgs) -> Result<Summary, String> {
                                     },
                                     last_request: 0,
                                     admitted_at: 0,
+                                    global,
+                                    prequeued: room_ref.rules_at(now, minute_ms).prequeue,
                                 });
+                                prequeued += u64::from(room_ref.rules_at(now, minute_ms).prequeue);
                                 tally.arrivals.fetch_add(1, Ordering::Relaxed);
                             }
                         }
@@ -225,6 +332,9 @@ pub fn run(args: &DemoArgs) -> Result<Summary, String> {
                             }
                             match (d.outcome, v.state) {
                                 (Outcome::Admit, State::Waiting) => {
+                                    if v.prequeued {
+                                        admitted_from_prequeue.push((v.global, at));
+                                    }
                                     v.state = State::Browsing;
                                     v.admitted_at = at;
                                     v.leave_at = at + rng.gen_range(60_000..=8 * 60_000);
@@ -288,6 +398,14 @@ pub fn run(args: &DemoArgs) -> Result<Summary, String> {
                         };
                         let mut sm = summary.lock().unwrap_or_else(|p| p.into_inner());
                         sm.max_active_users = sm.max_active_users.max(total_active);
+                        // Anyone let in this second while the room held more than the limit
+                        // in force?
+                        let in_force = room_ref.rules_at(now, minute_ms);
+                        if sum(|t| &t.admitted) > sm.admitted
+                            && total_active > in_force.total_active_users
+                        {
+                            sm.over_limits_in_force += 1;
+                        }
                         let first_q = tallies
                             .iter()
                             .map(|t| t.first_queue_second.load(Ordering::Relaxed))
@@ -304,8 +422,25 @@ pub fn run(args: &DemoArgs) -> Result<Summary, String> {
                             let stats = engine.stats(name).ok();
                             let mut rows = rows.lock().unwrap_or_else(|p| p.into_inner());
                             let minute_acc = rows.1;
+                            let minute = s / seconds_per_minute;
+                            let rules = room_ref.rules_at(T0 + minute * minute_ms, minute_ms);
+                            if admitted - minute_acc[1] > rules.new_users_per_minute {
+                                sm.over_limits_in_force += 1;
+                            }
                             let row = MinuteRow {
-                                minute: s / seconds_per_minute,
+                                minute,
+                                phase: match (rules.event, rules.prequeue) {
+                                    (None, _) => "room",
+                                    (Some(_), true) => "pre-queue",
+                                    (Some(_), false)
+                                        if rules.shuffle_lanes.is_some()
+                                            && minute
+                                                == (rules_start(room_ref) - T0) / minute_ms =>
+                                    {
+                                        "shuffled start"
+                                    }
+                                    (Some(_), false) => "event",
+                                },
                                 arrivals: arrivals - minute_acc[0],
                                 admitted: admitted - minute_acc[1],
                                 queued: queued - minute_acc[2],
@@ -326,12 +461,18 @@ pub fn run(args: &DemoArgs) -> Result<Summary, String> {
                     }
                     barrier.wait();
                 }
+                let mut order = prequeue_order.lock().unwrap_or_else(|p| p.into_inner());
+                order.extend(admitted_from_prequeue);
+                let mut sm = summary.lock().unwrap_or_else(|p| p.into_inner());
+                sm.prequeued += prequeued;
             });
         }
     });
     let rows = rows.into_inner().map(|r| r.0).unwrap_or_default();
-    let summary = summary.into_inner().map_err(|_| "a demo thread panicked")?;
-    print_table(&rows, &room, args);
+    let mut summary = summary.into_inner().map_err(|_| "a demo thread panicked")?;
+    let order = prequeue_order.into_inner().unwrap_or_default();
+    summary.prequeue_order_correlation = rank_correlation(&order);
+    print_table(&rows, &room, args, minute_ms);
     print_summary(&summary, &room);
     if args.json {
         println!(
@@ -342,7 +483,14 @@ pub fn run(args: &DemoArgs) -> Result<Summary, String> {
     Ok(summary)
 }
 
-fn print_table(rows: &[MinuteRow], room: &RoomConfig, args: &DemoArgs) {
+/// When the first event of `room` starts (ms), or `u64::MAX`.
+fn rules_start(room: &RoomConfig) -> u64 {
+    room.events
+        .first()
+        .map_or(u64::MAX, |e| e.event_start.millis())
+}
+
+fn print_table(rows: &[MinuteRow], room: &RoomConfig, args: &DemoArgs, minute_ms: u64) {
     println!(
         "A flash sale through the real engine, in virtual time: room `{}`, total_active_users {}, \
          new_users_per_minute {}, sessions of {} min, {} queue.",
@@ -352,6 +500,24 @@ fn print_table(rows: &[MinuteRow], room: &RoomConfig, args: &DemoArgs) {
         room.session_duration,
         room.queueing_method.as_str()
     );
+    for e in &room.events {
+        let minute = |i: velvet_rope::config::Instant| i.millis().saturating_sub(T0) / minute_ms;
+        println!(
+            "Scheduled event `{}`: pre-queue from minute {}, start at minute {}{}, end at minute {}; \
+             total_active_users {} and new_users_per_minute {} during it.",
+            e.name,
+            e.prequeue_start.map_or(minute(e.event_start), minute),
+            minute(e.event_start),
+            if e.shuffle_at_event_start {
+                " with the pre-queue shuffled"
+            } else {
+                ""
+            },
+            minute(e.event_end),
+            e.total_active_users.unwrap_or(room.total_active_users),
+            e.new_users_per_minute.unwrap_or(room.new_users_per_minute)
+        );
+    }
     println!(
         "{} new visitors a minute for the first two thirds of {} minutes, on {} thread(s), seed {}{}.",
         args.arrivals_per_minute,
@@ -366,8 +532,9 @@ fn print_table(rows: &[MinuteRow], room: &RoomConfig, args: &DemoArgs) {
     );
     println!();
     println!(
-        "{:>6} {:>8} {:>8} {:>7} {:>7} {:>13} {:>8} {:>14}",
+        "{:>6} {:<14} {:>8} {:>8} {:>7} {:>7} {:>13} {:>8} {:>14}",
         "minute",
+        "phase",
         "arrived",
         "admitted",
         "queued",
@@ -378,8 +545,9 @@ fn print_table(rows: &[MinuteRow], room: &RoomConfig, args: &DemoArgs) {
     );
     for r in rows {
         println!(
-            "{:>6} {:>8} {:>8} {:>7} {:>7} {:>13} {:>8} {:>14}",
+            "{:>6} {:<14} {:>8} {:>8} {:>7} {:>7} {:>13} {:>8} {:>14}",
             r.minute,
+            r.phase,
             r.arrivals,
             r.admitted,
             r.queued,
@@ -390,6 +558,12 @@ fn print_table(rows: &[MinuteRow], room: &RoomConfig, args: &DemoArgs) {
         );
     }
     println!();
+    println!(
+        "  phase           the rules in force: the room's own, or its event's (pre-queue: everyone waits;"
+    );
+    println!(
+        "                  shuffled start: the pre-queue is let in in a random order; event: its limits)"
+    );
     println!("  arrived         new visitors that minute");
     println!(
         "  admitted        visitors let in that minute (new arrivals, and waiters whose turn came)"
@@ -429,6 +603,13 @@ fn print_summary(s: &Summary, room: &RoomConfig) {
          one visitor in ten does, after 1 to 10 minutes).",
         s.arrivals, s.admitted, s.queued, s.abandoned
     );
+    if let Some(rho) = s.prequeue_order_correlation {
+        println!(
+            "Shuffle: the {} visitors who arrived in the pre-queue were let in in an order unrelated to \
+             their arrival: rank correlation {rho:.2} (first come, first served would be 1.00).",
+            s.prequeued
+        );
+    }
     let held = s.limits_held();
     let first = match s.first_queued_at_active_users {
         Some(n) => format!(
@@ -438,13 +619,25 @@ fn print_summary(s: &Summary, room: &RoomConfig) {
         ),
         None => "nobody had to queue".to_owned(),
     };
+    let schedule = if room.events.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", nobody let in over the limits in force{}",
+            if s.over_limits_in_force == 0 {
+                String::new()
+            } else {
+                format!(" BUT {} TIMES OVER", s.over_limits_in_force)
+            }
+        )
+    };
     println!(
-        "Verdict: {} (at most {} active of {}, at most {} admitted in a minute of {}); {}.",
+        "Verdict: {} (at most {} active of {}, at most {} admitted in a minute of {}{schedule}); {}.",
         if held { "limits held" } else { "LIMITS BROKEN" },
         s.max_active_users,
-        room.total_active_users,
+        s.total_active_users,
         s.max_admitted_in_a_minute,
-        room.new_users_per_minute,
+        s.new_users_per_minute,
         first
     );
 }

@@ -119,3 +119,55 @@ fn one_thread_repeats_exactly_and_ends_with_a_verdict() {
         "{last}"
     );
 }
+
+/// `--event`: a ticket drop with a pre-queue and a shuffled start. The table names each
+/// minute's phase; nobody is let in during the pre-queue; the pre-queue is let in in an order
+/// unrelated to arrival; the limits in force (the room's, then the event's) hold.
+#[test]
+fn a_scheduled_drop_with_a_shuffled_prequeue() {
+    let s = demo(&["--event", "--minutes", "12"]);
+    assert_eq!(s["over_limits_in_force"], 0, "{s}");
+    assert!(s["prequeued"].as_u64().unwrap() >= 400, "{s}");
+    let rho = s["prequeue_order_correlation"]
+        .as_f64()
+        .expect("someone got in");
+    assert!(
+        rho.abs() < 0.2,
+        "arrival and admission orders correlate: {rho}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_velvet-rope"))
+        .args(["demo", "--event", "--minutes", "8"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let row = |minute: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(minute))
+            .unwrap_or_else(|| panic!("no row for minute {minute}:\n{text}"))
+            .to_owned()
+    };
+    for (minute, phase) in [
+        ("0", "room"),
+        ("2", "pre-queue"),
+        ("5", "shuffled start"),
+        ("6", "event"),
+    ] {
+        assert!(
+            row(minute).contains(phase),
+            "minute {minute}: {}",
+            row(minute)
+        );
+    }
+    // Nobody admitted in the pre-queue (minutes 2-4): the third number of the row.
+    for minute in ["2", "3", "4"] {
+        let r = row(minute);
+        let admitted: u64 = r.split_whitespace().nth(3).unwrap().parse().unwrap();
+        assert_eq!(admitted, 0, "{r}");
+    }
+    assert!(text.contains("Shuffle: the "), "{text}");
+    assert!(text
+        .lines()
+        .last()
+        .unwrap()
+        .starts_with("Verdict: limits held"));
+}

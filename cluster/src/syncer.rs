@@ -238,8 +238,9 @@ impl SyncRound {
             // from the strictest limits the room's schedule sets over that span, so that an
             // event's switch to lower limits is exact across hosts too.
             let hold = u64::from(room.longest_session()) * bucket_ms;
+            // (From the turn on: the report may leave up to `busy_ms` after it.)
             let (total, minute) =
-                room.strictest_limits(turn_at, turn_at + lease_ms + hold, bucket_ms);
+                room.strictest_limits(turn_at, turn_at + busy_ms + lease_ms + hold, bucket_ms);
             let params = Params {
                 total,
                 minute,

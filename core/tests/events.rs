@@ -185,22 +185,31 @@ fn a_switch_to_lower_limits_admits_exactly_the_new_limit() {
         let clock = AtomicU64::new(start + 2);
         let stop = AtomicBool::new(false);
         let got_in = AtomicU64::new(0);
+        let ticks = AtomicU64::new(0);
         std::thread::scope(|s| {
             s.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
                     let now = clock.load(Ordering::Relaxed);
                     clock.store((now + 50).min(start + 60 * SEC), Ordering::Relaxed);
                     engine.tick(now);
+                    ticks.fetch_add(1, Ordering::Relaxed);
                     std::thread::yield_now();
                 }
             });
             let threads: Vec<_> = (0..4)
                 .map(|_| {
-                    let (engine, clock, got_in) = (&engine, &clock, &got_in);
+                    let (engine, clock, got_in, ticks) = (&engine, &clock, &got_in, &ticks);
                     s.spawn(move || {
                         let mut cookies: Vec<Option<String>> = vec![None; 25];
                         let mut inside = [false; 25];
                         for _ in 0..40 {
+                            // Each round after a tick at least (the ticker shares two cores
+                            // with four threads: without this a crowd can be over before it
+                            // ever runs).
+                            let seen = ticks.load(Ordering::Relaxed);
+                            while ticks.load(Ordering::Relaxed) == seen {
+                                std::thread::yield_now();
+                            }
                             for v in 0..25 {
                                 let now = clock.load(Ordering::Relaxed);
                                 let d = engine.admit("r", cookies[v].as_deref(), now).unwrap();
@@ -230,8 +239,9 @@ fn a_switch_to_lower_limits_admits_exactly_the_new_limit() {
     }
 }
 
-/// Two engines over one region (two worker processes of a host): one ticks just before the
-/// switch, the other decides after it, before any tick under the event's rules.
+/// Two engines over one region (two worker processes of a host): both tick just before the
+/// switch; one decides after it, before any tick under the event's rules (nobody claims),
+/// then the other ticks and both decide (exactly the event's limit).
 #[test]
 fn a_switch_holds_across_engines_sharing_a_region() {
     let start = T0 + 300 * SEC;
@@ -256,16 +266,17 @@ fn a_switch_holds_across_engines_sharing_a_region() {
     let b = unsafe { Engine::new_shared(cfg, start - 1, ptr, len) }.unwrap();
     a.tick(start - 1);
     b.tick(start - 1);
-    // `a` ticks after the switch; `b` has not yet seen that tick: its view says the slots in
-    // the pools were granted before the switch, and it claims none.
-    a.tick(start + 1);
+    // After the switch, before any tick under the event's rules: the slots in the pools were
+    // granted for the room's 40, and neither engine claims one.
     let mut cookies = vec![None; 20];
     for c in cookies.iter_mut() {
         let d = b.admit("r", None, start + 2).unwrap();
         assert_eq!(d.outcome, Outcome::Queue);
         *c = cookie_of(&d, None);
     }
-    b.tick(start + 3);
+    // `a` ticks under the event's rules; `b`, which has not ticked since, claims again: the
+    // tick block says when the slots were granted, not `b`'s view.
+    a.tick(start + 3);
     // The same 20 visitors come back, to either engine: exactly the event's 5 get in.
     let mut inside = 0;
     for _ in 0..3 {

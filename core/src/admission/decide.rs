@@ -13,6 +13,7 @@
 //! acquire synchronises with the grant).
 
 use crate::admission::decision::{Decision, Outcome};
+use crate::admission::place;
 use crate::admission::room::Room;
 use crate::admission::set_cookie::set_cookie;
 use crate::admission::snapshot::{RoomView, Snapshot};
@@ -82,10 +83,13 @@ impl Snapshot {
         if let Some(Ok(t)) = &opened {
             if t.state == TicketState::Admitted
                 && t.incarnation == room.incarnation
-                && (rules.disable_session_renewal || u64::from(t.counted) >= bucket)
+                && (u64::from(t.counted) >= bucket
+                    || (rules.disable_session_renewal
+                        && (rules.session_duration >= room.longest_session
+                            || u64::from(t.counted) + u64::from(rules.session_duration) >= bucket)))
             {
-                // Counted by these counters in this bucket or a later one (or never renewed):
-                // nothing to change.
+                // Counted by these counters in this bucket or a later one (or never renewed,
+                // and within the session window in force): nothing to change.
                 return Decision::admit(None, None);
             }
         }
@@ -311,34 +315,34 @@ impl Snapshot {
                 return self.admitted(view, t.id, b as u32, at, None);
             }
         }
-        let mut cookie = None;
-        if counted != Some(epoch) && !already_in {
-            let refreshed = Ticket {
-                counted: epoch as u32,
-                last_checkin: now_secs,
-                expires: now_secs.saturating_add(room.session_secs(rules)),
-                incarnation: room.incarnation,
-                ..t
+        // Counted in this epoch now (or by a sibling request): its ticket says so from now on.
+        let recounted = counted != Some(epoch)
+            && !already_in
+            && match fresh.unwrap_or_else(count_in_epoch) {
+                Counted::New | Counted::Already => true,
+                Counted::NotReady => false,
             };
-            match fresh.unwrap_or_else(count_in_epoch) {
-                // Counted now, or in this epoch by a sibling request (same ticket, no count
-                // change): either way its ticket now says this epoch.
-                Counted::New | Counted::Already => {
-                    cookie = Some(set_cookie(&self.keyring, room, &refreshed, now_secs));
+        let place = place::of_waiter(view, rules, &t, arrival, at.now);
+        // A new ticket when it is counted in a new epoch, or when the place or wait it
+        // remembers improved (they are never shown worse than before: see `place`).
+        let cookie = (recounted || place.remembered != t.last_checkin).then(|| {
+            let refreshed = if recounted {
+                Ticket {
+                    counted: epoch as u32,
+                    last_checkin: place.remembered,
+                    expires: now_secs.saturating_add(room.queued_secs(rules)),
+                    incarnation: room.incarnation,
+                    ..t
                 }
-                Counted::NotReady => {}
-            }
-        }
-        let position = match rules.queueing_method {
-            // In a pre-queue nobody has a place yet (a shuffle may draw it at the start).
-            _ if rules.prequeue => None,
-            QueueingMethod::Fifo => {
-                let i = arrival.saturating_sub(view.queue_base) as usize;
-                Some(view.ahead.get(i).copied().unwrap_or(view.queue_length) + 1)
-            }
-            _ => Some(view.queue_length.max(1)),
-        };
-        self.queued(view, cookie, position, None)
+            } else {
+                Ticket {
+                    last_checkin: place.remembered,
+                    ..t
+                }
+            };
+            set_cookie(&self.keyring, room, &refreshed, now_secs)
+        });
+        self.queued(view, cookie, place, None)
     }
 
     /// A visitor with no valid ticket.
@@ -389,8 +393,9 @@ impl Snapshot {
             (QueueingMethod::Fifo, Some(first)) if rules.prequeue => {
                 first + mix64(id ^ SHUFFLE_SALT) % SHUFFLE_LANES
             }
-            (QueueingMethod::Fifo, _) => bucket,
-            _ => 0,
+            // Its own arrival bucket, whatever the method: a random queue does not use it,
+            // and the room's FIFO order after an event with another method does.
+            _ => bucket,
         };
         let q = room.counters.layout().queue_slots as u64;
         let slot = (arrival % q) as usize;
@@ -399,19 +404,21 @@ impl Snapshot {
             Counted::NotReady => 0,
             _ => epoch as u32,
         };
+        let place = place::of_arrival(view, rules, at.now);
         let t = Ticket {
             id,
             state: TicketState::Queued,
             arrival: arrival as u32,
             accepted_at: now_secs,
             counted,
-            last_checkin: now_secs,
-            expires: now_secs.saturating_add(room.session_secs(rules)),
+            // A queued ticket's check-in is its epoch (`counted`): this field remembers the
+            // place and wait shown (see `place`).
+            last_checkin: place.remembered,
+            expires: now_secs.saturating_add(room.queued_secs(rules)),
             incarnation: room.incarnation,
         };
         let cookie = set_cookie(&self.keyring, room, &t, now_secs);
-        let position = (!rules.prequeue).then_some(view.queue_length + 1);
-        self.queued(view, Some(cookie), position, err)
+        self.queued(view, Some(cookie), place, err)
     }
 
     /// An admission ticket for `id`, counted in bucket `counted` (0: not counted yet).
@@ -438,30 +445,20 @@ impl Snapshot {
         Decision::admit(Some(set_cookie(&self.keyring, room, &t, now_secs)), err)
     }
 
-    /// A queue decision at `position`.
+    /// A queue decision at `place`.
     fn queued(
         &self,
         view: &RoomView,
         set_cookie: Option<String>,
-        position: Option<u64>,
+        place: place::Place,
         err: Option<TicketError>,
     ) -> Decision {
-        let rate = view.rate_per_sec;
         let cfg = &view.room.cfg;
-        let wait = position.map(|position| {
-            if rate > 0.0 {
-                (position as f64 / rate).ceil() as u64
-            } else {
-                let per_sec =
-                    view.rules.new_users_per_minute as f64 * 1000.0 / view.room.bucket_ms as f64;
-                (position as f64 / per_sec).ceil() as u64
-            }
-        });
         Decision {
             outcome: Outcome::Queue,
             set_cookie,
-            position,
-            estimated_wait_secs: wait,
+            position: place.position,
+            estimated_wait_secs: place.wait_secs,
             retry_after_secs: Some(u64::from(cfg.refresh_interval)),
             queue_length: Some(view.queue_length),
             ticket_error: err,

@@ -9,6 +9,7 @@ pub(crate) mod engine;
 mod governance;
 mod keys;
 pub(crate) mod page;
+mod place;
 mod room;
 mod set_cookie;
 mod snapshot;

@@ -66,6 +66,18 @@ impl Room {
         rules.session_duration.saturating_mul(self.bucket_secs)
     }
 
+    /// How long a queued ticket lasts after its last refresh, in seconds: a session, and at
+    /// least as long as a waiter holds its place without refreshing (its grace and one
+    /// refresh more), so that a waiter refreshing on time never finds its ticket expired
+    /// (a session shorter than the refresh interval would otherwise send it to the back).
+    #[inline]
+    pub(crate) fn queued_secs(&self, rules: &Rules) -> u32 {
+        let hold = self
+            .refresh_secs
+            .saturating_mul(self.cfg.waiter_grace_refreshes.saturating_add(1));
+        self.session_secs(rules).max(hold)
+    }
+
     /// The rules in force at `now` (see `RoomConfig::rules_at`).
     pub(crate) fn rules_at(&self, now: u64) -> Rules {
         self.cfg.rules_at(now, self.bucket_ms)

@@ -69,10 +69,6 @@ pub(crate) struct RoomView {
     pub(crate) rules_from: Millis,
     /// End of the span of `rules`.
     pub(crate) rules_until: Millis,
-    /// Requests claim slots only before this instant (ms): the room's schedule switches
-    /// then, and the slots the pools hold were granted under the rules before the switch,
-    /// until an advance after it moves them to the new rules (see `tick`).
-    pub(crate) claims_until: Millis,
 }
 
 impl RoomView {
@@ -87,10 +83,19 @@ impl RoomView {
         }
     }
 
-    /// Whether a request at `now` may claim a slot from the room's pools.
+    /// Whether a request at `now` may claim a slot from the room's pools: only before the
+    /// schedule's next switch after the last advance (read from the shared tick block, not
+    /// this process's view: another process's advance may have moved it either way), since
+    /// the slots the pools hold were granted under the rules before it until an advance
+    /// after it moves them to the new rules (see `tick`).
     #[inline]
     pub(crate) fn may_claim(&self, now: Millis) -> bool {
-        now < self.claims_until && self.room.may_claim()
+        let until = self
+            .room
+            .counters
+            .tick_block()
+            .get(crate::counters::tick_block::Cell::GrantsUntil);
+        (until == 0 || now < until) && self.room.may_claim()
     }
 }
 

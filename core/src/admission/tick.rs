@@ -107,8 +107,17 @@ fn bucket_and_epoch(room: &Room, tb: &TickBlock<'_>, now: Millis) -> (u64, u64) 
 /// holder of the room's tick lock, `held`).
 pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis, held: &Held<'_>) {
     let counters = &room.counters;
-    // The rules in force now (the room's, or an event's): what this advance grants under.
-    let rules = room.rules_at(now);
+    // The rules in force (the room's, or an event's): what this advance grants under, taken
+    // at the newest clock an advance used, so that they never go back past a switch (unless
+    // that clock lies more than a bucket ahead: one that jumped).
+    let stored = tb.get(Cell::RulesClock);
+    let rules_now = if stored > now && stored - now <= room.bucket_ms {
+        stored
+    } else {
+        now
+    };
+    tb.set(Cell::RulesClock, rules_now);
+    let rules = room.rules_at(rules_now);
     let (bucket, epoch) = bucket_and_epoch(room, tb, now);
     if cluster::clustered(room) && tb.get(Cell::ClusterSince) == 0 {
         tb.set(Cell::ClusterSince, now.max(1));
@@ -210,7 +219,7 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis, held: &Held<
     // schedule's next switch (see the module documentation).
     tb.set(
         Cell::GrantsUntil,
-        crate::config::next_switch(&room.cfg.events, now).unwrap_or(0),
+        crate::config::next_switch(&room.cfg.events, rules_now).unwrap_or(0),
     );
     tb.set(
         Cell::FrontierDraw,
@@ -296,10 +305,6 @@ pub(crate) fn observe(room: &Arc<Room>, tb: &TickBlock<'_>, now: Millis) -> Room
         rules,
         rules_from,
         rules_until,
-        claims_until: match tb.get(Cell::GrantsUntil) {
-            0 => Millis::MAX,
-            t => t,
-        },
     }
 }
 

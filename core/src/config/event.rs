@@ -128,11 +128,22 @@ impl EventConfig {
     /// Checks one event on its own (`at` names it in errors).
     pub(crate) fn validate(&self, at: &str) -> Result<()> {
         let f = |name: &str| format!("{at}.{name}");
-        if self.name.is_empty() || self.name.len() > 64 || self.name.chars().any(|c| c.is_control())
-        {
+        let invisible = |c: char| {
+            c.is_control()
+                || matches!(
+                    c,
+                    '\u{200b}'..='\u{200f}'
+                        | '\u{202a}'..='\u{202e}'
+                        | '\u{2066}'..='\u{2069}'
+                        | '\u{feff}'
+                )
+        };
+        let chars = self.name.chars().count();
+        if chars == 0 || chars > 64 || self.name.chars().any(invisible) {
             return Err(Error::invalid(
                 f("name"),
-                "must be 1-64 characters, none of them control characters",
+                "must be 1-64 characters, none of them control, zero-width or bidirectional \
+                 formatting characters",
             ));
         }
         if self.event_end <= self.event_start {

@@ -75,6 +75,10 @@ pub(crate) enum Cell {
     /// FIFO with a shuffled pre-queue: a waiter of the frontier's arrival bucket, when that is
     /// one of the shuffle's, may enter when its draw is below this (see `admission::decide`).
     FrontierDraw,
+    /// The newest clock (ms) an advance took the room's rules at: an advance with a clock
+    /// behind it (another process's cached time) grants under the rules of this one, so the
+    /// rules never go back past a switch.
+    RulesClock,
     /// Cluster: the grant the last sync wrote, a [`Record`] of `GRANT_CELLS` (see
     /// `admission::cluster`): written whole or not at all.
     Grant = 32,
@@ -88,7 +92,7 @@ pub(crate) const GRANT_CELLS: usize = 9;
 /// Cells of an applied record: total, bucket, minute, minute next.
 pub(crate) const APPLIED_CELLS: usize = 4;
 const _: () = assert!(Cell::Applied as usize + 1 + 2 * APPLIED_CELLS <= CELLS);
-const _: () = assert!((Cell::FrontierDraw as usize) < (Cell::Grant as usize));
+const _: () = assert!((Cell::RulesClock as usize) < (Cell::Grant as usize));
 
 /// A record of `N` cells that a crash never leaves half written: two slots and a selector
 /// (its parity says which slot is current). A writer (one at a time: the tick lock's holder)

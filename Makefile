@@ -9,7 +9,7 @@ VENV ?= .venv
 NPM ?= npm
 PY := $(VENV)/bin/python
 
-.PHONY: demo test soak redis-env test-rust test-loom test-c test-nginx test-envoy test-python python-env test-node node-env lint header bench bench-cluster bench-nginx bench-envoy bench-instructions bench-side-by-side bench-python bench-node fuzz clean
+.PHONY: demo test soak redis-env test-rust test-loom test-c test-nginx test-envoy test-python python-env test-browser browser-env screenshots test-node node-env lint header bench bench-cluster bench-nginx bench-envoy bench-instructions bench-side-by-side bench-python bench-node fuzz clean
 
 demo:
 	@echo "make demo: building the velvet-rope command (release build: a minute or two the first time)"
@@ -19,7 +19,7 @@ demo:
 	@echo "make demo: a ticket drop: a scheduled event with a pre-queue and a shuffled start"
 	./target/release/velvet-rope demo --event
 
-test: lint test-rust test-loom test-c test-nginx test-python test-envoy test-node
+test: lint test-rust test-loom test-c test-nginx test-python test-browser test-envoy test-node
 	@echo "make test: all suites passed"
 
 lint:
@@ -89,6 +89,32 @@ test-python: python-env redis-env
 	cd python && ../$(PY) -m pytest -q -p no:cacheprovider
 	cd python && ../$(PY) -m mypy.stubtest velvet_rope._velvet_rope
 	cd python && ../$(PY) -m mypy --strict --no-incremental python/velvet_rope
+
+# Debian's chromium and chromedriver, and fonts for every script the pages may show (Noto;
+# CJK too), installed when missing; selenium (pinned) into the test virtual environment.
+# selenium-manager never runs: the tests give chromedriver's path, and SE_OFFLINE=true.
+browser-env: python-env
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null \
+		&& dpkg -s fonts-noto-core fonts-noto-cjk >/dev/null 2>&1 \
+		|| (echo "installing chromium, chromium-driver, fonts-noto-core and fonts-noto-cjk (apt-get)" && \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+		chromium chromium-driver fonts-noto-core fonts-noto-cjk)
+	$(PY) -m pip install -q -r browser/tests/requirements.txt
+
+# The waiting page in a real browser (headless chromium through selenium) in front of Debian's
+# nginx with the module and of uvicorn with the ASGI middleware, on 127.0.0.1: a queued page
+# lets itself in once a place frees, the ticket cookie over plain HTTP, and screenshots
+# (written to a temporary folder; `make screenshots` copies them into docs/screenshots/).
+test-browser: browser-env
+	@echo "== make test: the waiting page in headless chromium (selenium) behind nginx and uvicorn"
+	bindings/nginx/build.sh
+	SE_OFFLINE=true $(PY) -m pytest -q -p no:cacheprovider -W error browser/tests -v
+
+# Regenerates docs/screenshots/ (commit them).
+screenshots: browser-env
+	bindings/nginx/build.sh
+	UPDATE_SCREENSHOTS=1 SE_OFFLINE=true $(PY) -m pytest -q -p no:cacheprovider -W error \
+		browser/tests -k screenshots
 
 # Python benchmarks: calls against limits and pyrate-limiter (pytest-benchmark), the
 # middleware's own cost per request, and uvicorn requests/s with it and without (and A/A).

@@ -10,8 +10,9 @@
 //!
 //! **Never back.** A queued ticket carries what it was last shown, packed into its
 //! `last_checkin` field (a queued ticket's check-in time is its refresh epoch, `counted`):
-//! the place (20 bits; at most 1,048,574 is remembered) and the estimated time of entry
-//! (10 bits, in 64-second steps after its arrival, rounded down; at most about 18 hours).
+//! the place (18 bits; at most 262,142 is remembered) and the estimated time of entry
+//! (12 bits, in 8-second steps after its arrival, rounded down: a wait shown may undercut
+//! the estimate by up to 8 s; at most about 9 hours).
 //! The place shown is the smaller of the estimate and the remembered place, and the wait the
 //! smaller of the estimate and the time left to the remembered entry. Packed values stay
 //! below 2^30, which no time since 2004 is: a ticket sealed before this carried a time there
@@ -23,13 +24,13 @@ use crate::config::{QueueingMethod, Rules};
 use crate::ticket::Ticket;
 
 /// Bits of the remembered place.
-const PLACE_BITS: u32 = 20;
+const PLACE_BITS: u32 = 18;
 /// The place remembered when it is this large or larger: nothing (no bound).
 const PLACE_NONE: u64 = (1 << PLACE_BITS) - 1;
 /// Seconds per step of the remembered entry time.
-const ETA_STEP_SECS: u32 = 64;
+const ETA_STEP_SECS: u32 = 8;
 /// Steps of the remembered entry time; the largest means nothing (no bound).
-const ETA_NONE: u32 = (1 << 10) - 1;
+const ETA_NONE: u32 = (1 << (30 - PLACE_BITS)) - 1;
 
 /// A waiter's place and wait as shown, and what its ticket remembers of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,8 +182,8 @@ mod tests {
         let at = 1_800_000_000;
         let v = remember(Some(1234), Some(u64::from(at) + 650), at);
         assert!(v < 1 << 30);
-        // 650 s rounds down to 640 (ten steps of 64).
-        assert_eq!(remembered(&ticket(at, v)), (Some(1234), Some(at + 640)));
+        // 650 s rounds down to 648 (81 steps of 8).
+        assert_eq!(remembered(&ticket(at, v)), (Some(1234), Some(at + 648)));
         // A time (a ticket sealed before places were remembered) is nothing.
         assert_eq!(remembered(&ticket(at, at + 5)), (None, None));
         // Too far or too large to remember: nothing, never a wrong bound.

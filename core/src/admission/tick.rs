@@ -232,18 +232,31 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis, held: &Held<
     tb.set(Cell::Frontier, frontier);
     tb.set(Cell::DrawThreshold, threshold);
 
-    // Admission rate: exponentially weighted over about a minute of ticks.
+    // Admission rate: exponentially weighted over about a minute of ticks, divided by the
+    // weight gathered so far (a room's first minute would read low otherwise: its first
+    // waiters were promised several times their real wait).
     let last = tb.get(Cell::LastTick);
     let admitted_since = figures
         .admitted_ever
         .saturating_sub(tb.get(Cell::LastAdmittedTotal));
-    let mut rate = f64::from_bits(tb.get(Cell::RateBits));
+    let mut raw = f64::from_bits(tb.get(Cell::RateRawBits));
+    let mut weight = f64::from_bits(tb.get(Cell::RateWeightBits));
+    if last == 0 {
+        // Before any measure: the new-user rate in force (what a queue drains at when the
+        // per-minute limit binds), worth a minute of measures.
+        raw = rules.new_users_per_minute as f64 * 1000.0 / room.bucket_ms as f64;
+        weight = 1.0;
+    }
     if last != 0 && now > last {
         let dt = (now - last) as f64 / 1000.0;
         let w = (dt / 60.0).min(1.0);
-        rate = rate * (1.0 - w) + (admitted_since as f64 / dt) * w;
+        raw = raw * (1.0 - w) + (admitted_since as f64 / dt) * w;
+        weight = weight * (1.0 - w) + w;
     }
     if last == 0 || now > last {
+        let rate = if weight > 0.0 { raw / weight } else { 0.0 };
+        tb.set(Cell::RateRawBits, raw.to_bits());
+        tb.set(Cell::RateWeightBits, weight.to_bits());
         tb.set(Cell::RateBits, rate.to_bits());
         tb.set(Cell::LastTick, now);
         tb.set(Cell::LastAdmittedTotal, figures.admitted_ever);

@@ -79,6 +79,11 @@ pub(crate) enum Cell {
     /// behind it (another process's cached time) grants under the rules of this one, so the
     /// rules never go back past a switch.
     RulesClock,
+    /// The admission rate's exponentially weighted sum, before its correction (f64 bits).
+    RateRawBits,
+    /// The weight that sum has gathered since the room's first advance (f64 bits): the rate
+    /// is the sum over it, so that a young room's rate is not pulled towards zero.
+    RateWeightBits,
     /// Cluster: the grant the last sync wrote, a [`Record`] of `GRANT_CELLS` (see
     /// `admission::cluster`): written whole or not at all.
     Grant = 32,
@@ -92,7 +97,7 @@ pub(crate) const GRANT_CELLS: usize = 9;
 /// Cells of an applied record: total, bucket, minute, minute next.
 pub(crate) const APPLIED_CELLS: usize = 4;
 const _: () = assert!(Cell::Applied as usize + 1 + 2 * APPLIED_CELLS <= CELLS);
-const _: () = assert!((Cell::RulesClock as usize) < (Cell::Grant as usize));
+const _: () = assert!((Cell::RateWeightBits as usize) < (Cell::Grant as usize));
 
 /// A record of `N` cells that a crash never leaves half written: two slots and a selector
 /// (its parity says which slot is current). A writer (one at a time: the tick lock's holder)

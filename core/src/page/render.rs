@@ -5,8 +5,28 @@ use crate::admission::{Decision, Outcome};
 use crate::config::{event_at, EventPhase, RoomConfig};
 use crate::page::language::Language;
 use crate::page::room_pages::RoomPages;
-use crate::page::variables::{Inputs, Variables};
+use crate::page::variables::{Cloudflare, Inputs, Variables};
 use crate::page::{builtin, wants_json, Page, PageRequest};
+
+/// The JSON body: the keys JSON pages always had, the event's, and Cloudflare's object.
+#[derive(serde::Serialize)]
+struct Json<'a> {
+    room: &'a str,
+    outcome: &'static str,
+    position: Option<u64>,
+    queue_length: Option<u64>,
+    estimated_wait_secs: Option<u64>,
+    refresh_after_secs: Option<u64>,
+    retry_after_secs: Option<u64>,
+    event_state: &'static str,
+    event_start: Option<String>,
+    event_end: Option<String>,
+    prequeue: bool,
+    shuffle_at_event_start: bool,
+    language: &'static str,
+    #[serde(rename = "cfWaitingRoom")]
+    cf_waiting_room: &'a Cloudflare,
+}
 
 /// The page for a queue or reject decision of room `cfg`; `None` for admit.
 pub(crate) fn render(
@@ -47,27 +67,28 @@ pub(crate) fn render(
         title: pages.title.as_deref(),
     });
     if cfg.json_response_enabled && wants_json(request.accept) {
-        let body = serde_json::json!({
-            "room": cfg.name,
-            "outcome": decision.outcome.as_str(),
-            "position": decision.position,
-            "queue_length": decision.queue_length,
-            "estimated_wait_secs": decision.estimated_wait_secs,
-            "refresh_after_secs": refresh,
-            "retry_after_secs": retry,
-            "event_state": match event.map(|e| e.phase) {
+        let json = Json {
+            room: &cfg.name,
+            outcome: decision.outcome.as_str(),
+            position: decision.position,
+            queue_length: decision.queue_length,
+            estimated_wait_secs: decision.estimated_wait_secs,
+            refresh_after_secs: refresh,
+            retry_after_secs: retry,
+            event_state: match event.map(|e| e.phase) {
                 None => "none",
                 Some(EventPhase::Prequeue) => "prequeue",
                 Some(EventPhase::Active) => "active",
             },
-            "event_start": event.map(|e| e.event.event_start.to_rfc3339()),
-            "event_end": event.map(|e| e.event.event_end.to_rfc3339()),
-            "prequeue": vars.cf.is_event_prequeueing,
-            "shuffle_at_event_start": vars.cf.shuffle_at_event_start,
-            "language": language.tag(),
-            "cfWaitingRoom": vars.cf,
-        })
-        .to_string();
+            event_start: event.map(|e| e.event.event_start.to_rfc3339()),
+            event_end: event.map(|e| e.event.event_end.to_rfc3339()),
+            prequeue: vars.cf.is_event_prequeueing,
+            shuffle_at_event_start: vars.cf.shuffle_at_event_start,
+            language: language.tag(),
+            cf_waiting_room: &vars.cf,
+        };
+        // Plain fields and strings: serialising cannot fail.
+        let body = serde_json::to_string(&json).unwrap_or_default();
         return Some(Page {
             status,
             content_type: "application/json",

@@ -494,7 +494,7 @@ const KO: Strings = Strings {
                        미리 오실 필요가 없습니다.",
     reject_intro: "현재 사이트 수용 인원이 가득 찼습니다.",
     retry: &[(Other, "{n}초 후에 다시 시도해 주세요.")],
-    refresh: &[(Other, "이 페이지는 {n}초마다 새로 고쳐집니다.")],
+    refresh: &[(Other, "이 페이지는 {n}초마다 새로 고침됩니다.")],
     less_than_a_minute: "1분 미만",
     unavailable: "알 수 없음",
     minutes: &[(Other, "{n}분")],

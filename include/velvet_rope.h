@@ -348,6 +348,25 @@ vr_result vr_engine_render_page(const vr_engine *engine,
                                 size_t accept_len,
                                 vr_page **page_out);
 
+// Renders the page for a queue or reject decision as [`vr_engine_render_page`] does, for a
+// request whose `Accept-Language` header is `accept_language` (NULL/0 when absent: in a
+// room with `accept_language = true` it picks the built-in page's language) at `now_ms`
+// (milliseconds since the Unix epoch: it picks the event in force and its countdown).
+// Headers that are not UTF-8 count as absent.
+//
+// # Safety
+// `engine` live; strings readable; `decision` readable; `page_out` writable.
+vr_result vr_engine_render_page_ex(const vr_engine *engine,
+                                   const char *room,
+                                   size_t room_len,
+                                   const vr_decision *decision,
+                                   const char *accept,
+                                   size_t accept_len,
+                                   const char *accept_language,
+                                   size_t accept_language_len,
+                                   uint64_t now_ms,
+                                   vr_page **page_out);
+
 // The parts of a page; the pointers in `*view_out` live as long as the page.
 //
 // # Safety
@@ -357,7 +376,8 @@ vr_result vr_page_get_view(const vr_page *page, vr_page_view *view_out);
 // Frees a page. NULL is ignored.
 //
 // # Safety
-// `page` must be NULL or a page from [`vr_engine_render_page`] not freed before.
+// `page` must be NULL or a page from [`vr_engine_render_page`] or
+// [`vr_engine_render_page_ex`] not freed before.
 void vr_page_free(vr_page *page);
 
 // Copies this thread's last error message into `buf` (NUL-terminated, truncated to

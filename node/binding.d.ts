@@ -89,9 +89,11 @@ export declare function engineReload(engine: number, config: string, isPath: boo
 
 /**
  * The page for a queue or reject decision (`null` for admit). `accept` is the request's
- * `Accept` header.
+ * `Accept` header, `accept_language` its `Accept-Language` (it picks the built-in page's
+ * language in a room with `accept_language = true`); `now_ms` (default: the system clock)
+ * picks the event in force and its countdown.
  */
-export declare function engineRenderPage(engine: number, room: string, decision: DecisionObject, accept?: string | undefined | null): PageObject | null
+export declare function engineRenderPage(engine: number, room: string, decision: DecisionObject, accept?: string | undefined | null, acceptLanguage?: string | undefined | null, nowMs?: number | undefined | null): PageObject | null
 
 /**
  * The admit function of `room` of `engine` (`UnknownRoomError` if the engine has no such

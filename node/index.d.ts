@@ -75,8 +75,19 @@ export declare class Engine {
   stats(room: string): RoomStats
   /** Every room's figures as one JSON text (what a status endpoint serves). */
   statsJson(): string
-  /** The waiting page for a queue or reject decision (`null` for admit). */
-  renderPage(room: string, decision: Decision, accept?: string | null): Page | null
+  /**
+   * The waiting page for a queue or reject decision (`null` for admit). `accept` is the
+   * request's `Accept` header; `acceptLanguage` its `Accept-Language` (in a room with
+   * `accept_language = true` it picks the built-in page's language); `nowMs` (default: the
+   * system clock) picks the event in force and its countdown.
+   */
+  renderPage(
+    room: string,
+    decision: Decision,
+    accept?: string | null,
+    acceptLanguage?: string | null,
+    nowMs?: number
+  ): Page | null
   /** Names of the configured rooms. */
   readonly rooms: string[]
   /** Every room's figures as last published. */
@@ -98,8 +109,13 @@ export declare class Room {
   readonly engine: Engine
   /** `engine.admit(room.name, cookie, nowMs)`. */
   admit(cookie?: string | null, nowMs?: number): Decision
-  /** `engine.renderPage(room.name, decision, accept)`. */
-  renderPage(decision: Decision, accept?: string | null): Page | null
+  /** `engine.renderPage(room.name, decision, accept, acceptLanguage, nowMs)`. */
+  renderPage(
+    decision: Decision,
+    accept?: string | null,
+    acceptLanguage?: string | null,
+    nowMs?: number
+  ): Page | null
 }
 
 /** Options of `new Coordinator(...)` and `request`. */

@@ -62,9 +62,9 @@ class Room {
     } catch (e) { throw convert(e) }
   }
 
-  /** `engine.renderPage(room.name, decision, accept)`. */
-  renderPage (decision, accept) {
-    return this.#engine.renderPage(this.#name, decision, accept)
+  /** `engine.renderPage(room.name, decision, accept, acceptLanguage, nowMs)`. */
+  renderPage (decision, accept, acceptLanguage, nowMs) {
+    return this.#engine.renderPage(this.#name, decision, accept, acceptLanguage, nowMs)
   }
 }
 
@@ -186,11 +186,14 @@ class Engine {
   /**
    * The waiting page for a queue or reject decision (`null` for admit): `{status,
    * contentType, body, headers}`, `headers` being `[name, value]` pairs to send (`Set-Cookie`
-   * included). `accept` is the request's `Accept` header.
+   * included). `accept` is the request's `Accept` header; `acceptLanguage` its
+   * `Accept-Language` (in a room with `accept_language = true` it picks the built-in page's
+   * language); `nowMs` (default: the system clock) picks the event in force and its countdown.
    */
-  renderPage (room, decision, accept) {
+  renderPage (room, decision, accept, acceptLanguage, nowMs) {
     try {
-      return native.engineRenderPage(this.#h, room, decision, accept ?? undefined)
+      return native.engineRenderPage(this.#h, room, decision, accept ?? undefined,
+        acceptLanguage ?? undefined, nowMs)
     } catch (e) { throw convert(e) }
   }
 

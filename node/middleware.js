@@ -101,7 +101,7 @@ function express (engine, options = {}) {
       if (d.setCookie) res.append('Set-Cookie', d.setCookie)
       return next()
     }
-    const page = room.renderPage(d, req.headers.accept)
+    const page = room.renderPage(d, req.headers.accept, req.headers['accept-language'])
     res.status(page.status)
     for (const [name, value] of page.headers) res.append(name, value)
     res.send(page.body)
@@ -172,7 +172,7 @@ function setUp (instance, options) {
       if (d.setCookie) reply.header('set-cookie', d.setCookie)
       return next()
     }
-    const page = room.renderPage(d, request.headers.accept)
+    const page = room.renderPage(d, request.headers.accept, request.headers['accept-language'])
     reply.code(page.status)
     for (const [name, value] of page.headers) reply.header(name, value)
     reply.send(page.body)

@@ -149,6 +149,12 @@ static ngx_int_t ngx_http_velvet_rope_cookie_header(ngx_http_request_t *r,
     ngx_str_t *out);
 static ngx_table_elt_t *ngx_http_velvet_rope_accept_header(
     ngx_http_request_t *r);
+static ngx_table_elt_t *ngx_http_velvet_rope_accept_language_header(
+    ngx_http_request_t *r);
+#if !(NGX_HTTP_HEADERS)
+static ngx_table_elt_t *ngx_http_velvet_rope_find_header(ngx_http_request_t *r,
+    const char *name, size_t len);
+#endif
 static ngx_int_t ngx_http_velvet_rope_send_uncached(ngx_http_request_t *r,
     u_char *body, size_t len);
 static ngx_int_t ngx_http_velvet_rope_add_header(ngx_http_request_t *r,
@@ -534,7 +540,7 @@ ngx_http_velvet_rope_send_page(ngx_http_request_t *r,
     vr_page           *page;
     vr_result          vrc;
     vr_page_view       view;
-    ngx_table_elt_t   *accept;
+    ngx_table_elt_t   *accept, *language;
 
     rc = ngx_http_discard_request_body(r);
 
@@ -543,17 +549,20 @@ ngx_http_velvet_rope_send_page(ngx_http_request_t *r,
     }
 
     accept = ngx_http_velvet_rope_accept_header(r);
+    language = ngx_http_velvet_rope_accept_language_header(r);
 
     page = NULL;
-    vrc = vr_engine_render_page(vmcf->engine, (const char *) room->data, room->len,
-                                d,
-                                accept ? (const char *) accept->value.data : NULL,
-                                accept ? accept->value.len : 0,
-                                &page);
+    vrc = vr_engine_render_page_ex(vmcf->engine, (const char *) room->data, room->len,
+                                   d,
+                                   accept ? (const char *) accept->value.data : NULL,
+                                   accept ? accept->value.len : 0,
+                                   language ? (const char *) language->value.data : NULL,
+                                   language ? language->value.len : 0,
+                                   ngx_http_velvet_rope_now_ms(), &page);
 
     if (vrc != VR_OK || page == NULL) {
         ngx_http_velvet_rope_log_error(NGX_LOG_ERR, r->connection->log,
-                                       "vr_engine_render_page()", vrc);
+                                       "vr_engine_render_page_ex()", vrc);
         if (page != NULL) {
             vr_page_free(page);
         }
@@ -940,7 +949,35 @@ ngx_http_velvet_rope_accept_header(ngx_http_request_t *r)
 
 #else
 
-    /* Built without the parsed Accept field: find the header in the list. Only the waiting
+    return ngx_http_velvet_rope_find_header(r, "Accept", sizeof("Accept") - 1);
+
+#endif
+}
+
+
+static ngx_table_elt_t *
+ngx_http_velvet_rope_accept_language_header(ngx_http_request_t *r)
+{
+#if (NGX_HTTP_HEADERS)
+
+    return r->headers_in.accept_language;
+
+#else
+
+    return ngx_http_velvet_rope_find_header(r, "Accept-Language",
+                                            sizeof("Accept-Language") - 1);
+
+#endif
+}
+
+
+#if !(NGX_HTTP_HEADERS)
+
+static ngx_table_elt_t *
+ngx_http_velvet_rope_find_header(ngx_http_request_t *r, const char *name,
+    size_t len)
+{
+    /* Built without the parsed Accept fields: find the header in the list. Only the waiting
      * page needs it, so the linear scan is off the admitted path. */
     ngx_uint_t        i;
     ngx_list_part_t  *part;
@@ -961,16 +998,15 @@ ngx_http_velvet_rope_accept_header(ngx_http_request_t *r)
             i = 0;
         }
 
-        if (h[i].key.len == sizeof("Accept") - 1
-            && ngx_strncasecmp(h[i].key.data, (u_char *) "Accept",
-                               sizeof("Accept") - 1) == 0)
+        if (h[i].key.len == len
+            && ngx_strncasecmp(h[i].key.data, (u_char *) name, len) == 0)
         {
             return &h[i];
         }
     }
+}
 
 #endif
-}
 
 
 static ngx_int_t

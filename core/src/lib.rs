@@ -29,7 +29,8 @@
 //! The crate is laid out by part: [`admission`] (the engine: decisions, ticks, reloads),
 //! `counters` (the lock-free counters, in owned or shared memory; memory orders are documented
 //! at the top of each structure's module), [`ticket`] (sealed cookies), [`lease`] (capacity
-//! leases), [`config`] (the one schema every front door reads).
+//! leases), [`config`] (the one schema every front door reads), [`page`] (the waiting page:
+//! templates, variables, languages).
 
 #![cfg_attr(velvet_rope_loom, allow(dead_code))]
 
@@ -42,6 +43,7 @@ pub mod error;
 pub mod fork_safe_lock;
 mod hash;
 pub mod lease;
+pub mod page;
 mod random;
 pub mod routing;
 pub mod shares;
@@ -51,8 +53,8 @@ mod sync;
 pub mod ticket;
 
 pub use admission::{
-    find_cookie, find_cookie_bytes, wants_json, Decision, Engine, Outcome, Page, RoomStats,
-    TicketRejections,
+    find_cookie, find_cookie_bytes, wants_json, Decision, Engine, Outcome, Page, PageRequest,
+    RoomStats, TicketRejections,
 };
 pub use clock::{Clock, CoarseSystemClock, FakeClock, Millis, SystemClock, MAX_NOW_MS};
 pub use config::{Config, QueueingMethod, RoomConfig};

@@ -362,17 +362,26 @@ pub struct PageObject {
 }
 
 /// The page for a queue or reject decision (`null` for admit). `accept` is the request's
-/// `Accept` header.
+/// `Accept` header, `accept_language` its `Accept-Language` (it picks the built-in page's
+/// language in a room with `accept_language = true`); `now_ms` (default: the system clock)
+/// picks the event in force and its countdown.
 #[napi]
 pub fn engine_render_page(
     engine: u32,
     room: String,
     decision: DecisionObject,
     accept: Option<String>,
+    accept_language: Option<String>,
+    now_ms: Option<f64>,
 ) -> napi::Result<Option<PageObject>, &'static str> {
     let d = from_object(&decision)?;
+    let request = velvet_rope::PageRequest {
+        accept: accept.as_deref(),
+        accept_language: accept_language.as_deref(),
+        now_ms: or_now(now_ms)?,
+    };
     let page = ENGINES
-        .with(engine, |e| e.render_page(&room, &d, accept.as_deref()))?
+        .with(engine, |e| e.render_page_for(&room, &d, &request))?
         .map_err(to_js)?;
     Ok(page.map(|p| PageObject {
         headers: p

@@ -157,6 +157,22 @@ test('pages and their headers', () => {
   assert.throws(() => e.renderPage('shop', { outcome: 'maybe', admitted: false }), InvalidArgumentError)
 })
 
+test('pages in the visitor\'s language', () => {
+  const e = new Engine(room({ total: 1, extra: 'accept_language = true' }), { nowMs: T0 })
+  e.admit('shop', undefined, T0)
+  const waiting = e.admit('shop', undefined, T0)
+  const page = e.renderPage('shop', waiting, 'text/html', 'de', T0)
+  assert.match(page.body, /lang="de-DE"/)
+  assert.match(page.body, /Sie sind in der Warteschlange/)
+  assert.match(e.room('shop').renderPage(waiting, null, 'he-IL').body, /lang="he-IL" dir="rtl"/)
+  assert.match(e.renderPage('shop', waiting).body, /lang="en-US"/)
+  const json = JSON.parse(e.renderPage('shop', waiting, 'application/json', 'fr', T0).body)
+  assert.equal(json.language, 'fr-FR')
+  assert.equal(json.event_state, 'none')
+  assert.equal(json.cfWaitingRoom.inWaitingRoom, true)
+  assert.throws(() => new Engine(room({ extra: 'custom_page = "<p>{{#a}}"' })), /line 1, column 4/)
+})
+
 test('unknown rooms', () => {
   const e = new Engine(room())
   for (const call of [

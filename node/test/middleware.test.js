@@ -141,6 +141,41 @@ test('fastify: an unknown room rejects the awaited register (UnknownRoomError), 
   ])
 })
 
+const GERMAN = '[[rooms]]\nname = "shop"\ntotal_active_users = 1\nnew_users_per_minute = 1000\n' +
+  'accept_language = true\n[rooms.cookie]\nsecure = false\n'
+
+test('fastify and express: the waiting page is in the visitor\'s Accept-Language', async () => {
+  const app = Fastify()
+  await app.register(plugin, { engine: new Engine(GERMAN), room: 'shop' })
+  app.get('/', async () => 'in')
+  assert.equal((await app.inject('/')).statusCode, 200)
+  const page = await app.inject({ url: '/', headers: { 'accept-language': 'de-AT,de;q=0.9,en;q=0.5' } })
+  assert.equal(page.statusCode, 200)
+  assert.match(page.body, /lang="de-DE"/)
+  assert.match(page.body, /Sie sind in der Warteschlange/)
+  assert.match(page.body, /id="position"/)
+  await app.close()
+
+  const express = require('express')
+  const { get } = require('./helpers.js')
+  const engine = new Engine(GERMAN)
+  const web = express()
+  web.use(velvetRope.express(engine, { room: 'shop' }))
+  web.get('/', (req, res) => res.send('in'))
+  const server = web.listen(0, '127.0.0.1')
+  await new Promise((resolve) => server.once('listening', resolve))
+  try {
+    const port = server.address().port
+    await get(port, '/')
+    const r = await get(port, '/', undefined, { 'Accept-Language': 'de' })
+    assert.match(r.body, /lang="de-DE"/)
+    assert.match(r.body, /Sie sind in der Warteschlange/)
+  } finally {
+    server.close()
+    engine.stopTicking()
+  }
+})
+
 const MANY = '[[rooms]]\nname = "shop"\ntotal_active_users = 1000\nnew_users_per_minute = 1000\n' +
   '[rooms.cookie]\nsecure = false\n'
 

@@ -59,6 +59,13 @@ fn header_bytes<'a>(v: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
     ))
 }
 
+/// A header value as text; one that is not UTF-8 counts as absent.
+fn header_text<'a>(v: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<&'a str>> {
+    Ok(v.map(header_bytes)
+        .transpose()?
+        .and_then(|b| std::str::from_utf8(b).ok()))
+}
+
 /// The cluster tier's sync loop for `engine`, if its configuration has a `[cluster]` table.
 fn sync_loop(engine: &Arc<velvet_rope::Engine>) -> PyResult<Option<Syncer>> {
     Syncer::from_engine(engine.clone())
@@ -213,21 +220,26 @@ impl Engine {
     }
 
     /// The waiting page for a queue or reject decision (`None` for admit). `accept` is the
-    /// request's `Accept` header.
-    #[pyo3(signature = (room, decision, accept = None))]
+    /// request's `Accept` header; `accept_language` its `Accept-Language` (in a room with
+    /// `accept_language = true` it picks the built-in page's language); `now_ms` (default:
+    /// the system clock) picks the event in force and its countdown.
+    #[pyo3(signature = (room, decision, accept = None, accept_language = None, now_ms = None))]
     fn render_page(
         &self,
         room: &str,
         decision: &Decision,
         accept: Option<&Bound<'_, PyAny>>,
+        accept_language: Option<&Bound<'_, PyAny>>,
+        now_ms: Option<u64>,
     ) -> PyResult<Option<Page>> {
-        let accept = accept
-            .map(header_bytes)
-            .transpose()?
-            .and_then(|b| std::str::from_utf8(b).ok());
+        let request = velvet_rope::PageRequest {
+            accept: header_text(accept)?,
+            accept_language: header_text(accept_language)?,
+            now_ms: or_now(now_ms)?,
+        };
         let page = self
             .inner
-            .render_page(room, &decision.inner, accept)
+            .render_page_for(room, &decision.inner, &request)
             .map_err(to_py)?;
         Ok(page.map(|p| Page::new(p, decision.inner.set_cookie.as_deref())))
     }

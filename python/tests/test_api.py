@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import pathlib
 import threading
 import time
@@ -104,6 +105,28 @@ def test_pages_and_their_headers() -> None:
     page = reject.render_page("shop", d)
     assert page is not None and page.status == 429
     assert ("Retry-After", "20") in page.headers
+
+
+def test_pages_in_the_visitors_language() -> None:
+    e = Engine(room(total=1, extra="accept_language = true"), now_ms=T0)
+    e.admit("shop", now_ms=T0)
+    waiting = e.admit("shop", now_ms=T0)
+    page = e.render_page("shop", waiting, "text/html", "de", now_ms=T0)
+    assert page is not None and 'lang="de-DE"' in page.body
+    assert "Sie sind in der Warteschlange" in page.body and 'id="position"' in page.body
+    page = e.render_page("shop", waiting, accept_language=b"ar-EG, en;q=0.5")
+    assert page is not None and 'lang="ar-EG" dir="rtl"' in page.body
+    page = e.render_page("shop", waiting)
+    assert page is not None and 'lang="en-US"' in page.body
+    as_json = e.render_page("shop", waiting, "application/json", "fr", now_ms=T0)
+    assert as_json is not None
+    doc = json.loads(as_json.body)
+    assert doc["language"] == "fr-FR" and doc["event_state"] == "none"
+    assert doc["cfWaitingRoom"]["inWaitingRoom"] is True
+    with pytest.raises(ValueError, match="default_template_language"):
+        Engine(room(extra='default_template_language = "xx"'))
+    with pytest.raises(ValueError, match="line 1, column 4"):
+        Engine(room(extra='custom_page = "<p>{{#a}}"'))
 
 
 def test_unknown_rooms() -> None:

@@ -65,6 +65,10 @@ def test_over_the_limit_visitors_get_the_waiting_page(run: Run) -> None:
     assert r.header("Cache-Control") == "no-store"
     assert (position(r) or 0) >= 1
     assert "__vr_shop" in jar.cookies, "a waiter gets a queued ticket"
+    # The room has accept_language = true: the visitor's Accept-Language picks the page.
+    german = get(run.port, "/shop/c", jar, {"Accept-Language": "de-AT,de;q=0.9,en;q=0.5"})
+    assert german.status == 202 and 'lang="de-DE"' in german.body
+    assert "Sie sind in der Warteschlange" in german.body and (position(german) or 0) >= 1
     r = get(run.port, "/shop/c", Jar(), {"Accept": "application/json"})
     assert r.status == 202 and (r.header("Content-Type") or "").startswith("application/json")
     doc = json.loads(r.body)

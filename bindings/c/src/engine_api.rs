@@ -674,6 +674,60 @@ pub unsafe extern "C" fn vr_engine_render_page(
     })
 }
 
+/// Renders the page for a queue or reject decision as [`vr_engine_render_page`] does, for a
+/// request whose `Accept-Language` header is `accept_language` (NULL/0 when absent: in a
+/// room with `accept_language = true` it picks the built-in page's language) at `now_ms`
+/// (milliseconds since the Unix epoch: it picks the event in force and its countdown).
+/// Headers that are not UTF-8 count as absent.
+///
+/// # Safety
+/// `engine` live; strings readable; `decision` readable; `page_out` writable.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn vr_engine_render_page_ex(
+    engine: *const vr_engine,
+    room: *const c_char,
+    room_len: usize,
+    decision: *const vr_decision,
+    accept: *const c_char,
+    accept_len: usize,
+    accept_language: *const c_char,
+    accept_language_len: usize,
+    now_ms: u64,
+    page_out: *mut *mut vr_page,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let e = unsafe { engine_ref(engine) }?;
+        // SAFETY: per this function's contract.
+        let room = unsafe { text(room, room_len, "room") }?;
+        // SAFETY: per this function's contract.
+        let d = unsafe { decision.as_ref() }.ok_or_else(|| null("decision"))?;
+        // SAFETY: per this function's contract.
+        let accept = unsafe { bytes(accept, accept_len, "accept") }?;
+        // SAFETY: per this function's contract.
+        let accept_language =
+            unsafe { bytes(accept_language, accept_language_len, "accept_language") }?;
+        if page_out.is_null() {
+            return Err(null("page_out"));
+        }
+        let request = engine::PageRequest {
+            accept: std::str::from_utf8(accept).ok().filter(|a| !a.is_empty()),
+            accept_language: std::str::from_utf8(accept_language)
+                .ok()
+                .filter(|a| !a.is_empty()),
+            now_ms,
+        };
+        let page = e
+            .render_page_for(room, &from_c(d)?, &request)?
+            .map_or(std::ptr::null_mut(), |page| {
+                Box::into_raw(Box::new(vr_page { page }))
+            });
+        // SAFETY: checked non-null.
+        unsafe { write(page_out, page, "page_out") }
+    })
+}
+
 /// The parts of a page; the pointers in `*view_out` live as long as the page.
 ///
 /// # Safety
@@ -703,7 +757,8 @@ pub unsafe extern "C" fn vr_page_get_view(
 /// Frees a page. NULL is ignored.
 ///
 /// # Safety
-/// `page` must be NULL or a page from [`vr_engine_render_page`] not freed before.
+/// `page` must be NULL or a page from [`vr_engine_render_page`] or
+/// [`vr_engine_render_page_ex`] not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn vr_page_free(page: *mut vr_page) {
     // SAFETY: forwarded from this function's contract.

@@ -16,7 +16,7 @@
 
 use std::cell::RefCell;
 
-use velvet_rope::{Clock, CoarseSystemClock, Outcome};
+use velvet_rope::{Clock, CoarseSystemClock, Outcome, PageRequest};
 
 use crate::abi::{
     self, EnvoyHeader, FilterEnvoyPtr, Host, ModuleBuffer, ModuleHeader, CONTINUE, REQUEST_HEADER,
@@ -192,6 +192,14 @@ unsafe fn with_request_headers<R>(
 }
 
 /// The values of the headers called `name` (lower case), in order.
+/// The first value of the request header `name` (lower case) as text; one that is not UTF-8
+/// counts as absent.
+fn first_text<'h>(headers: &'h [EnvoyHeader], name: &'h [u8]) -> Option<&'h str> {
+    values(headers, name)
+        .next()
+        .and_then(|v| std::str::from_utf8(v).ok())
+}
+
 fn values<'h>(headers: &'h [EnvoyHeader], name: &'h [u8]) -> impl Iterator<Item = &'h [u8]> {
     headers
         .iter()
@@ -265,10 +273,15 @@ unsafe fn decide(
         unsafe { (*stream).set_cookie = decision.set_cookie };
         return CONTINUE;
     }
-    let accept = values(headers, b"accept")
-        .next()
-        .and_then(|v| std::str::from_utf8(v).ok());
-    let page = match config.engine.render_page(&config.room, &decision, accept) {
+    let request = PageRequest {
+        accept: first_text(headers, b"accept"),
+        accept_language: first_text(headers, b"accept-language"),
+        now_ms: now,
+    };
+    let page = match config
+        .engine
+        .render_page_for(&config.room, &decision, &request)
+    {
         Ok(Some(page)) => page,
         _ => return CONTINUE,
     };

@@ -50,6 +50,7 @@ new_users_per_minute = 1000
 session_duration = 30
 refresh_interval = 5
 queueing_status_code = 202
+accept_language = true
 [rooms.cookie]
 secure = false
 
@@ -298,6 +299,10 @@ def test_over_the_limit_visitors_get_the_waiting_page(proxy):
     h = head.getresponse()
     assert h.status == 202 and h.read() == b"" and h.getheader("Refresh") == "5", h.getheaders()
     head.close()
+    # The room has accept_language = true: the visitor's Accept-Language picks the page.
+    german = get(proxy.port, "/shop/late", jar, {"Accept-Language": "de-AT,de;q=0.9,en;q=0.5"})
+    assert german.status == 202 and 'lang="de-DE"' in german.body, german
+    assert "Sie sind in der Warteschlange" in german.body and 'id="position"' in german.body, german
     again = get(proxy.port, "/shop/late", jar, {"Accept": "application/json"})
     assert (again.header("Content-Type") or "").startswith("application/json"), again
     doc = json.loads(again.body)

@@ -61,6 +61,7 @@ session_duration = 90
 refresh_interval = 1
 waiter_grace_refreshes = 2
 queueing_status_code = 202
+accept_language = true
 [rooms.cookie]
 secure = false
 
@@ -390,6 +391,10 @@ class Suite:
         m = re.search(r'id="position"[^>]*>\s*(\d+)', r.body)
         assert m and int(m.group(1)) >= 1, f"no position in the HTML: {r.body[:400]}"
         assert "__vr_shop" in jar.cookies, "a waiter gets a queued ticket"
+        # The room has accept_language = true: the visitor's Accept-Language picks the page.
+        german = get(self.port, "/shop/page.html", jar, {"Accept-Language": "de-AT,de;q=0.9"})
+        assert german.status == 202 and 'lang="de-DE"' in german.body, german.body[:400]
+        assert "Sie sind in der Warteschlange" in german.body, german.body[:400]
         # JSON for clients that ask for it.
         r = get(self.port, "/shop/page.html", Jar(), {"Accept": "application/json"})
         assert r.status == 202 and not r.admitted, f"JSON visitor not queued: {r}"

@@ -17,18 +17,18 @@ use crate::admission::cluster::{self, ClusterGrant, ClusterState, HostReport, Sy
 use crate::admission::decision::{Decision, RoomStats};
 use crate::admission::governance;
 use crate::admission::keys::keyring_for;
-use crate::admission::page::{self, Page};
 use crate::admission::room::Room;
 use crate::admission::snapshot::{RoomView, Snapshot};
 use crate::admission::stats::{room_stats, room_stats_json};
 use crate::admission::storage::Storage;
 use crate::admission::tick::{first_tick_room, tick_room};
-use crate::clock::{Millis, MAX_NOW_MS};
+use crate::clock::{Clock, Millis, SystemClock, MAX_NOW_MS};
 use crate::config::Config;
 use crate::counters::directory::HEADER_BYTES;
 use crate::counters::room_layout::RoomLayout;
 use crate::error::{Error, Result};
 use crate::fork_safe_lock::{ForkSafeLock, Guard};
+use crate::page::{self, Page, PageRequest, RoomPages};
 use crate::ticket::Keyring;
 
 /// State of `tick` and `reload` inside this process (cross-process state is in the regions).
@@ -198,11 +198,10 @@ impl Engine {
                 if v.room.fork_guard && v.room.counters.copied_by_fork() {
                     // A forked child's copy of clustered counters: made its own first.
                     v.room.counters.reincarnate(now);
-                    let room = Arc::new(Room::new(
-                        &v.room.cfg,
-                        &snap.config,
-                        v.room.counters.clone(),
-                    ));
+                    let room = Arc::new(
+                        Room::new(&v.room.cfg, &snap.config, v.room.counters.clone())
+                            .with_pages(v.room.pages.clone()),
+                    );
                     tick_room(&room, now)
                 } else {
                     tick_room(&v.room, now)
@@ -254,15 +253,41 @@ impl Engine {
 
     /// The page to serve for a queue or reject decision (`None` for admit). `accept` is the
     /// request's `Accept` header: JSON is served when it prefers `application/json` and the
-    /// room allows it.
+    /// room allows it. The page is in the room's `default_template_language`, as of the
+    /// system clock; [`Engine::render_page_for`] takes the visitor's `Accept-Language` and
+    /// the time.
     pub fn render_page(
         &self,
         room: &str,
         decision: &Decision,
         accept: Option<&str>,
     ) -> Result<Option<Page>> {
+        self.render_page_for(
+            room,
+            decision,
+            &PageRequest {
+                accept,
+                accept_language: None,
+                now_ms: SystemClock.now_ms(),
+            },
+        )
+    }
+
+    /// The page to serve for a queue or reject decision (`None` for admit), for `request`:
+    /// JSON when its `Accept` prefers it and the room allows it; else the template in force
+    /// at `request.now_ms` (an event's during its pre-queue and span, the room's, or the
+    /// built-in pages), in the language its `Accept-Language` prefers when the room has
+    /// `accept_language = true`. Templates were compiled when the configuration loaded: this
+    /// only renders.
+    pub fn render_page_for(
+        &self,
+        room: &str,
+        decision: &Decision,
+        request: &PageRequest<'_>,
+    ) -> Result<Option<Page>> {
         let snap = self.current.load();
-        Ok(page::render(&snap.room(room)?.room.cfg, decision, accept))
+        let room = &snap.room(room)?.room;
+        Ok(page::render(&room.pages, &room.cfg, decision, request))
     }
 
     /// Decides one request. `cookie_header` is the request's whole `Cookie` header, if any;
@@ -419,11 +444,13 @@ fn build(
         let same_settings = previous.is_some_and(|p| {
             p.config.settings == config.settings && p.config.cluster == config.cluster
         });
+        let pages = Arc::new(RoomPages::compile(cfg, &format!("rooms[{i}]"))?);
         let room = match running {
-            Some(r) if r.cfg == *cfg && same_settings => r.clone(),
+            // A template file is read anew at every load, so such a room gets its pages anew.
+            Some(r) if r.cfg == *cfg && same_settings && !reads_files(cfg) => r.clone(),
             Some(r) => {
                 counters_serve(r, i, cfg, &config.settings)?;
-                Arc::new(Room::new(cfg, &config, r.counters.clone()))
+                Arc::new(Room::new(cfg, &config, r.counters.clone()).with_pages(pages))
             }
             None => {
                 let counters = lifecycle
@@ -435,13 +462,18 @@ fn build(
                         }
                         e => e,
                     })?;
-                Arc::new(Room::new(cfg, &config, counters))
+                Arc::new(Room::new(cfg, &config, counters).with_pages(pages))
             }
         };
         rooms.push(room);
     }
     let views: Vec<RoomView> = rooms.iter().map(|r| first_tick_room(r, now)).collect();
     Ok(Snapshot::new(keyring, Arc::new(config), views))
+}
+
+/// Whether room `cfg`'s pages come from files (its own or an event's `custom_page_file`).
+fn reads_files(cfg: &crate::config::RoomConfig) -> bool {
+    cfg.custom_page_file.is_some() || cfg.events.iter().any(|e| e.custom_page_file.is_some())
 }
 
 /// Whether the counters of `running` can serve `cfg` (at `rooms[i]`) in place; the refusal

@@ -8,7 +8,6 @@ pub(crate) mod decision;
 pub(crate) mod engine;
 mod governance;
 mod keys;
-pub(crate) mod page;
 mod place;
 mod room;
 mod set_cookie;
@@ -17,7 +16,7 @@ mod stats;
 mod storage;
 mod tick;
 
+pub use crate::page::{wants_json, Page, PageRequest};
 pub use cookie_finder::{find_cookie, find_cookie_bytes};
 pub use decision::{Decision, Outcome, RoomStats, TicketRejections};
 pub use engine::Engine;
-pub use page::{wants_json, Page};

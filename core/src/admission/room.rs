@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::admission::cookie_finder::CookieFinder;
 use crate::config::{Config, RoomConfig, Rules};
 use crate::counters::room_counters::RoomCounters;
+use crate::page::RoomPages;
 use crate::ticket::RoomId;
 
 /// A room's configuration, counters, and what is derived from them once.
@@ -44,6 +45,8 @@ pub(crate) struct Room {
     /// parent's copy, and claim nothing until the child's first tick makes them its own
     /// (see `RoomCounters::reincarnate`).
     pub(crate) fork_guard: bool,
+    /// Its pages, compiled when the configuration loaded (see [`Room::with_pages`]).
+    pub(crate) pages: Arc<RoomPages>,
 }
 
 impl Room {
@@ -120,7 +123,15 @@ impl Room {
             fork_guard: config.cluster.is_some()
                 && cfg.queueing_method != crate::config::QueueingMethod::Passthrough
                 && counters.is_owned(),
+            pages: Arc::new(RoomPages::builtin(cfg)),
             counters,
         }
+    }
+
+    /// The same room serving `pages` (compiled from its configuration by
+    /// [`RoomPages::compile`]) instead of the built-in pages [`Room::new`] gives it.
+    pub(crate) fn with_pages(mut self, pages: Arc<RoomPages>) -> Self {
+        self.pages = pages;
+        self
     }
 }

@@ -127,16 +127,24 @@ refresh_interval = 20
 impl Config {
     /// Parses and validates TOML text.
     pub fn from_toml(text: &str) -> Result<Self> {
-        let cfg: Config = toml::from_str(text).map_err(|e| Error::Parse(e.to_string()))?;
+        let cfg = Self::parse_toml(text)?;
         cfg.validate()?;
         Ok(cfg)
     }
 
     /// Parses and validates JSON text of the same structure.
     pub fn from_json(text: &str) -> Result<Self> {
-        let cfg: Config = serde_json::from_str(text).map_err(|e| Error::Parse(e.to_string()))?;
+        let cfg = Self::parse_json(text)?;
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    fn parse_toml(text: &str) -> Result<Self> {
+        toml::from_str(text).map_err(|e| Error::Parse(e.to_string()))
+    }
+
+    fn parse_json(text: &str) -> Result<Self> {
+        serde_json::from_str(text).map_err(|e| Error::Parse(e.to_string()))
     }
 
     /// Parses text that is either JSON (first non-blank character `{`) or TOML.
@@ -148,17 +156,42 @@ impl Config {
         }
     }
 
-    /// Reads a file: JSON when its name ends in `.json`, TOML otherwise.
+    /// Reads a file: JSON when its name ends in `.json`, TOML otherwise. Relative
+    /// `custom_page_file` paths (of rooms and events) are taken from the file's directory,
+    /// and written into the configuration as joined to it.
     pub fn from_path(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
             path: path.display().to_string(),
             source,
         })?;
-        if path.extension().is_some_and(|e| e == "json") {
-            Self::from_json(&text)
+        let mut cfg = if path.extension().is_some_and(|e| e == "json") {
+            Self::parse_json(&text)?
         } else {
-            Self::from_toml(&text)
+            Self::parse_toml(&text)?
+        };
+        if let Some(dir) = path.parent() {
+            cfg.resolve_page_files(dir);
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Joins each relative `custom_page_file` to `dir`.
+    fn resolve_page_files(&mut self, dir: &Path) {
+        let resolve = |file: &mut Option<String>| {
+            if let Some(f) = file
+                .as_mut()
+                .filter(|f| Path::new(f.as_str()).is_relative())
+            {
+                *f = dir.join(f.as_str()).display().to_string();
+            }
+        };
+        for room in &mut self.rooms {
+            resolve(&mut room.custom_page_file);
+            for event in &mut room.events {
+                resolve(&mut event.custom_page_file);
+            }
         }
     }
 
@@ -237,6 +270,8 @@ impl Config {
         for (i, r) in self.rooms.iter().enumerate() {
             let at = format!("rooms[{i}]");
             r.validate(&at)?;
+            // Reads and compiles the room's templates: a faulty one is refused here.
+            crate::page::RoomPages::compile(r, &at)?;
             if !names.insert(r.name.as_str()) {
                 return Err(Error::invalid(
                     format!("{at}.name"),

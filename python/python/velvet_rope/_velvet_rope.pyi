@@ -55,7 +55,12 @@ class Engine:
     def stats(self, room: str) -> RoomStats: ...
     def stats_json(self) -> str: ...
     def render_page(
-        self, room: str, decision: Decision, accept: str | bytes | None = None
+        self,
+        room: str,
+        decision: Decision,
+        accept: str | bytes | None = None,
+        accept_language: str | bytes | None = None,
+        now_ms: int | None = None,
     ) -> Page | None: ...
     @property
     def rooms(self) -> list[str]: ...

@@ -48,6 +48,15 @@ def _headers(scope: Scope) -> tuple[bytes | None, bytes | None]:
     return cookie, accept
 
 
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    """The request's first `name` header (lower case), if any: for the waiting page only, so
+    the scan stays off the admitted path."""
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value)
+    return None
+
+
 class WaitingRoom:
     """ASGI middleware putting a velvet-rope room in front of `app`.
 
@@ -103,7 +112,9 @@ class WaitingRoom:
 
             await self.app(scope, receive, send_with_ticket)
             return
-        page = self.engine.render_page(room, decision, accept)
+        page = self.engine.render_page(
+            room, decision, accept, _header(scope, b"accept-language")
+        )
         if page is None:  # admit decisions have no page; cannot happen here
             await self.app(scope, receive, send)
             return

@@ -72,7 +72,9 @@ def _cookie(request: Request) -> bytes | None:
 
 
 def _page_response(engine: Engine, room: str, decision: Decision, request: Request) -> Response:
-    page = engine.render_page(room, decision, request.headers.get("accept"))
+    page = engine.render_page(
+        room, decision, request.headers.get("accept"), request.headers.get("accept-language")
+    )
     if page is None:  # admit decisions have no page
         raise RuntimeError("an admitted request has no waiting page")
     response = StarletteResponse(content=page.body, status_code=page.status)

@@ -77,7 +77,9 @@ class WaitingRoom:
                 return start_response(status, [*headers, ("Set-Cookie", set_cookie)], *exc)
 
             return self.app(environ, start_with_ticket)
-        page = self.engine.render_page(room, decision, environ.get("HTTP_ACCEPT"))
+        page = self.engine.render_page(
+            room, decision, environ.get("HTTP_ACCEPT"), environ.get("HTTP_ACCEPT_LANGUAGE")
+        )
         if page is None:  # admit decisions have no page; cannot happen here
             return self.app(environ, start_response)
         body = page.body.encode()

@@ -222,6 +222,59 @@ static void test_from_file(void) {
     unlink(path);
 }
 
+/* The page in the visitor's language (a room with accept_language = true), and a template
+ * that does not compile refused with its line and column. */
+static void test_page_languages(void) {
+    static const char *config =
+        "[[rooms]]\n"
+        "name = \"shop\"\n"
+        "total_active_users = 1\n"
+        "new_users_per_minute = 1000\n"
+        "accept_language = true\n";
+    vr_engine *e = new_engine(config);
+    vr_decision d;
+    CHECK(vr_engine_admit(e, "shop", 4, NULL, 0, T0, &d) == VR_OK && d.outcome == VR_OUTCOME_ADMIT);
+    CHECK(vr_engine_admit(e, "shop", 4, NULL, 0, T0, &d) == VR_OK && d.outcome == VR_OUTCOME_QUEUE);
+    vr_page *p = NULL;
+    vr_page_view v;
+    CHECK(vr_engine_render_page_ex(e, "shop", 4, &d, "text/html", 9, "de", 2, T0, &p) == VR_OK && p);
+    CHECK(vr_page_get_view(p, &v) == VR_OK);
+    CHECK(memmem(v.body, v.body_len, "lang=\"de-DE\"", 12) != NULL);
+    CHECK(memmem(v.body, v.body_len, "Sie sind in der Warteschlange", 29) != NULL);
+    CHECK(memmem(v.body, v.body_len, "id=\"position\"", 13) != NULL);
+    vr_page_free(p);
+    p = NULL;
+    /* No Accept-Language: the room's default_template_language (en-US). */
+    CHECK(vr_engine_render_page_ex(e, "shop", 4, &d, NULL, 0, NULL, 0, T0, &p) == VR_OK && p);
+    CHECK(vr_page_get_view(p, &v) == VR_OK);
+    CHECK(memmem(v.body, v.body_len, "lang=\"en-US\"", 12) != NULL);
+    vr_page_free(p);
+    p = NULL;
+    const char *hebrew = "he-IL,he;q=0.9";
+    CHECK(vr_engine_render_page_ex(e, "shop", 4, &d, NULL, 0, hebrew, strlen(hebrew), T0, &p) ==
+          VR_OK && p);
+    CHECK(vr_page_get_view(p, &v) == VR_OK);
+    CHECK(memmem(v.body, v.body_len, "dir=\"rtl\"", 9) != NULL);
+    vr_page_free(p);
+    p = NULL;
+    CHECK(vr_engine_render_page_ex(e, "shop", 4, &d, NULL, 0, NULL, 3, T0, &p) == VR_NULL_PARAMETER);
+    CHECK(vr_engine_render_page_ex(e, "shop", 4, &d, NULL, 0, "de", 2, T0, NULL) == VR_NULL_PARAMETER);
+    CHECK(vr_engine_render_page_ex(e, "nope", 4, &d, NULL, 0, "de", 2, T0, &p) == VR_UNKNOWN_ROOM);
+    vr_engine_free(e);
+
+    static const char *bad =
+        "[[rooms]]\n"
+        "name = \"shop\"\n"
+        "total_active_users = 1\n"
+        "new_users_per_minute = 1000\n"
+        "custom_page = \"<p>\\n  {{#waitTimeKnown}}\"\n";
+    e = NULL;
+    CHECK(vr_engine_new(bad, strlen(bad), T0, &e) == VR_INVALID_CONFIG && e == NULL);
+    char msg[512];
+    vr_last_error(msg, sizeof msg);
+    CHECK(strstr(msg, "rooms[0].custom_page") && strstr(msg, "line 2, column 3"));
+}
+
 static void test_shared_region(void) {
     size_t size = 0;
     CHECK(vr_shared_region_size(CONFIG, strlen(CONFIG), &size) == VR_OK && size > 0);
@@ -644,6 +697,7 @@ int main(void) {
     test_admission_flow();
     test_holder_decision();
     test_from_file();
+    test_page_languages();
     test_shared_region();
     test_state_file();
     test_leases();

@@ -1,0 +1,110 @@
+//! One page for one decision: the event in force, the language, the variables, then JSON or
+//! the template in force (the event's, the room's, or the built-in page).
+
+use crate::admission::{Decision, Outcome};
+use crate::config::{event_at, EventPhase, RoomConfig};
+use crate::page::language::Language;
+use crate::page::room_pages::RoomPages;
+use crate::page::variables::{Cloudflare, Inputs, Variables};
+use crate::page::{builtin, wants_json, Page, PageRequest};
+
+/// The JSON body: the keys JSON pages always had, the event's, and Cloudflare's object.
+#[derive(serde::Serialize)]
+struct Json<'a> {
+    room: &'a str,
+    outcome: &'static str,
+    position: Option<u64>,
+    queue_length: Option<u64>,
+    estimated_wait_secs: Option<u64>,
+    refresh_after_secs: Option<u64>,
+    retry_after_secs: Option<u64>,
+    event_state: &'static str,
+    event_start: Option<String>,
+    event_end: Option<String>,
+    prequeue: bool,
+    shuffle_at_event_start: bool,
+    language: &'static str,
+    #[serde(rename = "cfWaitingRoom")]
+    cf_waiting_room: &'a Cloudflare,
+}
+
+/// The page for a queue or reject decision of room `cfg`; `None` for admit.
+pub(crate) fn render(
+    pages: &RoomPages,
+    cfg: &RoomConfig,
+    decision: &Decision,
+    request: &PageRequest<'_>,
+) -> Option<Page> {
+    let (status, refresh, retry) = match decision.outcome {
+        Outcome::Admit => return None,
+        Outcome::Queue => (
+            cfg.queueing_status_code,
+            Some(
+                decision
+                    .retry_after_secs
+                    .unwrap_or(u64::from(cfg.refresh_interval)),
+            ),
+            None,
+        ),
+        Outcome::Reject => (429, None, decision.retry_after_secs),
+    };
+    let event = event_at(&cfg.events, request.now_ms);
+    let language = if pages.accept_language {
+        request
+            .accept_language
+            .and_then(|h| Language::negotiate(h, pages.language))
+            .unwrap_or(pages.language)
+    } else {
+        pages.language
+    };
+    let vars = Variables::new(&Inputs {
+        cfg,
+        decision,
+        language,
+        event,
+        now_ms: request.now_ms,
+        refresh,
+        title: pages.title.as_deref(),
+    });
+    if cfg.json_response_enabled && wants_json(request.accept) {
+        let json = Json {
+            room: &cfg.name,
+            outcome: decision.outcome.as_str(),
+            position: decision.position,
+            queue_length: decision.queue_length,
+            estimated_wait_secs: decision.estimated_wait_secs,
+            refresh_after_secs: refresh,
+            retry_after_secs: retry,
+            event_state: match event.map(|e| e.phase) {
+                None => "none",
+                Some(EventPhase::Prequeue) => "prequeue",
+                Some(EventPhase::Active) => "active",
+            },
+            event_start: event.map(|e| e.event.event_start.to_rfc3339()),
+            event_end: event.map(|e| e.event.event_end.to_rfc3339()),
+            prequeue: vars.cf.is_event_prequeueing,
+            shuffle_at_event_start: vars.cf.shuffle_at_event_start,
+            language: language.tag(),
+            cf_waiting_room: &vars.cf,
+        };
+        // Plain fields and strings: serialising cannot fail.
+        let body = serde_json::to_string(&json).unwrap_or_default();
+        return Some(Page {
+            status,
+            content_type: "application/json",
+            refresh_secs: refresh,
+            retry_after_secs: retry,
+            body,
+        });
+    }
+    let template = pages
+        .template(event.map(|e| e.index))
+        .unwrap_or_else(|| builtin::template(language));
+    Some(Page {
+        status,
+        content_type: "text/html; charset=utf-8",
+        refresh_secs: refresh,
+        retry_after_secs: retry,
+        body: template.render(&vars),
+    })
+}

@@ -114,7 +114,7 @@ test-browser: browser-env
 screenshots: browser-env
 	bindings/nginx/build.sh
 	UPDATE_SCREENSHOTS=1 SE_OFFLINE=true $(PY) -m pytest -q -p no:cacheprovider -W error \
-		browser/tests -k screenshots
+		browser/tests -k "screenshot or cloudflare_template or visitors_language"
 
 # Python benchmarks: calls against limits and pyrate-limiter (pytest-benchmark), the
 # middleware's own cost per request, and uvicorn requests/s with it and without (and A/A).

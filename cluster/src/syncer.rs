@@ -238,9 +238,13 @@ impl SyncRound {
             // from the strictest limits the room's schedule sets over that span, so that an
             // event's switch to lower limits is exact across hosts too.
             let hold = u64::from(room.longest_session()) * bucket_ms;
-            // (From the turn on: the report may leave up to `busy_ms` after it.)
-            let (total, minute) =
-                room.strictest_limits(turn_at, turn_at + busy_ms + lease_ms + hold, bucket_ms);
+            // (From a lease before the turn, for hosts whose clocks run behind this one's by
+            // up to a lease, to the turn's report, which may leave up to `busy_ms` after it.)
+            let (total, minute) = room.strictest_limits(
+                turn_at.saturating_sub(lease_ms),
+                turn_at + busy_ms + lease_ms + hold,
+                bucket_ms,
+            );
             let params = Params {
                 total,
                 minute,

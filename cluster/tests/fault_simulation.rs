@@ -460,3 +460,27 @@ fn crashes_while_writing_a_grant_or_what_an_advance_applied() {
         assert!(o.crashes > 0);
     }
 }
+
+/// A scheduled event lowers the room from 30 to 12 for a while, then the room's own limit
+/// returns: at the switch down no host lets anyone in while the room holds 12 or more (the
+/// store's grants come from the strictest limits over a grant's lease and hold, and a host
+/// never enforces more than the limits in force), under any schedule within the guarantee.
+#[test]
+fn an_event_lowering_the_limit_is_exact_across_hosts() {
+    use velvet_rope_cluster::sim::SimEvent;
+    let s = Scenario {
+        run_ms: 24_000,
+        event: Some(SimEvent {
+            start_ms: 9_000,
+            end_ms: 16_000,
+            total: 12,
+        }),
+        ..Scenario::default()
+    };
+    let (n, exact, fullest) = sweep(&s, 300);
+    eprintln!(
+        "{n} schedules with an event (30 -> 12 -> 30): {exact} within the guarantee, the \
+         fullest held {}",
+        fullest.max_active
+    );
+}

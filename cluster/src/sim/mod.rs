@@ -73,6 +73,22 @@ pub struct Scenario {
     pub random_faults: RandomFaults,
     /// Keep the last this many events for the report of a failing run.
     pub trace: usize,
+    /// A scheduled event of the room, if any (see [`SimEvent`]).
+    pub event: Option<SimEvent>,
+}
+
+/// A scheduled event of the simulated room: another `total_active_users` from `start_ms` to
+/// `end_ms` (virtual time from the run's start). At every switch to a lower limit the room
+/// holds no one more than before while it is over the new limit, and no one is let in while
+/// it is at or over it: no admission may make the room hold more than the limit in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimEvent {
+    /// When the event starts.
+    pub start_ms: u64,
+    /// When it ends.
+    pub end_ms: u64,
+    /// `total_active_users` during it.
+    pub total: u64,
 }
 
 /// Which faults a seed draws.
@@ -105,6 +121,7 @@ impl Default for Scenario {
             faults: Vec::new(),
             random_faults: RandomFaults::WithinGuarantee,
             trace: 60,
+            event: None,
         }
     }
 }

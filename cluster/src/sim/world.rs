@@ -145,6 +145,8 @@ pub(crate) struct World {
     store_lost: bool,
     forward_steps: Vec<u64>,
     wiped_at: Option<u64>,
+    /// The room's visitors (ground truth) at the last check.
+    last_active: u64,
     out: Outcome,
     trace: VecDeque<String>,
 }
@@ -196,6 +198,7 @@ impl World {
             room_id: RoomId::new(ROOM),
             weights: vec![1.0; s.hosts],
             store_lost: false,
+            last_active: 0,
             forward_steps: Vec::new(),
             wiped_at: None,
             out: Outcome {
@@ -1001,12 +1004,30 @@ impl World {
         }
         let active = self.truth.active(&buckets);
         self.out.max_active = self.out.max_active.max(active);
-        if active > self.s.total + self.out.bound {
+        let largest = self
+            .s
+            .event
+            .map_or(self.s.total, |e| e.total.max(self.s.total));
+        if active > largest + self.out.bound {
             self.out.violation = Some(format!(
-                "{active} visitors in a room of {} (bound over it {})",
-                self.s.total, self.out.bound
+                "{active} visitors in a room of {largest} (bound over it {})",
+                self.out.bound
             ));
         }
+        // The limit in force now (the event's during it): nobody let in while the room holds
+        // it or more (visitors let in before a switch to a lower limit stay).
+        let in_force = match self.s.event {
+            Some(e) if self.now >= e.start_ms && self.now < e.end_ms => e.total,
+            _ => self.s.total,
+        };
+        if active > self.last_active && active > in_force + self.out.bound {
+            self.out.violation = Some(format!(
+                "{active} visitors (from {}) with {in_force} in force at {} ms (bound over it \
+                 {})",
+                self.last_active, self.now, self.out.bound
+            ));
+        }
+        self.last_active = active;
     }
 }
 
@@ -1040,7 +1061,7 @@ max_live_waiters = 1024
 queue_buckets = 64
 [rooms.cookie]
 secure = false
-"#,
+{event}"#,
         bucket = s.bucket_secs,
         interval = s.sync_interval_ms,
         lease = s.lease_ms,
@@ -1050,5 +1071,15 @@ secure = false
         total = s.total,
         minute = s.per_minute,
         session = s.session,
+        event = s.event.map_or(String::new(), |e| {
+            let at = |ms: u64| velvet_rope::config::Instant::from_millis(T0 + ms).to_rfc3339();
+            format!(
+                "[[rooms.events]]\nname = \"sim\"\nevent_start = \"{}\"\nevent_end = \"{}\"\n\
+                 total_active_users = {}\n",
+                at(e.start_ms),
+                at(e.end_ms),
+                e.total
+            )
+        }),
     )
 }

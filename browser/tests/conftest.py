@@ -1,6 +1,6 @@
 """Fixtures of the browser tests: `start` (a front door from a room configuration), `browser`
 (a headless chromium), and a watchdog that ends the run, and everything it started, when it
-overruns (BROWSER_WATCHDOG_SECS, default 170). A failed test's report carries its front
+overruns (BROWSER_WATCHDOG_SECS, default 300). A failed test's report carries its front
 doors' logs. A new test is a few lines:
 
     def test_a_page_in_arabic(start, browser):
@@ -26,7 +26,7 @@ import pytest
 
 import harness
 
-WATCHDOG_SECS = int(os.environ.get("BROWSER_WATCHDOG_SECS", "170"))
+WATCHDOG_SECS = int(os.environ.get("BROWSER_WATCHDOG_SECS", "300"))
 
 atexit.register(harness.kill_everything)
 

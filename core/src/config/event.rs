@@ -26,6 +26,12 @@ impl Instant {
         self.ms
     }
 
+    /// The latest instant a configuration may name: the end of year 9999 (RFC 3339's four
+    /// digits of year).
+    pub const LATEST: Instant = Instant {
+        ms: 253_402_300_799_999,
+    };
+
     /// Parses an RFC 3339 date and time (an offset is required; instants before 1970 are
     /// refused).
     pub fn parse(text: &str) -> std::result::Result<Self, String> {
@@ -40,12 +46,17 @@ impl Instant {
             .map_err(|_| format!("`{text}` is before 1970"))
     }
 
-    /// The RFC 3339 form, in UTC.
+    /// The RFC 3339 form, in UTC (instants past [`Instant::LATEST`], which no valid
+    /// configuration holds, are written as it).
     pub fn to_rfc3339(self) -> String {
-        let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(self.ms) * 1_000_000)
-            .expect("a u64 of milliseconds is a valid date");
-        t.format(&time::format_description::well_known::Rfc3339)
-            .expect("RFC 3339 formats every date of this range")
+        let ms = self.ms.min(Self::LATEST.ms);
+        time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+            .ok()
+            .and_then(|t| {
+                t.format(&time::format_description::well_known::Rfc3339)
+                    .ok()
+            })
+            .unwrap_or_else(|| "9999-12-31T23:59:59.999Z".to_owned())
     }
 }
 
@@ -145,6 +156,15 @@ impl EventConfig {
                 "must be 1-64 characters, none of them control, zero-width or bidirectional \
                  formatting characters",
             ));
+        }
+        for (name, instant) in [
+            ("prequeue_start", self.prequeue_start),
+            ("event_start", Some(self.event_start)),
+            ("event_end", Some(self.event_end)),
+        ] {
+            if instant.is_some_and(|i| i > Instant::LATEST) {
+                return Err(Error::invalid(f(name), "must be in year 9999 or before"));
+            }
         }
         if self.event_end <= self.event_start {
             return Err(Error::invalid(

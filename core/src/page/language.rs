@@ -178,10 +178,20 @@ impl Language {
                 Some((range, q))
             })
             .collect();
+        // A language refused (`q=0`) by its bare tag or by exactly one of ours; a region we do
+        // not have (`de-AT;q=0`) refuses nothing we could serve for another range.
         let refused: Vec<Language> = ranges
             .iter()
             .filter(|(r, q)| *q == 0 && *r != "*")
-            .filter_map(|(r, _)| Language::for_range(r))
+            .filter_map(|(r, _)| {
+                let exact = Language::ALL
+                    .into_iter()
+                    .find(|l| l.tag().eq_ignore_ascii_case(r));
+                let bare = Language::ALL
+                    .into_iter()
+                    .find(|l| l.primary().eq_ignore_ascii_case(r));
+                exact.or(bare)
+            })
             .collect();
         ranges.sort_by_key(|r| std::cmp::Reverse(r.1));
         ranges

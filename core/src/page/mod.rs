@@ -13,6 +13,7 @@ mod plural;
 mod render;
 mod room_pages;
 mod template;
+mod text;
 mod translations;
 pub mod variables;
 
@@ -78,12 +79,56 @@ pub struct PageRequest<'a> {
 /// Whether an `Accept` header prefers JSON over HTML.
 pub fn wants_json(accept: Option<&str>) -> bool {
     let Some(accept) = accept else { return false };
-    let json = accept.find("application/json");
-    let html = accept.find("text/html");
+    // The quality (thousandths) and position of the first range naming each type, among the
+    // first 32 (media types compare without case; `q=0` refuses).
+    let mut json = None;
+    let mut html = None;
+    for (i, item) in accept.split(',').take(32).enumerate() {
+        let mut parts = item.split(';');
+        let media = parts.next().unwrap_or("").trim();
+        let q = parts
+            .filter_map(|p| {
+                let p = p.trim();
+                p.strip_prefix("q=").or_else(|| p.strip_prefix("Q="))
+            })
+            .next()
+            .map_or(Some(1000), parse_q);
+        let Some(q) = q else { continue };
+        let slot = if media.eq_ignore_ascii_case("application/json") {
+            &mut json
+        } else if media.eq_ignore_ascii_case("text/html") {
+            &mut html
+        } else {
+            continue;
+        };
+        if slot.is_none() {
+            *slot = Some((q, i));
+        }
+    }
     match (json, html) {
-        (Some(j), Some(h)) => j < h,
+        (Some((0, _)), _) | (None, _) => false,
         (Some(_), None) => true,
-        _ => false,
+        // The higher quality wins; at equal quality, the one named first.
+        (Some((jq, ji)), Some((hq, hi))) => jq > hq || (jq == hq && ji < hi),
+    }
+}
+
+/// A q-value (`0` to `1`, at most three decimals) in thousandths; `None` if malformed.
+fn parse_q(v: &str) -> Option<u16> {
+    let v = v.trim();
+    let (whole, frac) = v.split_once('.').unwrap_or((v, ""));
+    if frac.len() > 3 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let frac_value = frac
+        .bytes()
+        .chain(std::iter::repeat(b'0'))
+        .take(3)
+        .fold(0u16, |n, b| n * 10 + u16::from(b - b'0'));
+    match whole {
+        "0" => Some(frac_value),
+        "1" if frac_value == 0 => Some(1000),
+        _ => None,
     }
 }
 

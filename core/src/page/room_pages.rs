@@ -85,13 +85,35 @@ impl RoomPages {
     }
 }
 
+/// A template file's text: a regular file (not a pipe or a device, which could hold the load
+/// up or never end), read up to one byte past `MAX_TEMPLATE_BYTES` (a longer one is refused
+/// by the caller without being read whole).
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    use std::io::{Error as IoError, ErrorKind, Read};
+    // Without blocking: opening a pipe with no writer would wait for one.
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)?
+    };
+    if !file.metadata()?.is_file() {
+        return Err(IoError::new(ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_TEMPLATE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    String::from_utf8(bytes).map_err(|_| IoError::new(ErrorKind::InvalidData, "not UTF-8"))
+}
+
 /// A template given inline or by file (`at` names the owner, for errors).
 fn load(text: Option<&str>, file: Option<&str>, at: &str) -> Result<Option<Template>> {
     let (source, field, origin) = match (text, file) {
         (Some(t), _) => (t.to_owned(), format!("{at}.custom_page"), String::new()),
         (None, Some(path)) => {
             let field = format!("{at}.custom_page_file");
-            let source = std::fs::read_to_string(Path::new(path))
+            let source = read_bounded(Path::new(path))
                 .map_err(|e| Error::invalid(&field, format!("cannot read `{path}`: {e}")))?;
             (source, field, format!("(`{path}`) "))
         }

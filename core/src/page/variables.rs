@@ -46,6 +46,7 @@ use crate::admission::{Decision, Outcome};
 use crate::config::{EventAt, EventPhase, QueueingMethod, RoomConfig};
 use crate::page::format::{counted, duration, minutes_rounded, number};
 use crate::page::language::Language;
+use crate::page::text::Text;
 use crate::page::translations::{strings, Strings};
 
 /// The `page_title` a room has unless its configuration sets one: the built-in pages then
@@ -60,10 +61,10 @@ pub(crate) struct Cloudflare {
     pub(crate) in_waiting_room: bool,
     pub(crate) wait_time_known: bool,
     pub(crate) wait_time: u64,
-    pub(crate) wait_time_formatted: String,
+    pub(crate) wait_time_formatted: Text,
     pub(crate) queue_is_full: bool,
     pub(crate) queue_all: bool,
-    pub(crate) last_updated: String,
+    pub(crate) last_updated: Text,
     pub(crate) refresh_interval_seconds: u64,
     pub(crate) queueing_method: &'static str,
     #[ramhorns(rename = "isFIFOQueue")]
@@ -75,9 +76,9 @@ pub(crate) struct Cloudflare {
     pub(crate) is_event_active: bool,
     pub(crate) is_event_prequeueing: bool,
     pub(crate) time_until_event_start: u64,
-    pub(crate) time_until_event_start_formatted: String,
+    pub(crate) time_until_event_start_formatted: Text,
     pub(crate) time_until_event_end: u64,
-    pub(crate) time_until_event_end_formatted: String,
+    pub(crate) time_until_event_end_formatted: Text,
     pub(crate) shuffle_at_event_start: bool,
 }
 
@@ -91,21 +92,21 @@ pub(crate) struct Variables {
     pub(crate) wait_time_hour_minutes: u64,
     pub(crate) wait_time_seconds: Option<u64>,
     pub(crate) queue_position: Option<u64>,
-    pub(crate) queue_position_formatted: String,
+    pub(crate) queue_position_formatted: Text,
     pub(crate) queue_length: Option<u64>,
-    pub(crate) queue_length_formatted: String,
+    pub(crate) queue_length_formatted: Text,
     pub(crate) retry_after_seconds: Option<u64>,
-    pub(crate) retry_sentence: String,
-    pub(crate) refresh_sentence: String,
+    pub(crate) retry_sentence: Text,
+    pub(crate) refresh_sentence: Text,
     pub(crate) time_until_event_start_seconds: Option<u64>,
-    pub(crate) event_start_time: String,
-    pub(crate) event_end_time: String,
+    pub(crate) event_start_time: Text,
+    pub(crate) event_end_time: Text,
     pub(crate) is_queued: bool,
     pub(crate) is_rejected: bool,
     pub(crate) locale: &'static str,
     pub(crate) dir: &'static str,
-    pub(crate) page_title: String,
-    pub(crate) room_name: String,
+    pub(crate) page_title: Text,
+    pub(crate) room_name: Text,
 }
 
 /// What a page is rendered from.
@@ -167,10 +168,11 @@ impl Variables {
             wait_time_known: wait_secs.is_some(),
             wait_time,
             wait_time_formatted: wait_secs
-                .map_or_else(|| s.unavailable.to_owned(), |w| duration(w, s)),
+                .map_or_else(|| s.unavailable.to_owned(), |w| duration(w, s))
+                .into(),
             queue_is_full: rejected,
             queue_all: i.cfg.queue_all,
-            last_updated: rfc3339_millis(i.now_ms),
+            last_updated: rfc3339_millis(i.now_ms).into(),
             refresh_interval_seconds: i.refresh.unwrap_or(0),
             queueing_method: method.as_str(),
             is_fifo_queue: method == QueueingMethod::Fifo,
@@ -180,9 +182,9 @@ impl Variables {
             is_event_active: i.event.is_some(),
             is_event_prequeueing: prequeue,
             time_until_event_start: start_ms.map_or(0, minutes_up),
-            time_until_event_start_formatted: formatted(start_ms),
+            time_until_event_start_formatted: formatted(start_ms).into(),
             time_until_event_end: end_ms.map_or(0, minutes_up),
-            time_until_event_end_formatted: formatted(end_ms),
+            time_until_event_end_formatted: formatted(end_ms).into(),
             shuffle_at_event_start: i.event.is_some_and(|e| e.event.shuffle_at_event_start),
         };
         Variables {
@@ -194,30 +196,37 @@ impl Variables {
             queue_position_formatted: d
                 .position
                 .filter(|_| queued)
-                .map_or_else(String::new, |p| number(p, s.digits)),
+                .map_or_else(String::new, |p| number(p, s.digits))
+                .into(),
             queue_length: d.queue_length,
             queue_length_formatted: d
                 .queue_length
-                .map_or_else(String::new, |n| number(n, s.digits)),
+                .map_or_else(String::new, |n| number(n, s.digits))
+                .into(),
             retry_after_seconds: retry,
-            retry_sentence: retry.map_or_else(String::new, |r| counted(s.retry, s, r)),
+            retry_sentence: retry
+                .map_or_else(String::new, |r| counted(s.retry, s, r))
+                .into(),
             refresh_sentence: i
                 .refresh
                 .filter(|_| queued)
-                .map_or_else(String::new, |r| counted(s.refresh, s, r)),
+                .map_or_else(String::new, |r| counted(s.refresh, s, r))
+                .into(),
             time_until_event_start_seconds: start_ms.map(|ms| ms.div_ceil(1000)),
             event_start_time: i
                 .event
-                .map_or_else(String::new, |e| e.event.event_start.to_rfc3339()),
+                .map_or_else(String::new, |e| e.event.event_start.to_rfc3339())
+                .into(),
             event_end_time: i
                 .event
-                .map_or_else(String::new, |e| e.event.event_end.to_rfc3339()),
+                .map_or_else(String::new, |e| e.event.event_end.to_rfc3339())
+                .into(),
             is_queued: queued,
             is_rejected: rejected,
             locale: i.language.tag(),
             dir: i.language.dir(),
-            page_title: title,
-            room_name: i.cfg.name.clone(),
+            page_title: title.into(),
+            room_name: i.cfg.name.as_str().into(),
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::ticket::format::{
     TAG, VERSION,
 };
 use crate::ticket::legacy::{self, LegacyKey};
-use crate::ticket::{RoomId, Ticket, TicketError};
+use crate::ticket::{RoomId, Ticket, TicketError, TicketState};
 
 /// An encoded ticket, held inline (no allocation).
 #[derive(Clone, Copy)]
@@ -102,7 +102,13 @@ fn aegis_nonce(ticket_nonce: &[u8]) -> [u8; 32] {
 /// Whether a time-checked ticket may be used at `now_secs` with `skew_secs` of clock skew.
 #[inline]
 fn check_time(t: Ticket, now_secs: u32, skew_secs: u32) -> Result<Ticket, TicketError> {
-    if t.last_checkin.max(t.accepted_at) > now_secs.saturating_add(skew_secs) {
+    // A queued ticket's check-in field holds the place it was shown (see
+    // `admission::place`), not a time.
+    let stamped = match t.state {
+        TicketState::Admitted => t.last_checkin.max(t.accepted_at),
+        TicketState::Queued => t.accepted_at,
+    };
+    if stamped > now_secs.saturating_add(skew_secs) {
         return Err(TicketError::FromFuture);
     }
     if t.expires <= now_secs {

@@ -69,11 +69,20 @@ impl Snapshot {
     #[inline]
     pub(crate) fn decide(&self, view: &RoomView, cookie: Option<&[u8]>, now: Millis) -> Decision {
         let room = &view.room;
-        let rules = view.rules_at(now);
-        if rules.suspended {
-            // Suspended: untouched, uncounted.
-            return Decision::admit(None, None);
-        }
+        // The view's rules by reference (no copy on the steady path), or worked out afresh
+        // for a request after a switch the last tick did not see yet.
+        // (A suspended room's view has an empty span: it is always worked out here.)
+        let afresh;
+        let rules = if now >= view.rules_from && now < view.rules_until {
+            &view.rules
+        } else {
+            afresh = room.rules_at(now);
+            if afresh.suspended {
+                // Suspended: untouched, uncounted.
+                return Decision::admit(None, None);
+            }
+            &afresh
+        };
         let now_secs = (now / 1000).min(u32::MAX as u64) as u32;
         let bucket = now / room.bucket_ms;
         let opened = cookie.map(|text| {
@@ -97,7 +106,7 @@ impl Snapshot {
             now,
             bucket,
             secs: now_secs,
-            rules: &rules,
+            rules,
         };
         self.not_steady(view, opened, &at)
     }

@@ -308,6 +308,13 @@ pub(crate) fn observe(room: &Arc<Room>, tb: &TickBlock<'_>, now: Millis) -> Room
         sum += lanes.live((b % q) as usize, epoch);
     }
     let (rules, rules_from, rules_until) = room.cfg.rules_span(now, room.bucket_ms);
+    // A suspended room's span is empty, so that requests never take the steady path's rules
+    // (see `decide`): the check stays off that path.
+    let rules_until = if rules.suspended {
+        rules_from
+    } else {
+        rules_until
+    };
     RoomView {
         name: RoomName::new(room.cfg.name.as_bytes()),
         room: room.clone(),

@@ -23,7 +23,7 @@ def free_port() -> int:
 class Server:
     """A server command (uvicorn, gunicorn) serving a test app from `tests.apps`."""
 
-    def __init__(self, kind: str, state: pathlib.Path) -> None:
+    def __init__(self, kind: str, state: pathlib.Path, config: pathlib.Path = CONFIG) -> None:
         self.kind = kind
         self.port = free_port()
         if kind == "uvicorn":
@@ -34,7 +34,7 @@ class Server:
             argv = [sys.executable, "-m", "gunicorn", "--workers", "2",
                     "--bind", f"127.0.0.1:{self.port}", "--log-level", "warning",
                     "tests.apps.flask_app:app"]
-        env = dict(os.environ, VR_CONFIG=str(CONFIG), VR_STATE=str(state),
+        env = dict(os.environ, VR_CONFIG=str(config), VR_STATE=str(state),
                    PYTHONPATH=str(HERE.parent))
         self.log = state.with_suffix(".log")
         self._log_file = open(self.log, "w")

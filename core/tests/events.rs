@@ -459,3 +459,32 @@ fn the_shuffle_at_the_start_is_uniform_and_cannot_be_gamed() {
         "eager refreshers' mean round {eager:.2}, others' {calm:.2}"
     );
 }
+
+/// A reload that adds an event already in force, or lowers the room's own limit, applies to
+/// the next request: the slots the pools held for the old limit are not claimed.
+#[test]
+fn a_reload_into_an_event_applies_at_once() {
+    let room = |total: u64| {
+        format!(
+            "[[rooms]]\nname = \"r\"\ntotal_active_users = {total}\n\
+             new_users_per_minute = 100000\n"
+        )
+    };
+    let with_event = format!(
+        "{}[[rooms.events]]\nname = \"e\"\nevent_start = \"{}\"\nevent_end = \"{}\"\n\
+         total_active_users = 5\n",
+        room(40),
+        rfc3339(T0 - 3_600 * SEC),
+        rfc3339(T0 + 3_600 * SEC)
+    );
+    for (next, limit) in [(with_event, 5), (room(10), 10)] {
+        let engine = Engine::from_text(&room(40), T0).unwrap();
+        engine.tick(T0 + 10);
+        assert_eq!(engine.stats("r").unwrap().free_slots, 40);
+        engine.reload(Config::from_toml(&next).unwrap()).unwrap();
+        let admitted = (0..40)
+            .filter(|_| engine.admit("r", None, T0 + 20).unwrap().outcome == Outcome::Admit)
+            .count();
+        assert_eq!(admitted, limit);
+    }
+}

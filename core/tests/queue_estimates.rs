@@ -167,7 +167,6 @@ fn places_never_go_back_follow_the_service_order_and_the_wait_error_is_measured(
                 first_errors.push(e.abs());
             }
         }
-        let _ = w.arrived;
     }
     errors.sort_by(|a, b| a.partial_cmp(b).unwrap());
     signed.sort_by(|a, b| a.partial_cmp(b).unwrap());

@@ -651,27 +651,23 @@ pub unsafe extern "C" fn vr_engine_render_page(
     accept_len: usize,
     page_out: *mut *mut vr_page,
 ) -> vr_result {
-    guard(|| {
-        // SAFETY: per this function's contract.
-        let e = unsafe { engine_ref(engine) }?;
-        // SAFETY: per this function's contract.
-        let room = unsafe { text(room, room_len, "room") }?;
-        // SAFETY: per this function's contract.
-        let d = unsafe { decision.as_ref() }.ok_or_else(|| null("decision"))?;
-        // SAFETY: per this function's contract.
-        let accept = unsafe { bytes(accept, accept_len, "accept") }?;
-        let accept = std::str::from_utf8(accept).ok();
-        if page_out.is_null() {
-            return Err(null("page_out"));
-        }
-        let page = e
-            .render_page(room, &from_c(d)?, accept)?
-            .map_or(std::ptr::null_mut(), |page| {
-                Box::into_raw(Box::new(vr_page { page }))
-            });
-        // SAFETY: checked non-null.
-        unsafe { write(page_out, page, "page_out") }
-    })
+    let now_ms = engine::Clock::now_ms(&engine::SystemClock);
+    // SAFETY: per this function's contract, which is `vr_engine_render_page_ex`'s with no
+    // `Accept-Language`.
+    unsafe {
+        vr_engine_render_page_ex(
+            engine,
+            room,
+            room_len,
+            decision,
+            accept,
+            accept_len,
+            std::ptr::null(),
+            0,
+            now_ms,
+            page_out,
+        )
+    }
 }
 
 /// Renders the page for a queue or reject decision as [`vr_engine_render_page`] does, for a

@@ -235,9 +235,9 @@ pub fn event_at(events: &[EventConfig], now_ms: u64) -> Option<EventAt<'_>> {
     })
 }
 
-/// The first instant after `now_ms` at which `events` switch the room's settings (an event's
-/// pre-queue start, start or end), if any. Suspended events never switch anything.
-pub fn next_switch(events: &[EventConfig], now_ms: u64) -> Option<u64> {
+/// Every instant (ms) at which `events` switch the room's settings: each event's pre-queue
+/// start, start and end. Suspended events never switch anything.
+pub(crate) fn switches(events: &[EventConfig]) -> impl Iterator<Item = u64> + '_ {
     events
         .iter()
         .filter(|e| !e.suspended)
@@ -249,6 +249,10 @@ pub fn next_switch(events: &[EventConfig], now_ms: u64) -> Option<u64> {
             ]
         })
         .flatten()
-        .filter(|&t| t > now_ms)
-        .min()
+}
+
+/// The first instant after `now_ms` at which `events` switch the room's settings (an event's
+/// pre-queue start, start or end), if any. Suspended events never switch anything.
+pub fn next_switch(events: &[EventConfig], now_ms: u64) -> Option<u64> {
+    switches(events).filter(|&t| t > now_ms).min()
 }

@@ -1,6 +1,6 @@
 //! The settings a room enforces at one instant: its own, or those of the event in force.
 
-use crate::config::event::{event_at, next_switch, EventPhase};
+use crate::config::event::{event_at, next_switch, switches, EventPhase};
 use crate::config::room::{QueueingMethod, RoomConfig};
 
 /// Arrival buckets a shuffled pre-queue is spread over, just before its event's start bucket:
@@ -81,18 +81,7 @@ impl RoomConfig {
     /// in force (0 and `u64::MAX` at the ends of the schedule).
     pub fn rules_span(&self, now_ms: u64, bucket_ms: u64) -> (Rules, u64, u64) {
         let until = next_switch(&self.events, now_ms).unwrap_or(u64::MAX);
-        let from = self
-            .events
-            .iter()
-            .filter(|e| !e.suspended)
-            .flat_map(|e| {
-                [
-                    e.prequeue_start.map(|i| i.millis()),
-                    Some(e.event_start.millis()),
-                    Some(e.event_end.millis()),
-                ]
-            })
-            .flatten()
+        let from = switches(&self.events)
             .filter(|&t| t <= now_ms)
             .max()
             .unwrap_or(0);

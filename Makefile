@@ -52,6 +52,12 @@ test-c:
 		-Iinclude bindings/c/tests/c/test_velvet_rope.c target/release/libvelvet_rope.a \
 		-lpthread -ldl -lm -o target/test_velvet_rope
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 ./target/test_velvet_rope
+	@echo "== make test: the front-door conformance table through the C ABI"
+	python3 conformance/to_c.py > target/front_doors_table.h
+	gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fsanitize=address,undefined -g -O1 \
+		-Iinclude -Itarget bindings/c/tests/c/test_front_doors.c target/release/libvelvet_rope.a \
+		-lpthread -ldl -lm -o target/test_front_doors
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 ./target/test_front_doors
 
 # The nginx module against Debian's real nginx (installs nginx and nginx-dev if missing).
 test-nginx: redis-env

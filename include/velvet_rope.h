@@ -29,6 +29,15 @@
 // `vr_decision.outcome`: refuse with Retry-After.
 #define VR_OUTCOME_REJECT 2
 
+// `vr_request.client_family`: the client is unknown.
+#define VR_CLIENT_UNKNOWN 0
+
+// `vr_request.client_family`: `client_addr[0..4]` holds an IPv4 address (network order).
+#define VR_CLIENT_IPV4 4
+
+// `vr_request.client_family`: `client_addr` holds an IPv6 address (network order).
+#define VR_CLIENT_IPV6 6
+
 // Result of every fallible function. Numbers are stable; retired codes stay reserved.
 enum vr_result
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -122,6 +131,17 @@ typedef struct {
   size_t set_cookie_len;
   // A complete `Set-Cookie` header value, NUL-terminated.
   char set_cookie[VR_SET_COOKIE_CAPACITY];
+  // The index of the room's rule that matched the request; -1 for none (and for
+  // `vr_engine_admit`, which reads no rules).
+  int32_t rule;
+  // 1: a `bypass` rule matched; pass the request untouched.
+  uint8_t bypassed;
+  // 1: the room takes tickets from the `Velvet-Rope-Ticket` header; send a new ticket
+  // (the value of `set_cookie`) back in that response header too.
+  uint8_t ticket_header;
+  // A dry run or a `count_only` rule passed the request (`outcome` is admit): what the
+  // outcome would have been (`VR_OUTCOME_QUEUE` or `VR_OUTCOME_REJECT`); -1 otherwise.
+  int32_t would_have;
 } vr_decision;
 
 // Room statistics as of the last tick.
@@ -171,6 +191,54 @@ typedef struct {
   // What to use if the lease cannot be refreshed.
   double safe_capacity;
 } vr_lease;
+
+// One request header: name (any case) and value, neither NUL-terminated.
+typedef struct {
+  // The name.
+  const char *name;
+  // Its length.
+  size_t name_len;
+  // The value.
+  const char *value;
+  // Its length.
+  size_t value_len;
+} vr_header;
+
+// One request as the server parsed it. Every pointer may be NULL with its length 0.
+typedef struct {
+  // The method (`GET`).
+  const char *method;
+  // Its length.
+  size_t method_len;
+  // The request-target as received (`/path?query`, or `http://host/path`).
+  const char *target;
+  // Its length.
+  size_t target_len;
+  // The `Host` header (or `:authority`); NULL: looked up among `headers`.
+  const char *host;
+  // Its length.
+  size_t host_len;
+  // Every request header (several `Cookie` headers each).
+  const vr_header *headers;
+  // How many.
+  size_t headers_len;
+  // `VR_CLIENT_UNKNOWN`, `VR_CLIENT_IPV4` or `VR_CLIENT_IPV6`: the client's address as the
+  // server established it (after nginx's realip, say).
+  uint8_t client_family;
+  // The address, network byte order (4 or 16 bytes used).
+  uint8_t client_addr[16];
+} vr_request;
+
+// Where `vr_engine_decide_request` placed a request.
+typedef struct {
+  // 1: a room's routes took the request (`room` names it, `*decision_out` was written);
+  // 0: none did (pass the request untouched).
+  uint8_t routed;
+  // Length of `room`.
+  size_t room_len;
+  // The room's name, NUL-terminated.
+  char room[65];
+} vr_route;
 
 #ifdef __cplusplus
 extern "C" {
@@ -496,6 +564,47 @@ vr_result vr_gauge_release(const vr_gauge *gauge, uint32_t n);
 // # Safety
 // Handle live; `in_use_out` writable.
 vr_result vr_gauge_in_use(const vr_gauge *gauge, uint32_t *in_use_out);
+
+// Decides a request in the room the rooms' `routes` place it in (the most specific host,
+// then the longest path prefix), after that room's rules. Writes `*route_out`; when it says
+// routed, `*decision_out` too. A request no route takes passes untouched. Thread-safe;
+// never blocks; allocates only for a request of more than 48 headers or a target that needs
+// more than one reading.
+//
+// # Safety
+// `engine` live; `request` per `vr_request`'s contract; `route_out` and `decision_out`
+// writable.
+vr_result vr_engine_decide_request(const vr_engine *engine,
+                                   const vr_request *request,
+                                   uint64_t now_ms,
+                                   vr_route *route_out,
+                                   vr_decision *decision_out);
+
+// Decides a request in `room` (chosen by the server: an nginx location, an Envoy route),
+// after the room's rules, finding its ticket in its `Cookie` headers (or, where the room
+// takes one, its `Velvet-Rope-Ticket` header). Writes `*decision_out`. Thread-safe; never
+// blocks.
+//
+// # Safety
+// `engine` live; `room` readable for `room_len` bytes; `request` per `vr_request`'s
+// contract; `decision_out` writable.
+vr_result vr_engine_decide_request_in(const vr_engine *engine,
+                                      const char *room,
+                                      size_t room_len,
+                                      const vr_request *request,
+                                      uint64_t now_ms,
+                                      vr_decision *decision_out);
+
+// Whether deciding in `room` reads more of a request than its `Cookie` header (the room has
+// rules, or takes header tickets): a server may then call `vr_engine_decide_request_in`
+// and `vr_engine_admit` otherwise. Writes `*reads_out` (1 or 0).
+//
+// # Safety
+// `engine` live; `room` readable for `room_len` bytes; `reads_out` writable.
+vr_result vr_engine_room_reads_request(const vr_engine *engine,
+                                       const char *room,
+                                       size_t room_len,
+                                       uint8_t *reads_out);
 
 #ifdef __cplusplus
 }  // extern "C"

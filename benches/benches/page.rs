@@ -44,6 +44,7 @@ fn pages(c: &mut Criterion) {
         accept,
         accept_language,
         now_ms: T0,
+        ticket: None,
     };
     let cases = [
         (

@@ -45,6 +45,7 @@ mod hash;
 pub mod lease;
 pub mod page;
 mod random;
+pub mod request;
 pub mod routing;
 pub mod shares;
 #[cfg(feature = "simulation")]
@@ -54,7 +55,7 @@ pub mod ticket;
 
 pub use admission::{
     find_cookie, find_cookie_bytes, wants_json, Decision, Engine, Outcome, Page, PageRequest,
-    RoomStats, TicketRejections,
+    RoomLabel, RoomStats, Routed, TicketRejections,
 };
 pub use clock::{Clock, CoarseSystemClock, FakeClock, Millis, SystemClock, MAX_NOW_MS};
 pub use config::{Config, QueueingMethod, RoomConfig};

@@ -46,6 +46,7 @@ fn html(e: &Engine, d: &Decision, accept_language: Option<&str>) -> String {
         accept: Some("text/html"),
         accept_language,
         now_ms: T0,
+        ticket: None,
     };
     e.render_page_for("shop", d, &request)
         .unwrap()

@@ -229,6 +229,7 @@ fn a_single_quote_is_escaped_too() {
                 accept: None,
                 accept_language: None,
                 now_ms: T0,
+                ticket: None,
             },
         )
         .unwrap()

@@ -379,6 +379,7 @@ pub fn engine_render_page(
         accept: accept.as_deref(),
         accept_language: accept_language.as_deref(),
         now_ms: or_now(now_ms)?,
+        ticket: None,
     };
     let page = ENGINES
         .with(engine, |e| e.render_page_for(&room, &d, &request))?

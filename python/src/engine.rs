@@ -236,6 +236,7 @@ impl Engine {
             accept: header_text(accept)?,
             accept_language: header_text(accept_language)?,
             now_ms: or_now(now_ms)?,
+            ticket: None,
         };
         let page = self
             .inner

@@ -61,6 +61,17 @@ pub struct vr_decision {
     pub set_cookie_len: usize,
     /// A complete `Set-Cookie` header value, NUL-terminated.
     pub set_cookie: [c_char; VR_SET_COOKIE_CAPACITY],
+    /// The index of the room's rule that matched the request; -1 for none (and for
+    /// `vr_engine_admit`, which reads no rules).
+    pub rule: i32,
+    /// 1: a `bypass` rule matched; pass the request untouched.
+    pub bypassed: u8,
+    /// 1: the room takes tickets from the `Velvet-Rope-Ticket` header; send a new ticket
+    /// (the value of `set_cookie`) back in that response header too.
+    pub ticket_header: u8,
+    /// A dry run or a `count_only` rule passed the request (`outcome` is admit): what the
+    /// outcome would have been (`VR_OUTCOME_QUEUE` or `VR_OUTCOME_REJECT`); -1 otherwise.
+    pub would_have: i32,
 }
 
 /// A page's parts; pointers stay valid until the page is freed.
@@ -108,7 +119,7 @@ pub struct vr_room_stats {
 ///
 /// # Safety
 /// `out` must be valid for writes of a `vr_decision`.
-unsafe fn to_c(d: &Decision, out: *mut vr_decision) -> Result<(), Failure> {
+pub(crate) unsafe fn to_c(d: &Decision, out: *mut vr_decision) -> Result<(), Failure> {
     let cookie = d.set_cookie.as_deref().unwrap_or("");
     if cookie.len() >= VR_SET_COOKIE_CAPACITY {
         return Err(Failure(
@@ -134,6 +145,10 @@ unsafe fn to_c(d: &Decision, out: *mut vr_decision) -> Result<(), Failure> {
             std::ptr::copy_nonoverlapping(cookie.as_ptr(), buf, cookie.len());
         }
         buf.add(cookie.len()).write(0);
+        std::ptr::addr_of_mut!((*out).rule).write(d.rule.map_or(-1, i32::from));
+        std::ptr::addr_of_mut!((*out).bypassed).write(u8::from(d.bypassed));
+        std::ptr::addr_of_mut!((*out).ticket_header).write(u8::from(d.ticket_header));
+        std::ptr::addr_of_mut!((*out).would_have).write(d.would_have.map_or(-1, |o| o as i32));
     }
     Ok(())
 }
@@ -179,6 +194,14 @@ fn from_c(d: &vr_decision) -> Result<Decision, Failure> {
         ticket_error: usize::try_from(d.ticket_error)
             .ok()
             .and_then(|i| TicketError::ALL.get(i).copied()),
+        rule: u16::try_from(d.rule).ok(),
+        bypassed: d.bypassed != 0,
+        would_have: match d.would_have {
+            1 => Some(Outcome::Queue),
+            2 => Some(Outcome::Reject),
+            _ => None,
+        },
+        ticket_header: d.ticket_header != 0,
     })
 }
 
@@ -337,7 +360,7 @@ pub unsafe extern "C" fn vr_engine_free(engine: *mut vr_engine) {
 ///
 /// # Safety
 /// `engine` must be NULL or a live handle.
-unsafe fn engine_ref<'a>(engine: *const vr_engine) -> Result<&'a Engine, Failure> {
+pub(crate) unsafe fn engine_ref<'a>(engine: *const vr_engine) -> Result<&'a Engine, Failure> {
     // SAFETY: per the caller.
     unsafe { engine.as_ref() }
         .map(|e| &*e.engine)
@@ -713,6 +736,7 @@ pub unsafe extern "C" fn vr_engine_render_page_ex(
                 .ok()
                 .filter(|a| !a.is_empty()),
             now_ms,
+            ticket: None,
         };
         let page = e
             .render_page_for(room, &from_c(d)?, &request)?

@@ -277,6 +277,7 @@ unsafe fn decide(
         accept: first_text(headers, b"accept"),
         accept_language: first_text(headers, b"accept-language"),
         now_ms: now,
+        ticket: None,
     };
     let page = match config
         .engine

@@ -393,6 +393,7 @@ impl Snapshot {
                 retry_after_secs: Some(u64::from(cfg.refresh_interval)),
                 queue_length: None,
                 ticket_error: err,
+                ..Decision::admit(None, None)
             };
         }
         let epoch = u64::from(now_secs / room.refresh_secs);
@@ -471,6 +472,7 @@ impl Snapshot {
             retry_after_secs: Some(u64::from(cfg.refresh_interval)),
             queue_length: Some(view.queue_length),
             ticket_error: err,
+            ..Decision::admit(None, None)
         }
     }
 }

@@ -42,6 +42,17 @@ pub struct Decision {
     pub queue_length: Option<u64>,
     /// Why an incoming ticket was refused (the visitor was then treated as new).
     pub ticket_error: Option<TicketError>,
+    /// The index of the room's rule that matched the request (see
+    /// [`Engine::decide_request`](crate::Engine::decide_request)), if any.
+    pub rule: Option<u16>,
+    /// A `bypass` rule matched: the request passes untouched, undecided and uncounted.
+    pub bypassed: bool,
+    /// In a `dry_run` room or under a `count_only` rule: what the outcome would have been
+    /// (queue or reject); the request passes (`outcome` is admit).
+    pub would_have: Option<Outcome>,
+    /// The room takes tickets from the `Velvet-Rope-Ticket` header as well: a new ticket goes
+    /// back in that response header too, beside `Set-Cookie`.
+    pub ticket_header: bool,
 }
 
 impl Decision {
@@ -59,7 +70,24 @@ impl Decision {
             retry_after_secs: None,
             queue_length: None,
             ticket_error,
+            rule: None,
+            bypassed: false,
+            would_have: None,
+            ticket_header: false,
         }
+    }
+
+    /// The ticket a new or changed ticket cookie holds (the value of `set_cookie`): what a
+    /// client without cookies sends back in the `Velvet-Rope-Ticket` header.
+    pub fn ticket(&self) -> Option<&str> {
+        let c = self.set_cookie.as_deref()?;
+        let value = &c[c.find('=')? + 1..];
+        Some(value.split(';').next().unwrap_or(value))
+    }
+
+    /// Whether a rule refused the request outright (a `reject` rule, not a full room).
+    pub fn rejected_by_rule(&self) -> bool {
+        self.outcome == Outcome::Reject && self.rule.is_some() && self.retry_after_secs.is_none()
     }
 }
 

@@ -15,6 +15,7 @@ use arc_swap::ArcSwap;
 
 use crate::admission::cluster::{self, ClusterGrant, ClusterState, HostReport, SyncTurn};
 use crate::admission::decision::{Decision, RoomStats};
+use crate::admission::front_door::carried_out;
 use crate::admission::governance;
 use crate::admission::keys::keyring_for;
 use crate::admission::room::Room;
@@ -29,6 +30,7 @@ use crate::counters::room_layout::RoomLayout;
 use crate::error::{Error, Result};
 use crate::fork_safe_lock::{ForkSafeLock, Guard};
 use crate::page::{self, Page, PageRequest, RoomPages};
+use crate::request::FrontDoor;
 use crate::ticket::Keyring;
 
 /// State of `tick` and `reload` inside this process (cross-process state is in the regions).
@@ -41,7 +43,7 @@ struct Lifecycle {
 
 /// The admission engine. Cheap to share (`Arc<Engine>`); every method takes `&self`.
 pub struct Engine {
-    current: ArcSwap<Snapshot>,
+    pub(crate) current: ArcSwap<Snapshot>,
     lifecycle: ForkSafeLock<Lifecycle>,
 }
 
@@ -208,7 +210,12 @@ impl Engine {
                 }
             })
             .collect();
-        let next = Snapshot::new(snap.keyring.clone(), snap.config.clone(), rooms);
+        let next = Snapshot::new(
+            snap.keyring.clone(),
+            snap.config.clone(),
+            snap.front.clone(),
+            rooms,
+        );
         self.current.store(Arc::new(next));
     }
 
@@ -269,6 +276,7 @@ impl Engine {
                 accept,
                 accept_language: None,
                 now_ms: SystemClock.now_ms(),
+                ticket: None,
             },
         )
     }
@@ -309,7 +317,8 @@ impl Engine {
         let snap = self.current.load();
         let view = snap.room_bytes(room)?;
         let ticket = cookie_header.and_then(|h| view.room.cookie_finder.find_ticket(h));
-        Ok(snap.decide(view, ticket, now.min(MAX_NOW_MS)))
+        let d = snap.decide(view, ticket, now.min(MAX_NOW_MS));
+        Ok(carried_out(&view.room, d))
     }
 
     /// Decides one request only if that hands the visitor nothing new, for a host that could
@@ -335,7 +344,8 @@ impl Engine {
     pub fn admit_ticket(&self, room: &str, ticket: Option<&str>, now: Millis) -> Result<Decision> {
         let snap = self.current.load();
         let view = snap.room(room)?;
-        Ok(snap.decide(view, ticket.map(str::as_bytes), now.min(MAX_NOW_MS)))
+        let d = snap.decide(view, ticket.map(str::as_bytes), now.min(MAX_NOW_MS));
+        Ok(carried_out(&view.room, d))
     }
 
     /// What this host reports to the cluster tier about `room` (see [`crate::admission::cluster`]),
@@ -468,7 +478,8 @@ fn build(
         rooms.push(room);
     }
     let views: Vec<RoomView> = rooms.iter().map(|r| first_tick_room(r, now)).collect();
-    Ok(Snapshot::new(keyring, Arc::new(config), views))
+    let front = Arc::new(FrontDoor::compile(&config)?);
+    Ok(Snapshot::new(keyring, Arc::new(config), front, views))
 }
 
 /// Whether room `cfg`'s pages come from files (its own or an event's `custom_page_file`).

@@ -1,11 +1,13 @@
 //! What a running engine keeps of one room while its configuration stays the same.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use crate::admission::cookie_finder::CookieFinder;
 use crate::config::{Config, RoomConfig, Rules};
 use crate::counters::room_counters::RoomCounters;
 use crate::page::RoomPages;
+use crate::request::rule::RuleSet;
 use crate::ticket::RoomId;
 
 /// A room's configuration, counters, and what is derived from them once.
@@ -47,6 +49,11 @@ pub(crate) struct Room {
     pub(crate) fork_guard: bool,
     /// Its pages, compiled when the configuration loaded (see [`Room::with_pages`]).
     pub(crate) pages: Arc<RoomPages>,
+    /// Its `[[rooms.rules]]`, compiled, with the requests each matched in this process.
+    pub(crate) rules: RuleSet,
+    /// Requests a dry run or a `count_only` rule passed that the room would have queued
+    /// (`[0]`) or rejected (`[1]`), in this process.
+    pub(crate) would_have: [AtomicU64; 2],
 }
 
 impl Room {
@@ -124,6 +131,10 @@ impl Room {
                 && cfg.queueing_method != crate::config::QueueingMethod::Passthrough
                 && counters.is_owned(),
             pages: Arc::new(RoomPages::builtin(cfg)),
+            // Config::validate compiled them already; were they refused here, the room would
+            // decide every request (no rule lets anything pass).
+            rules: RuleSet::compile(&cfg.rules, config.settings.path_case, "").unwrap_or_default(),
+            would_have: [AtomicU64::new(0), AtomicU64::new(0)],
             counters,
         }
     }

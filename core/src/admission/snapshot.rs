@@ -8,6 +8,7 @@ use crate::admission::room::Room;
 use crate::clock::Millis;
 use crate::config::{Config, Rules};
 use crate::error::{Error, Result};
+use crate::request::FrontDoor;
 use crate::ticket::Keyring;
 
 /// Bytes of a room's name kept in the snapshot's array itself.
@@ -111,11 +112,18 @@ pub(crate) struct Snapshot {
     pub(crate) rooms: Vec<RoomView>,
     /// Room index by name.
     pub(crate) by_name: FxHashMap<Box<[u8]>, usize>,
+    /// The rooms' routes and the trusted proxies, compiled with the configuration.
+    pub(crate) front: Arc<FrontDoor>,
 }
 
 impl Snapshot {
     /// A snapshot of `rooms` (in `config`'s order).
-    pub(crate) fn new(keyring: Arc<Keyring>, config: Arc<Config>, rooms: Vec<RoomView>) -> Self {
+    pub(crate) fn new(
+        keyring: Arc<Keyring>,
+        config: Arc<Config>,
+        front: Arc<FrontDoor>,
+        rooms: Vec<RoomView>,
+    ) -> Self {
         let by_name = rooms
             .iter()
             .enumerate()
@@ -127,6 +135,7 @@ impl Snapshot {
             config,
             rooms,
             by_name,
+            front,
         }
     }
 

@@ -54,6 +54,17 @@ pub(crate) fn room_stats_json(room: &Room) -> serde_json::Value {
         "event": rules.event.map(|i| room.cfg.events[i].name.as_str()),
         "event_phase": rules.event.map(|_| if rules.prequeue { "prequeue" } else { "active" }),
         "governing": crate::admission::governance::is_governing(room),
+        "mode": match room.cfg.mode {
+            crate::config::RoomMode::On => "on",
+            crate::config::RoomMode::DryRun => "dry_run",
+        },
+        "would_have_queued": room.would_have[0].load(Ordering::Relaxed),
+        "would_have_rejected": room.would_have[1].load(Ordering::Relaxed),
+        "rules": room.rules.tallies().map(|(name, action, matched)| serde_json::json!({
+            "name": name,
+            "action": action.as_str(),
+            "matched": matched,
+        })).collect::<Vec<_>>(),
         "ticket_rejections": {
             "bad_encoding": r.bad_encoding,
             "unknown_key": r.unknown_key,

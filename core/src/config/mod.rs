@@ -14,11 +14,13 @@ use crate::error::{Error, Result};
 
 mod cluster;
 mod event;
+mod request_rules;
 mod room;
 mod rules;
 
 pub use cluster::ClusterConfig;
 pub use event::{event_at, next_switch, EventAt, EventConfig, EventPhase, Instant};
+pub use request_rules::{PathCase, RoomMode, RouteConfig, RuleAction, RuleConfig};
 pub use room::{CookieConfig, QueueingMethod, RoomConfig, MAX_COOKIE_DOMAIN, MAX_COOKIE_PATH};
 pub use rules::{Rules, SHUFFLE_LANES};
 
@@ -62,6 +64,14 @@ pub struct Settings {
     pub shards: u32,
     /// Tolerated clock skew, in seconds, for tickets stamped in the future. Default 30.
     pub max_clock_skew_secs: u32,
+    /// How route and rule path prefixes compare with paths: `sensitive` (default) or
+    /// `insensitive` (for an application that routes `/Shop` as `/shop`).
+    pub path_case: PathCase,
+    /// Proxies whose `X-Forwarded-For` a middleware believes (CIDR blocks or addresses): the
+    /// client is the last address before the first untrusted hop. Empty (default): the peer
+    /// is the client. Servers say who the client is themselves (nginx's realip module,
+    /// Envoy's `xff_num_trusted_hops`).
+    pub trusted_proxies: Vec<String>,
 }
 
 impl Default for Settings {
@@ -70,6 +80,8 @@ impl Default for Settings {
             bucket_width_secs: 60,
             shards: 0,
             max_clock_skew_secs: 30,
+            path_case: PathCase::Sensitive,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -265,11 +277,17 @@ impl Config {
                 format!("holds {} rooms; at most {MAX_ROOMS}", self.rooms.len()),
             ));
         }
+        crate::request::clients::CidrSet::parse(&s.trusted_proxies)
+            .map_err(|why| Error::invalid("settings.trusted_proxies", why))?;
+        crate::request::routes::RouteTable::compile(self)
+            .map_err(|(field, why)| Error::invalid(field, why))?;
         let mut names = std::collections::HashSet::new();
         let mut cookies = std::collections::HashMap::new();
         for (i, r) in self.rooms.iter().enumerate() {
             let at = format!("rooms[{i}]");
             r.validate(&at)?;
+            crate::request::rule::RuleSet::compile(&r.rules, s.path_case, &at)
+                .map_err(|(field, why)| Error::invalid(field, why))?;
             // Reads and compiles the room's templates: a faulty one is refused here.
             crate::page::RoomPages::compile(r, &at)?;
             if !names.insert(r.name.as_str()) {

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::event::EventConfig;
+use crate::config::request_rules::{RoomMode, RouteConfig, RuleConfig};
 use crate::error::{Error, Result};
 
 /// Longest `cookie.path`, in bytes.
@@ -146,6 +147,24 @@ pub struct RoomConfig {
     /// Scheduled events, in any order; their spans (pre-queue included) may not overlap.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<EventConfig>,
+    /// The requests this room decides when a front door asks the core which room (C, Python
+    /// and Node without a room named): the most specific host, then the longest path prefix,
+    /// over every room's routes. None: the room is reached by name only (nginx locations,
+    /// Envoy routes, a middleware's `room=`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteConfig>,
+    /// Ordered rules: the first that matches a request says what happens to it; a request no
+    /// rule matches is decided.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RuleConfig>,
+    /// `on` (default) or `dry_run` (decide and count, let everyone through).
+    #[serde(default)]
+    pub mode: RoomMode,
+    /// Accept the ticket from a `Velvet-Rope-Ticket` request header when the request has no
+    /// ticket cookie (clients without cookies: mobile apps, API callers); the JSON waiting
+    /// response and admitted responses carry the ticket to send back. Default false.
+    #[serde(default)]
+    pub ticket_header: bool,
 }
 
 fn default_session() -> u32 {
@@ -203,6 +222,10 @@ impl RoomConfig {
             default_template_language: default_language(),
             accept_language: false,
             events: Vec::new(),
+            routes: Vec::new(),
+            rules: Vec::new(),
+            mode: RoomMode::On,
+            ticket_header: false,
         }
     }
 

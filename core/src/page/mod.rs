@@ -74,6 +74,9 @@ pub struct PageRequest<'a> {
     pub accept_language: Option<&'a str>,
     /// Milliseconds since the Unix epoch.
     pub now_ms: u64,
+    /// The ticket the request brought (in a room with `ticket_header = true`, the JSON
+    /// response carries it back when the decision did not change it).
+    pub ticket: Option<&'a str>,
 }
 
 /// Whether an `Accept` header prefers JSON over HTML.
@@ -149,6 +152,7 @@ mod tests {
             retry_after_secs: Some(20),
             queue_length: Some(100),
             ticket_error: None,
+            ..Decision::admit_steady()
         }
     }
 
@@ -168,6 +172,7 @@ mod tests {
             accept: Some("text/html"),
             accept_language,
             now_ms: T0,
+            ticket: None,
         }
     }
 

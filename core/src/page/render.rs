@@ -24,8 +24,84 @@ struct Json<'a> {
     prequeue: bool,
     shuffle_at_event_start: bool,
     language: &'static str,
+    /// In a room taking tickets from a header: the ticket to send back in
+    /// `Velvet-Rope-Ticket` (the one held, when this response does not change it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ticket: Option<&'a str>,
     #[serde(rename = "cfWaitingRoom")]
     cf_waiting_room: &'a Cloudflare,
+}
+
+/// A reject decision's JSON body: RFC 9457 problem details (`application/problem+json`).
+#[derive(serde::Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    title: &'static str,
+    status: u16,
+    detail: &'static str,
+    room: &'a str,
+    outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_secs: Option<u64>,
+}
+
+/// The HTML body of a request a `reject` rule refused (not the waiting room's page: there is
+/// nothing to wait for).
+const REFUSED_HTML: &str = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<title>403 Forbidden</title></head><body><h1>Forbidden</h1>\
+<p>This request is not allowed in.</p></body></html>\n";
+
+/// The page for a reject decision: problem details for JSON clients, the room's page (a full
+/// room) or a plain refusal (a `reject` rule) otherwise.
+fn rejection(cfg: &RoomConfig, decision: &Decision, request: &PageRequest<'_>) -> Option<Page> {
+    let by_rule = decision.rejected_by_rule();
+    let (status, retry) = if by_rule {
+        (403, None)
+    } else {
+        (429, decision.retry_after_secs)
+    };
+    if cfg.json_response_enabled && wants_json(request.accept) {
+        let problem = if by_rule {
+            Problem {
+                kind: "urn:velvet-rope:problem:refused-by-rule",
+                title: "Refused by the waiting room's rules",
+                status,
+                detail: "A rule of this waiting room refuses this request.",
+                room: &cfg.name,
+                outcome: "reject",
+                retry_after_secs: None,
+            }
+        } else {
+            Problem {
+                kind: "urn:velvet-rope:problem:room-full",
+                title: "The waiting room is full",
+                status,
+                detail: "The site is at capacity and this waiting room does not queue: retry \
+                         after the time given.",
+                room: &cfg.name,
+                outcome: "reject",
+                retry_after_secs: retry,
+            }
+        };
+        return Some(Page {
+            status,
+            content_type: "application/problem+json",
+            refresh_secs: None,
+            retry_after_secs: retry,
+            body: serde_json::to_string(&problem).unwrap_or_default(),
+        });
+    }
+    if by_rule {
+        return Some(Page {
+            status,
+            content_type: "text/html; charset=utf-8",
+            refresh_secs: None,
+            retry_after_secs: None,
+            body: REFUSED_HTML.to_owned(),
+        });
+    }
+    None
 }
 
 /// The page for a queue or reject decision of room `cfg`; `None` for admit.
@@ -35,6 +111,11 @@ pub(crate) fn render(
     decision: &Decision,
     request: &PageRequest<'_>,
 ) -> Option<Page> {
+    if decision.outcome == Outcome::Reject {
+        if let Some(page) = rejection(cfg, decision, request) {
+            return Some(page);
+        }
+    }
     let (status, refresh, retry) = match decision.outcome {
         Outcome::Admit => return None,
         Outcome::Queue => (
@@ -85,6 +166,11 @@ pub(crate) fn render(
             prequeue: vars.cf.is_event_prequeueing,
             shuffle_at_event_start: vars.cf.shuffle_at_event_start,
             language: language.tag(),
+            ticket: if cfg.ticket_header {
+                decision.ticket().or(request.ticket)
+            } else {
+                None
+            },
             cf_waiting_room: &vars.cf,
         };
         // Plain fields and strings: serialising cannot fail.

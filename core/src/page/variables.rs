@@ -264,6 +264,7 @@ mod tests {
             retry_after_secs: Some(20),
             queue_length: Some(100),
             ticket_error: None,
+            ..Decision::admit_steady()
         }
     }
 

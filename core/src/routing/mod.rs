@@ -80,6 +80,36 @@ mod reading;
 use fold::Fold;
 use reading::{scan, READINGS};
 
+/// A request target scanned once (see [`Router::route_target`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    bytes: &'a [u8],
+    features: reading::Features,
+}
+
+impl<'a> Target<'a> {
+    /// `bytes` (a request-target as received, or a path), scanned.
+    #[inline]
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Self {
+            bytes,
+            features: scan(bytes),
+        }
+    }
+
+    /// The target as given.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The query string as received (after the first `?`, before any `#`), if any.
+    pub fn query(&self) -> Option<&'a [u8]> {
+        let rest = self.bytes.get(self.features.path_len..)?;
+        let rest = rest.strip_prefix(b"?")?;
+        Some(rest.split(|&b| b == b'#').next().unwrap_or(rest))
+    }
+}
+
 /// Whether prefixes are compared with case or without.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CaseRule {
@@ -233,7 +263,15 @@ impl Router {
 
     /// Where the request with `target` goes (see the module's documentation).
     pub fn route(&self, target: &[u8]) -> Route {
-        let features = scan(target);
+        self.route_target(&Target::new(target))
+    }
+
+    /// [`Router::route`] for a target scanned already (several routers may read one target:
+    /// the scan is done once).
+    #[inline]
+    pub fn route_target(&self, target: &Target<'_>) -> Route {
+        let features = target.features;
+        let target = target.bytes;
         if !features.plain() {
             return self.route_slowly(target, features);
         }

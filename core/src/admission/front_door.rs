@@ -1,0 +1,188 @@
+//! A whole request decided: its room (by the rooms' routes, or named by the server), the
+//! room's rules, its ticket (cookie or header), then the decision, carried out or (a dry
+//! run, a `count_only` rule) only counted.
+
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+
+use crate::admission::decision::{Decision, Outcome};
+use crate::admission::snapshot::{RoomView, Snapshot};
+use crate::admission::Engine;
+use crate::clock::{Millis, MAX_NOW_MS};
+use crate::config::{RoomMode, RuleAction};
+use crate::error::Result;
+use crate::request::{Prepared, Request};
+
+/// Longest room name (see `RoomConfig::name`).
+const MAX_NAME: usize = 64;
+
+/// A room's name, held inline: a routed decision names its room without allocating.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct RoomLabel {
+    len: u8,
+    bytes: [u8; MAX_NAME],
+}
+
+impl RoomLabel {
+    fn new(name: &str) -> Self {
+        let mut bytes = [0; MAX_NAME];
+        let n = name.len().min(MAX_NAME);
+        bytes[..n].copy_from_slice(&name.as_bytes()[..n]);
+        Self {
+            len: n as u8,
+            bytes,
+        }
+    }
+
+    /// The room's name.
+    pub fn as_str(&self) -> &str {
+        // Room names are validated ASCII of at most 64 bytes, copied whole.
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for RoomLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+/// A request the rooms' routes placed in a room, and the room's decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Routed {
+    /// The room.
+    pub room: RoomLabel,
+    /// Its decision (a `bypass` rule's: admit, `bypassed`).
+    pub decision: Decision,
+}
+
+impl Engine {
+    /// Decides `request` in the room its routes place it in (the most specific host, then
+    /// the longest path prefix, over every room's `routes`); `None` when no route takes it
+    /// (it passes untouched). See [`crate::request`].
+    pub fn decide_request(&self, request: &Request<'_>, now: Millis) -> Option<Routed> {
+        let snap = self.current.load();
+        let prepared = Prepared::new(request);
+        let index = snap.front.routes.room_for(&prepared)?;
+        let view = snap.rooms.get(index)?;
+        Some(Routed {
+            room: RoomLabel::new(&view.room.cfg.name),
+            decision: snap.decide_prepared(view, &prepared, now),
+        })
+    }
+
+    /// Decides `request` in `room` (named by the server: an nginx location, an Envoy route,
+    /// a middleware's `room=`), its rules first. The only error is an unknown room.
+    pub fn decide_request_in(
+        &self,
+        room: &[u8],
+        request: &Request<'_>,
+        now: Millis,
+    ) -> Result<Decision> {
+        let snap = self.current.load();
+        let view = snap.room_bytes(room)?;
+        Ok(snap.decide_prepared(view, &Prepared::new(request), now))
+    }
+
+    /// Whether deciding in `room` reads more of a request than its `Cookie` header: the room
+    /// has rules, or takes tickets from a header (a server that has the `Cookie` header at
+    /// hand may call [`Engine::admit_header_bytes`] for the others).
+    pub fn room_reads_request(&self, room: &[u8]) -> Result<bool> {
+        let snap = self.current.load();
+        let cfg = &snap.room_bytes(room)?.room.cfg;
+        Ok(!cfg.rules.is_empty() || cfg.ticket_header)
+    }
+
+    /// Whether any room has routes (else [`Engine::decide_request`] places nothing).
+    pub fn has_routes(&self) -> bool {
+        !self.current.load().front.routes.is_empty()
+    }
+
+    /// The client of a request that came from `peer` with these `X-Forwarded-For` values,
+    /// believing only `settings.trusted_proxies` (see [`crate::request::client_address`]).
+    pub fn client_address<'h>(
+        &self,
+        peer: IpAddr,
+        forwarded: impl DoubleEndedIterator<Item = &'h [u8]>,
+    ) -> Option<IpAddr> {
+        crate::request::client_address(peer, forwarded, &self.current.load().front.trusted)
+    }
+}
+
+impl Snapshot {
+    /// Decides a prepared request in `view`'s room.
+    pub(crate) fn decide_prepared(
+        &self,
+        view: &RoomView,
+        request: &Prepared<'_, '_>,
+        now: Millis,
+    ) -> Decision {
+        let room = &view.room;
+        let mut matched = None;
+        if !room.rules.is_empty() {
+            if let Some((i, rule)) = room.rules.first_match(request) {
+                let index = u16::try_from(i).ok();
+                match rule.action {
+                    RuleAction::Bypass => {
+                        let mut d = Decision::admit(None, None);
+                        d.rule = index;
+                        d.bypassed = true;
+                        return d;
+                    }
+                    RuleAction::Reject => {
+                        let mut d = Decision::admit(None, None);
+                        d.outcome = Outcome::Reject;
+                        d.rule = index;
+                        return d;
+                    }
+                    RuleAction::Queue | RuleAction::CountOnly => {
+                        matched = Some((index, rule.action))
+                    }
+                }
+            }
+        }
+        let req = request.request;
+        let mut ticket = req
+            .cookie_headers()
+            .find_map(|h| room.cookie_finder.find_ticket(h));
+        if ticket.is_none() && room.cfg.ticket_header {
+            ticket = req
+                .header(crate::request::TICKET_HEADER)
+                .map(<[u8]>::trim_ascii)
+                .filter(|t| !t.is_empty());
+        }
+        let mut d = self.decide(view, ticket, now.min(MAX_NOW_MS));
+        d.ticket_header = room.cfg.ticket_header;
+        let count_only = room.cfg.mode == RoomMode::DryRun;
+        if let Some((index, action)) = matched {
+            d.rule = index;
+            if action == RuleAction::CountOnly && d.outcome != Outcome::Admit {
+                return would_have(room, d);
+            }
+        }
+        if count_only && d.outcome != Outcome::Admit {
+            return would_have(room, d);
+        }
+        d
+    }
+}
+
+/// `d` as the room carries it out: in a dry run, a queue or reject decision passed instead
+/// and counted (for the callers that read no rules: `Engine::admit*`).
+#[inline]
+pub(crate) fn carried_out(room: &crate::admission::room::Room, d: Decision) -> Decision {
+    if d.outcome != Outcome::Admit && room.cfg.mode == RoomMode::DryRun {
+        return would_have(room, d);
+    }
+    d
+}
+
+/// `d` passed instead of carried out, and counted as what it would have been.
+#[cold]
+fn would_have(room: &crate::admission::room::Room, mut d: Decision) -> Decision {
+    let slot = usize::from(d.outcome == Outcome::Reject);
+    room.would_have[slot].fetch_add(1, Ordering::Relaxed);
+    d.would_have = Some(d.outcome);
+    d.outcome = Outcome::Admit;
+    d
+}

@@ -1,0 +1,478 @@
+//! A room's `[[rooms.rules]]`, compiled: conditions that allocate nothing to evaluate.
+//!
+//! **Fail closed.** A request can be read more than one way: its path (see `routing`), its
+//! host (an absolute-form target's and the `Host` header), its client (unknown when a trusted
+//! proxy passed on garbage). A rule whose action lets traffic through unqueued (`bypass`,
+//! `count_only`) matches only when every reading matches it: every reading of the path under
+//! one of its prefixes, every host the request names among its hosts (and at least one named),
+//! a known client in its blocks. A rule that holds traffic back (`queue`, `reject`) matches
+//! when any reading does, a malformed host or path, and an unknown client or host included.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::admission::cookie_finder::CookieFinder;
+use crate::config::{PathCase, RuleAction, RuleConfig};
+use crate::request::clients::CidrSet;
+use crate::request::glob::Glob;
+use crate::request::host::{HostPattern, HostSeen};
+use crate::request::Prepared;
+use crate::routing::{CaseRule, Route, Router};
+
+/// Most rules one room may hold.
+pub const MAX_RULES: usize = 256;
+
+/// One query condition: a parameter's name, and its value when one is required.
+#[derive(Debug)]
+struct QueryTerm {
+    name: Box<[u8]>,
+    value: Option<Box<[u8]>>,
+}
+
+/// One compiled rule.
+pub(crate) struct Rule {
+    /// Its name (or `rules[i]`).
+    pub(crate) name: Box<str>,
+    /// What it does.
+    pub(crate) action: RuleAction,
+    methods: Box<[Box<[u8]>]>,
+    hosts: Box<[HostPattern]>,
+    /// Its path prefixes: for a rule that lets pass, as bypass prefixes of a router with a
+    /// default room (matched when the router bypasses); otherwise as room prefixes (matched
+    /// when it finds the room).
+    paths: Option<Router>,
+    query: Box<[QueryTerm]>,
+    headers: Box<[(Box<[u8]>, Glob)]>,
+    cookies: Box<[(CookieFinder, Glob)]>,
+    clients: CidrSet,
+}
+
+impl std::fmt::Debug for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rule")
+            .field("name", &self.name)
+            .field("action", &self.action)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A room's rules, in order, with a count of the requests each matched.
+#[derive(Debug, Default)]
+pub(crate) struct RuleSet {
+    rules: Box<[Rule]>,
+    hits: Box<[AtomicU64]>,
+}
+
+impl RuleSet {
+    /// Compiles `rules` of the room at `at` (`rooms[i]`); the error names the rule and field.
+    pub(crate) fn compile(
+        rules: &[RuleConfig],
+        case: PathCase,
+        at: &str,
+    ) -> Result<Self, (String, String)> {
+        if rules.len() > MAX_RULES {
+            return Err((
+                format!("{at}.rules"),
+                format!("holds {} rules; at most {MAX_RULES}", rules.len()),
+            ));
+        }
+        let mut out = Vec::with_capacity(rules.len());
+        let mut names = std::collections::HashSet::new();
+        for (i, cfg) in rules.iter().enumerate() {
+            let rule = Rule::compile(cfg, case).map_err(|(field, why)| {
+                let name = cfg
+                    .name
+                    .as_deref()
+                    .map(|n| format!(" (`{n}`)"))
+                    .unwrap_or_default();
+                (
+                    format!("{at}.rules[{i}].{field}"),
+                    format!(
+                        "{why}{}",
+                        if name.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" in rule{name}")
+                        }
+                    ),
+                )
+            })?;
+            let name = cfg.name.clone().unwrap_or_else(|| format!("rules[{i}]"));
+            if !names.insert(name.clone()) {
+                return Err((
+                    format!("{at}.rules[{i}].name"),
+                    format!("duplicates rule `{name}`"),
+                ));
+            }
+            out.push(Rule {
+                name: name.into(),
+                ..rule
+            });
+        }
+        Ok(Self {
+            hits: out.iter().map(|_| AtomicU64::new(0)).collect(),
+            rules: out.into(),
+        })
+    }
+
+    /// Whether there is no rule.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The first rule `request` matches, counted, with its index.
+    #[inline]
+    pub(crate) fn first_match(&self, request: &Prepared<'_, '_>) -> Option<(usize, &Rule)> {
+        let (i, rule) = self
+            .rules
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.matches(request))?;
+        self.hits[i].fetch_add(1, Ordering::Relaxed);
+        Some((i, rule))
+    }
+
+    /// Each rule's name, action and the requests it matched so far (in this process).
+    pub(crate) fn tallies(&self) -> impl Iterator<Item = (&str, RuleAction, u64)> {
+        self.rules
+            .iter()
+            .zip(self.hits.iter())
+            .map(|(r, h)| (&*r.name, r.action, h.load(Ordering::Relaxed)))
+    }
+}
+
+impl Rule {
+    /// Compiles one rule (its name is set by the caller); the error names the field.
+    fn compile(cfg: &RuleConfig, case: PathCase) -> Result<Self, (String, String)> {
+        fn field(f: &'static str) -> impl Fn(String) -> (String, String) {
+            move |why| (f.to_owned(), why)
+        }
+        let methods = cfg
+            .methods
+            .iter()
+            .map(|m| {
+                if m.is_empty()
+                    || !m
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+                {
+                    Err(format!("`{m}` is not a method (a token such as `GET`)"))
+                } else {
+                    Ok(m.as_bytes().into())
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(field("methods"))?;
+        let hosts = cfg
+            .hosts
+            .iter()
+            .map(|h| HostPattern::parse(h))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(field("hosts"))?;
+        let case = match case {
+            PathCase::Sensitive => CaseRule::Sensitive,
+            PathCase::Insensitive => CaseRule::Insensitive,
+        };
+        let paths = if cfg.paths.is_empty() {
+            None
+        } else if cfg.action.loosens() {
+            Some(Router::new(
+                [] as [(&str, &str); 0],
+                Some("rule"),
+                &cfg.paths,
+                case,
+            ))
+        } else {
+            Some(Router::new(
+                cfg.paths.iter().map(|p| (p, "rule")),
+                None,
+                [] as [&str; 0],
+                case,
+            ))
+        }
+        .transpose()
+        .map_err(|e| ("paths".to_owned(), e.to_string()))?;
+        let query = cfg
+            .query
+            .iter()
+            .map(|q| {
+                if q.is_empty() || q.contains(['&', '#']) || q.chars().any(char::is_control) {
+                    return Err(format!("`{q}` is not a parameter (`name` or `name=value`)"));
+                }
+                let (name, value) = match q.split_once('=') {
+                    Some((n, v)) => (n, Some(v.as_bytes().into())),
+                    None => (q.as_str(), None),
+                };
+                Ok(QueryTerm {
+                    name: name.as_bytes().into(),
+                    value,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(field("query"))?;
+        let headers = cfg
+            .headers
+            .iter()
+            .map(|(name, pattern)| {
+                if name.is_empty()
+                    || !name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+                {
+                    return Err(format!("`{name}` is not a header name"));
+                }
+                Ok((
+                    name.to_ascii_lowercase().into_bytes().into(),
+                    Glob::new(pattern).map_err(|e| format!("`{name}`: {e}"))?,
+                ))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(field("headers"))?;
+        let cookies = cfg
+            .cookies
+            .iter()
+            .map(|(name, pattern)| {
+                if name.is_empty() || name.bytes().any(|b| b <= b' ' || b"=;,\"\x7f".contains(&b)) {
+                    return Err(format!("`{name}` is not a cookie name"));
+                }
+                Ok((
+                    CookieFinder::new(name),
+                    Glob::new(pattern).map_err(|e| format!("`{name}`: {e}"))?,
+                ))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(field("cookies"))?;
+        let clients = CidrSet::parse(&cfg.clients).map_err(field("clients"))?;
+        Ok(Self {
+            name: "".into(),
+            action: cfg.action,
+            methods: methods.into(),
+            hosts: hosts.into(),
+            paths,
+            query: query.into(),
+            headers: headers.into(),
+            cookies: cookies.into(),
+            clients,
+        })
+    }
+
+    /// Whether `request` meets every condition (see the module documentation for how a
+    /// request read more than one way is matched).
+    fn matches(&self, request: &Prepared<'_, '_>) -> bool {
+        let loose = self.action.loosens();
+        let req = request.request;
+        if !self.methods.is_empty() && !self.methods.iter().any(|m| **m == *req.method) {
+            return false;
+        }
+        if !self.hosts.is_empty() && !self.hosts_match(request.hosts(), loose) {
+            return false;
+        }
+        if let Some(router) = &self.paths {
+            let route = router.route_target(&request.target);
+            let hit = if loose {
+                route == Route::Bypass
+            } else {
+                matches!(route, Route::Room(_))
+            };
+            if !hit {
+                return false;
+            }
+        }
+        if !self.query.is_empty() {
+            let query = request.target.query().unwrap_or_default();
+            if !self.query.iter().any(|t| query_has(query, t)) {
+                return false;
+            }
+        }
+        for (name, glob) in self.headers.iter() {
+            let found = req
+                .headers
+                .iter()
+                .any(|(n, v)| n.eq_ignore_ascii_case(name) && glob.matches(v.trim_ascii()));
+            if !found {
+                return false;
+            }
+        }
+        for (finder, glob) in self.cookies.iter() {
+            let found = req
+                .cookie_headers()
+                .any(|h| finder.find(h).is_some_and(|v| glob.matches(v)));
+            if !found {
+                return false;
+            }
+        }
+        if !self.clients.is_empty() {
+            let hit = match req.client {
+                Some(addr) => self.clients.contains(addr),
+                None => !loose,
+            };
+            if !hit {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether the hosts a request names match (see the module documentation).
+    fn hosts_match(&self, hosts: &[HostSeen; 2], loose: bool) -> bool {
+        let named = |h: &[u8]| self.hosts.iter().any(|p| p.matches(h));
+        if loose {
+            let mut any = false;
+            for h in hosts {
+                match h {
+                    HostSeen::Absent => {}
+                    HostSeen::Bad => return false,
+                    HostSeen::Name(n) if named(n.as_bytes()) => any = true,
+                    HostSeen::Name(_) => return false,
+                }
+            }
+            any
+        } else {
+            hosts.iter().all(|h| matches!(h, HostSeen::Absent))
+                || hosts.iter().any(|h| match h {
+                    HostSeen::Absent => false,
+                    HostSeen::Bad => true,
+                    HostSeen::Name(n) => named(n.as_bytes()),
+                })
+        }
+    }
+}
+
+/// Whether the query string `query` has the parameter `term` (both sides percent-decoded,
+/// `+` read as a space, in the value only as forms encode it).
+fn query_has(query: &[u8], term: &QueryTerm) -> bool {
+    query.split(|&b| b == b'&').any(|piece| {
+        let (name, value) = match memchr::memchr(b'=', piece) {
+            Some(at) => (&piece[..at], Some(&piece[at + 1..])),
+            None => (piece, None),
+        };
+        decoded_eq(name, &term.name)
+            && match &term.value {
+                None => true,
+                Some(want) => value.is_some_and(|v| decoded_eq(v, want)),
+            }
+    })
+}
+
+/// Whether `raw`, percent-decoded (and `+` as a space), equals `want` decoded the same way.
+fn decoded_eq(raw: &[u8], want: &[u8]) -> bool {
+    let mut a = Decoded { bytes: raw, at: 0 };
+    let mut b = Decoded { bytes: want, at: 0 };
+    loop {
+        match (a.next(), b.next()) {
+            (None, None) => return true,
+            (x, y) if x == y => {}
+            _ => return false,
+        }
+    }
+}
+
+/// Bytes percent-decoded one at a time (a `%` not followed by two hex digits is itself).
+struct Decoded<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Iterator for Decoded<'_> {
+    type Item = u8;
+
+    fn next(&mut self) -> Option<u8> {
+        let b = *self.bytes.get(self.at)?;
+        self.at += 1;
+        match b {
+            b'+' => Some(b' '),
+            b'%' => {
+                let hex = |c: u8| (c as char).to_digit(16);
+                match (
+                    self.bytes.get(self.at).copied().and_then(hex),
+                    self.bytes.get(self.at + 1).copied().and_then(hex),
+                ) {
+                    (Some(h), Some(l)) => {
+                        self.at += 2;
+                        Some((h * 16 + l) as u8)
+                    }
+                    _ => Some(b'%'),
+                }
+            }
+            b => Some(b),
+        }
+    }
+}
+
+#[cfg(all(test, not(velvet_rope_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_terms_compare_decoded() {
+        let t = |n: &str, v: Option<&str>| QueryTerm {
+            name: n.as_bytes().into(),
+            value: v.map(|v| v.as_bytes().into()),
+        };
+        assert!(query_has(b"a=1&preview", &t("preview", None)));
+        assert!(query_has(b"a=1&preview=", &t("preview", None)));
+        assert!(query_has(b"%70review=1", &t("preview", Some("1"))));
+        assert!(query_has(b"q=a+b", &t("q", Some("a b"))));
+        assert!(query_has(b"q=a%20b", &t("q", Some("a+b"))));
+        assert!(!query_has(b"q=ab", &t("q", Some("a b"))));
+        assert!(!query_has(b"previewx=1", &t("preview", None)));
+        assert!(!query_has(b"", &t("preview", None)));
+        assert!(query_has(b"x=%zz", &t("x", Some("%zz"))));
+    }
+
+    #[test]
+    fn errors_name_the_rule_and_the_field() {
+        let rule = |toml: &str| -> RuleConfig { toml::from_str(toml).unwrap() };
+        let bad = [
+            (
+                "action = \"bypass\"\nclients = [\"10.0.0.0/33\"]",
+                "rules[0].clients",
+                "10.0.0.0/33",
+            ),
+            (
+                "action = \"bypass\"\npaths = [\"static\"]",
+                "rules[0].paths",
+                "must start with `/`",
+            ),
+            (
+                "action = \"reject\"\nmethods = [\"G T\"]",
+                "rules[0].methods",
+                "G T",
+            ),
+            (
+                "action = \"queue\"\nhosts = [\"a.com:80\"]",
+                "rules[0].hosts",
+                "a.com:80",
+            ),
+            (
+                "action = \"queue\"\nheaders = { \"x y\" = \"1\" }",
+                "rules[0].headers",
+                "x y",
+            ),
+            (
+                "name = \"staff\"\naction = \"bypass\"\ncookies = { \"a;b\" = \"1\" }",
+                "rules[0].cookies",
+                "staff",
+            ),
+            (
+                "action = \"bypass\"\nquery = [\"a&b\"]",
+                "rules[0].query",
+                "a&b",
+            ),
+        ];
+        for (text, field, why) in bad {
+            let (f, w) =
+                RuleSet::compile(&[rule(text)], PathCase::Sensitive, "rooms[0]").unwrap_err();
+            assert_eq!(f, format!("rooms[0].{field}"), "{text}");
+            assert!(w.contains(why), "{text}: {w}");
+        }
+        let twice = [
+            rule("name = \"a\"\naction = \"bypass\""),
+            rule("name = \"a\"\naction = \"queue\""),
+        ];
+        assert!(RuleSet::compile(&twice, PathCase::Sensitive, "rooms[0]")
+            .unwrap_err()
+            .1
+            .contains("duplicates"));
+    }
+}

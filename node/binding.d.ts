@@ -64,6 +64,22 @@ export interface DecisionObject {
   queueLength?: number
   /** Why the incoming ticket was refused (`"bad_tag"`, ...), or null. */
   ticketError?: string
+  /** The index of the room's rule that matched the request, or null. */
+  rule?: number
+  /** A `bypass` rule matched: pass the request untouched (no cookie, nothing counted). */
+  bypassed?: boolean
+  /**
+   * A dry run or a `count_only` rule passed the request: `"queue"` or `"reject"`, what the
+   * outcome would have been (`outcome` is `"admit"`), or null.
+   */
+  wouldHave?: string
+  /**
+   * The room takes tickets from the `Velvet-Rope-Ticket` header: send `ticket` back in
+   * that response header beside `Set-Cookie`.
+   */
+  ticketHeader?: boolean
+  /** The new ticket `setCookie` carries (its value), or null. */
+  ticket?: string
 }
 
 /** Decides one request given the ticket cookie's value itself. */
@@ -75,8 +91,17 @@ export declare function engineClusterStatus(engine: number): ClusterStatusObject
 /** The name of a room's ticket cookie. */
 export declare function engineCookieName(engine: number, room: string): string
 
+/**
+ * Decides a whole request: in `room` when given, else in the room the configuration's
+ * `routes` place it in; the room's rules first. `null` when no route takes it.
+ */
+export declare function engineDecideRequest(engine: number, request: RequestObject, room?: string | undefined | null, nowMs?: number | undefined | null): PlacedObject | null
+
 /** Frees an engine's handle (the package calls it when the `Engine` object is collected). */
 export declare function engineFree(engine: number): void
+
+/** Whether any room has `routes`. */
+export declare function engineHasRoutes(engine: number): boolean
 
 /**
  * An engine from configuration text (or, with `isPath`, a file), its counters in memory it
@@ -93,13 +118,19 @@ export declare function engineReload(engine: number, config: string, isPath: boo
  * language in a room with `accept_language = true`); `now_ms` (default: the system clock)
  * picks the event in force and its countdown.
  */
-export declare function engineRenderPage(engine: number, room: string, decision: DecisionObject, accept?: string | undefined | null, acceptLanguage?: string | undefined | null, nowMs?: number | undefined | null): PageObject | null
+export declare function engineRenderPage(engine: number, room: string, decision: DecisionObject, accept?: string | undefined | null, acceptLanguage?: string | undefined | null, nowMs?: number | undefined | null, ticket?: string | undefined | null): PageObject | null
 
 /**
  * The admit function of `room` of `engine` (`UnknownRoomError` if the engine has no such
  * room now): `admit(cookie?, nowMs?)`, `engineAdmit` for that room.
  */
 export declare function engineRoom(engine: number, room: string): (cookie?: string | null, nowMs?: number) => DecisionObject | undefined
+
+/**
+ * Whether deciding in `room` reads more of a request than its `Cookie` header (rules, or
+ * header tickets).
+ */
+export declare function engineRoomReadsRequest(engine: number, room: string): boolean
 
 /** Names of the configured rooms. */
 export declare function engineRooms(engine: number): Array<string>
@@ -170,6 +201,14 @@ export interface PageObject {
   headers: Array<Array<string>>
 }
 
+/** A decided request: its room, and the room's decision. */
+export interface PlacedObject {
+  /** The room that decided it. */
+  room: string
+  /** The decision. */
+  decision: DecisionObject
+}
+
 /** Frees a rate limiter's handle. */
 export declare function rateLimiterFree(limiter: number): void
 
@@ -187,6 +226,22 @@ export declare function rateLimiterSetRate(limiter: number, perSecond: number): 
  * if they never can be.
  */
 export declare function rateLimiterTryOrWait(limiter: number, n: number): number | null
+
+/**
+ * A request as the middleware hands it over: method, target as received (`req.url`), Node's
+ * `rawHeaders` (names and values alternating, one byte per character), and the address the
+ * connection came from.
+ */
+export interface RequestObject {
+  /** The method. */
+  method: string
+  /** The request-target as received. */
+  target: string
+  /** `req.rawHeaders`. */
+  rawHeaders: Array<string>
+  /** `req.socket.remoteAddress`, or null. */
+  peer?: string
+}
 
 /** A room's figures as last published by a tick. */
 export interface RoomStatsObject {

@@ -34,6 +34,21 @@ export type ClusterStatus = ClusterStatusObject
 /** A lease: what a client may use, until when. */
 export type Lease = LeaseObject
 
+/** What `engine.decideRequest` reads of a request (Node's `IncomingMessage` has it all). */
+export interface RequestLike {
+  method?: string
+  url?: string
+  /** Names and values alternating, as Node's `req.rawHeaders`. */
+  rawHeaders?: string[]
+  socket?: { remoteAddress?: string | undefined } | null
+}
+
+/** A request a room decided: the room, and its decision. */
+export interface Placed {
+  room: string
+  decision: Decision
+}
+
 /** Options of `new Engine(...)`. */
 export interface EngineOptions {
   /** A state file: counters shared by every process that opens it, kept across restarts. */
@@ -59,6 +74,21 @@ export declare class Engine {
    * middleware calls): the same `Room` for the same name. Throws `UnknownRoomError`.
    */
   room(name: string): Room
+  /**
+   * Decides a whole request: in `room` when given, else in the room the configuration's
+   * `routes` place it in; the room's rules first, its ticket from the cookies or (in a room
+   * with `ticket_header = true`) the `Velvet-Rope-Ticket` header, the client from the
+   * socket's peer or, behind `settings.trusted_proxies`, `X-Forwarded-For`. `null` when no
+   * route takes the request; a `decision.bypassed` request passes untouched too.
+   */
+  decideRequest(
+    req: RequestLike,
+    options?: { room?: string; nowMs?: number; target?: string }
+  ): Placed | null
+  /** Whether any room has `routes`. */
+  readonly hasRoutes: boolean
+  /** The native handle (for the middleware). */
+  readonly handle: number
   /** Decides one request given the ticket cookie's value itself. */
   admitTicket(room: string, ticket?: string | null, nowMs?: number): Decision
   /** Folds the counters into a new snapshot (about once a second: see `startTicking`). */
@@ -79,14 +109,16 @@ export declare class Engine {
    * The waiting page for a queue or reject decision (`null` for admit). `accept` is the
    * request's `Accept` header; `acceptLanguage` its `Accept-Language` (in a room with
    * `accept_language = true` it picks the built-in page's language); `nowMs` (default: the
-   * system clock) picks the event in force and its countdown.
+   * system clock) picks the event in force and its countdown; `ticket` the request's
+   * `Velvet-Rope-Ticket` header (echoed in JSON when the decision did not change it).
    */
   renderPage(
     room: string,
     decision: Decision,
     accept?: string | null,
     acceptLanguage?: string | null,
-    nowMs?: number
+    nowMs?: number,
+    ticket?: string | null
   ): Page | null
   /** Names of the configured rooms. */
   readonly rooms: string[]
@@ -109,13 +141,18 @@ export declare class Room {
   readonly engine: Engine
   /** `engine.admit(room.name, cookie, nowMs)`. */
   admit(cookie?: string | null, nowMs?: number): Decision
-  /** `engine.renderPage(room.name, decision, accept, acceptLanguage, nowMs)`. */
+  /** `engine.renderPage(room.name, decision, accept, acceptLanguage, nowMs, ticket)`. */
   renderPage(
     decision: Decision,
     accept?: string | null,
     acceptLanguage?: string | null,
-    nowMs?: number
+    nowMs?: number,
+    ticket?: string | null
   ): Page | null
+  /** Whether deciding reads more of a request than its `Cookie` header (rules, header tickets). */
+  readonly readsRequest: boolean
+  /** Forgets what the configuration said (the engine calls it after a reload). */
+  forget(): void
 }
 
 /** Options of `new Coordinator(...)` and `request`. */

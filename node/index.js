@@ -37,6 +37,8 @@ class Room {
   #admit
   #engine
   #name
+  /** Whether deciding reads the whole request (rules, header tickets); known on first use. */
+  #reads
 
   /** Use `engine.room(name)`. */
   constructor (engine, admit, name) {
@@ -62,9 +64,28 @@ class Room {
     } catch (e) { throw convert(e) }
   }
 
-  /** `engine.renderPage(room.name, decision, accept, acceptLanguage, nowMs)`. */
-  renderPage (decision, accept, acceptLanguage, nowMs) {
-    return this.#engine.renderPage(this.#name, decision, accept, acceptLanguage, nowMs)
+  /** `engine.renderPage(room.name, decision, accept, acceptLanguage, nowMs, ticket)`. */
+  renderPage (decision, accept, acceptLanguage, nowMs, ticket) {
+    return this.#engine.renderPage(this.#name, decision, accept, acceptLanguage, nowMs, ticket)
+  }
+
+  /**
+   * Whether deciding in this room reads more of a request than its `Cookie` header: it has
+   * rules, or takes tickets from the `Velvet-Rope-Ticket` header (the middleware then hands
+   * over the whole request with `engine.decideRequest`). Asked once per configuration.
+   */
+  get readsRequest () {
+    if (this.#reads === undefined) {
+      try {
+        this.#reads = native.engineRoomReadsRequest(this.#engine.handle, this.#name)
+      } catch (e) { throw convert(e) }
+    }
+    return this.#reads
+  }
+
+  /** Forgets what the configuration said (after a reload). */
+  forget () {
+    this.#reads = undefined
   }
 }
 
@@ -86,6 +107,38 @@ class Engine {
     } catch (e) { throw convert(e) }
     this.#state = { h: this.#h, ticker: null }
     engines.register(this, this.#state)
+  }
+
+  /** The native handle (for the middleware). */
+  get handle () {
+    return this.#h
+  }
+
+  /**
+   * Decides a whole request (`req`: Node's `IncomingMessage`, or `{method, url, rawHeaders,
+   * socket}`; `target` instead of `req.url`, for a router that rewrote it): in `room` when given, else in the room the configuration's `routes` place it
+   * in; the room's rules first, its ticket from the cookies or (in a room with
+   * `ticket_header = true`) the `Velvet-Rope-Ticket` header, the client from the socket's
+   * peer or, behind `settings.trusted_proxies`, `X-Forwarded-For`. Returns `{room,
+   * decision}`, or null when no route takes the request (it passes untouched); a
+   * `decision.bypassed` request passes untouched too.
+   */
+  decideRequest (req, { room, nowMs, target } = {}) {
+    const socket = req.socket || req.connection
+    const request = {
+      method: req.method || 'GET',
+      target: target || req.url || '/',
+      rawHeaders: req.rawHeaders || [],
+      peer: socket && socket.remoteAddress ? socket.remoteAddress : undefined
+    }
+    try {
+      return native.engineDecideRequest(this.#h, request, room, nowMs)
+    } catch (e) { throw convert(e) }
+  }
+
+  /** Whether any room has `routes` (else `decideRequest` without a room places nothing). */
+  get hasRoutes () {
+    return native.engineHasRoutes(this.#h)
   }
 
   static fromFile (path, options = {}) {
@@ -159,6 +212,7 @@ class Engine {
     try {
       native.engineReload(this.#h, String(config), isPath)
     } catch (e) { throw convert(e) }
+    for (const room of this.#rooms.values()) room.forget()
   }
 
   /**
@@ -188,12 +242,14 @@ class Engine {
    * contentType, body, headers}`, `headers` being `[name, value]` pairs to send (`Set-Cookie`
    * included). `accept` is the request's `Accept` header; `acceptLanguage` its
    * `Accept-Language` (in a room with `accept_language = true` it picks the built-in page's
-   * language); `nowMs` (default: the system clock) picks the event in force and its countdown.
+   * language); `nowMs` (default: the system clock) picks the event in force and its countdown;
+   * `ticket` the request's `Velvet-Rope-Ticket` header (echoed in JSON for a room taking
+   * header tickets, when the decision did not change it).
    */
-  renderPage (room, decision, accept, acceptLanguage, nowMs) {
+  renderPage (room, decision, accept, acceptLanguage, nowMs, ticket) {
     try {
       return native.engineRenderPage(this.#h, room, decision, accept ?? undefined,
-        acceptLanguage ?? undefined, nowMs)
+        acceptLanguage ?? undefined, nowMs, ticket ?? undefined)
     } catch (e) { throw convert(e) }
   }
 

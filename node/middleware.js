@@ -6,6 +6,13 @@
  * with its status, `Refresh` or `Retry-After`, `Cache-Control: no-store` and the ticket. A
  * denial is a response, never a thrown error. The engine is ticked once a second on an
  * `unref`'d timer.
+ *
+ * Without `room` or `rooms`, the configuration's `routes` choose each request's room (by host
+ * and path, in the core). Either way a room's `[[rooms.rules]]` apply (bypass, queue, reject,
+ * count only), its ticket comes from the cookies or, in a room with `ticket_header = true`,
+ * the `Velvet-Rope-Ticket` header, and the client is the socket's peer or, behind
+ * `settings.trusted_proxies`, the address `X-Forwarded-For` gives. A room without rules or
+ * header tickets is decided on its `Cookie` header alone (the fast path).
  */
 
 const native = require('./binding.js')
@@ -58,6 +65,46 @@ function router (engine, { room, rooms, bypass = [], caseSensitive = true } = {}
 }
 
 /**
+ * The paths a middleware option `bypass` lets pass when the configuration's routes choose the
+ * rooms: a function of the target answering whether every reading of it is under one.
+ */
+function bypassOnly (bypass, caseSensitive) {
+  if (bypass.length === 0) return null
+  let route
+  try {
+    route = native.routerNew({
+      rooms: [],
+      defaultRoom: 'routes',
+      bypass: [...bypass],
+      caseSensitive: caseSensitive !== false
+    })
+  } catch (e) { throw convert(e) }
+  return (target) => route(target) < 0
+}
+
+/** Throws unless the configuration's routes can place requests (no `room`, no `rooms`). */
+function needRoutes (engine) {
+  if (!engine.hasRoutes) {
+    throw new TypeError('give `room` (every path) or `rooms` (path prefix -> room), or give ' +
+      'rooms `routes` in the configuration: as it is, no request would be decided')
+  }
+}
+
+/** The response headers that carry a new ticket: `Set-Cookie`, and `Velvet-Rope-Ticket`. */
+function ticketHeaders (d) {
+  if (!d.setCookie) return []
+  const out = [['Set-Cookie', d.setCookie]]
+  if (d.ticketHeader && d.ticket) out.push(['Velvet-Rope-Ticket', d.ticket])
+  return out
+}
+
+/** A header of Node's request by its lower-case name (built lazily: off the admitted path). */
+function headerOf (req, name) {
+  const v = req.headers[name]
+  return Array.isArray(v) ? v[0] : v
+}
+
+/**
  * The request's `Cookie` header, read from its raw header list: building `req.headers` (which
  * Node does lazily, on first use) costs more than the decision itself when nothing else
  * needs it. Several `Cookie` lines are joined with `; `, as Node joins them.
@@ -81,27 +128,64 @@ function cookieOf (req) {
  * `caseSensitive` option says.
  */
 function express (engine, options = {}) {
+  const routes = options.room === undefined && options.rooms === undefined
   const fixed = options.caseSensitive
-  const sensitive = fixed === false ? null : router(engine, { ...options, caseSensitive: true })
-  const insensitive = fixed === true ? null : router(engine, { ...options, caseSensitive: false })
-  const everyPath = (sensitive || insensitive).everyPath === true
+  let sensitive = null
+  let insensitive = null
+  let skipSensitive = null
+  let skipInsensitive = null
+  if (routes) {
+    needRoutes(engine)
+    const bypass = options.bypass || []
+    skipSensitive = fixed === false ? null : bypassOnly(bypass, true)
+    skipInsensitive = fixed === true ? null : bypassOnly(bypass, false)
+  } else {
+    sensitive = fixed === false ? null : router(engine, { ...options, caseSensitive: true })
+    insensitive = fixed === true ? null : router(engine, { ...options, caseSensitive: false })
+  }
+  const everyPath = !routes && (sensitive || insensitive).everyPath === true
   let app = null
   let roomFor = insensitive || sensitive
+  let skip = routes && fixed === true ? skipSensitive : skipInsensitive
   engine.startTicking()
   return function velvetRope (req, res, next) {
     if (fixed === undefined && req.app !== app) {
       app = req.app
       const setting = app && typeof app.get === 'function' && app.get('case sensitive routing')
       roomFor = setting ? sensitive : insensitive
+      skip = setting ? skipSensitive : skipInsensitive
     }
-    const room = everyPath ? roomFor() : roomFor(req.originalUrl || req.url)
-    if (room === null) return next()
-    const d = room.admit(cookieOf(req))
+    const target = req.originalUrl || req.url
+    let room = null
+    if (routes) {
+      if (skip !== null && skip(target)) return next()
+    } else {
+      room = everyPath ? roomFor() : roomFor(target)
+      if (room === null) return next()
+      if (!room.readsRequest) {
+        const d = room.admit(cookieOf(req))
+        if (d.admitted) {
+          if (d.setCookie) res.append('Set-Cookie', d.setCookie)
+          return next()
+        }
+        return sendPage(res, room.name, d)
+      }
+    }
+    const placed = engine.decideRequest(req, { room: room === null ? undefined : room.name, target })
+    if (placed === null) return next()
+    const d = placed.decision
+    if (d.bypassed) return next()
     if (d.admitted) {
-      if (d.setCookie) res.append('Set-Cookie', d.setCookie)
+      for (const [name, value] of ticketHeaders(d)) res.append(name, value)
       return next()
     }
-    const page = room.renderPage(d, req.headers.accept, req.headers['accept-language'])
+    sendPage(res, placed.room, d)
+  }
+
+  function sendPage (res, room, d) {
+    const req = res.req
+    const page = engine.renderPage(room, d, req.headers.accept, req.headers['accept-language'],
+      undefined, headerOf(req, 'velvet-rope-ticket'))
     res.status(page.status)
     for (const [name, value] of page.headers) res.append(name, value)
     res.send(page.body)
@@ -153,6 +237,10 @@ function setUp (instance, options) {
   const { engine } = options
   const hasDefault = options.room !== undefined || options.rooms !== undefined
   const caseSensitive = options.caseSensitive ?? fastifyCaseSensitive(instance)
+  // Without `room` or `rooms`, a configuration with routes places every request (less the
+  // plugin's own `bypass`); one without decides only routes naming a room.
+  const routes = !hasDefault && engine.hasRoutes
+  const skip = routes ? bypassOnly(options.bypass || [], caseSensitive) : null
   const roomFor = hasDefault ? router(engine, { ...options, caseSensitive }) : () => null
   const everyPath = !hasDefault || roomFor.everyPath === true
   const known = new Set(engine.rooms)
@@ -165,14 +253,37 @@ function setUp (instance, options) {
     }
   }
 
-  /** Decides a request for `room` (not null): on to the route, or the waiting page. */
+  /**
+   * Decides a request for `room` (null: the configuration's routes choose): on to the route,
+   * or the waiting page.
+   */
   function decide (room, request, reply, next) {
-    const d = room.admit(cookieOf(request.raw))
+    if (room !== null && !room.readsRequest) {
+      const d = room.admit(cookieOf(request.raw))
+      if (d.admitted) {
+        if (d.setCookie) reply.header('set-cookie', d.setCookie)
+        return next()
+      }
+      return sendPage(room.name, d, request, reply)
+    }
+    if (room === null && skip !== null && skip(request.url)) return next()
+    const placed = engine.decideRequest(request.raw, {
+      room: room === null ? undefined : room.name,
+      target: request.url
+    })
+    if (placed === null) return next()
+    const d = placed.decision
+    if (d.bypassed) return next()
     if (d.admitted) {
-      if (d.setCookie) reply.header('set-cookie', d.setCookie)
+      for (const [name, value] of ticketHeaders(d)) reply.header(name, value)
       return next()
     }
-    const page = room.renderPage(d, request.headers.accept, request.headers['accept-language'])
+    sendPage(placed.room, d, request, reply)
+  }
+
+  function sendPage (room, d, request, reply) {
+    const page = engine.renderPage(room, d, request.headers.accept,
+      request.headers['accept-language'], undefined, headerOf(request, 'velvet-rope-ticket'))
     reply.code(page.status)
     for (const [name, value] of page.headers) reply.header(name, value)
     reply.send(page.body)
@@ -190,7 +301,7 @@ function setUp (instance, options) {
     let hook
     if (named || everyPath) {
       const room = named ? engine.room(own.room) : roomFor()
-      if (room === null) return
+      if (room === null && !routes) return
       // Callback hooks, not async ones: no promise per request.
       hook = function velvetRopeRoute (request, reply, next) {
         decide(room, request, reply, next)
@@ -217,7 +328,7 @@ function setUp (instance, options) {
       const room = own && own.room !== undefined
         ? engine.room(own.room)
         : everyPath ? roomFor() : roomFor(request.url)
-      if (room === null) return next()
+      if (room === null && !routes) return next()
       decide(room, request, reply, next)
     })
   }
@@ -230,4 +341,4 @@ function setUp (instance, options) {
 fastify[Symbol.for('skip-override')] = true
 fastify[Symbol.for('fastify.display-name')] = 'velvet-rope'
 
-module.exports = { express, fastify, router, cookieOf }
+module.exports = { express, fastify, router, cookieOf, ticketHeaders }

@@ -35,18 +35,35 @@ pub struct DecisionObject {
     pub queue_length: Option<f64>,
     /// Why the incoming ticket was refused (`"bad_tag"`, ...), or null.
     pub ticket_error: Option<String>,
+    /// The index of the room's rule that matched the request, or null.
+    pub rule: Option<u32>,
+    /// A `bypass` rule matched: pass the request untouched (no cookie, nothing counted).
+    pub bypassed: Option<bool>,
+    /// A dry run or a `count_only` rule passed the request: `"queue"` or `"reject"`, what the
+    /// outcome would have been (`outcome` is `"admit"`), or null.
+    pub would_have: Option<String>,
+    /// The room takes tickets from the `Velvet-Rope-Ticket` header: send `ticket` back in
+    /// that response header beside `Set-Cookie`.
+    pub ticket_header: Option<bool>,
+    /// The new ticket `setCookie` carries (its value), or null.
+    pub ticket: Option<String>,
 }
 
 fn to_object(d: velvet_rope::Decision) -> DecisionObject {
     DecisionObject {
         outcome: d.outcome.as_str().to_owned(),
         admitted: d.outcome == Outcome::Admit,
-        set_cookie: d.set_cookie,
         position: d.position.map(|v| v as f64),
         estimated_wait_secs: d.estimated_wait_secs.map(|v| v as f64),
         retry_after_secs: d.retry_after_secs.map(|v| v as f64),
         queue_length: d.queue_length.map(|v| v as f64),
         ticket_error: d.ticket_error.map(|e| e.as_str().to_owned()),
+        rule: d.rule.map(u32::from),
+        bypassed: Some(d.bypassed),
+        would_have: d.would_have.map(|o| o.as_str().to_owned()),
+        ticket_header: Some(d.ticket_header),
+        ticket: d.ticket().map(str::to_owned),
+        set_cookie: d.set_cookie,
     }
 }
 
@@ -69,12 +86,26 @@ fn from_object(d: &DecisionObject) -> napi::Result<velvet_rope::Decision, &'stat
             .ticket_error
             .as_deref()
             .and_then(|name| TicketError::ALL.into_iter().find(|e| e.as_str() == name)),
+        rule: d.rule.and_then(|r| u16::try_from(r).ok()),
+        bypassed: d.bypassed == Some(true),
+        would_have: match d.would_have.as_deref() {
+            Some("queue") => Some(Outcome::Queue),
+            Some("reject") => Some(Outcome::Reject),
+            _ => None,
+        },
+        ticket_header: d.ticket_header == Some(true),
     })
 }
 
 /// The steady answer (admitted, nothing to set) is `None`: JavaScript shares one object for it.
 pub(crate) fn steady_or_object(d: velvet_rope::Decision) -> Option<DecisionObject> {
-    if d.outcome == Outcome::Admit && d.set_cookie.is_none() && d.ticket_error.is_none() {
+    let steady = d.outcome == Outcome::Admit
+        && d.set_cookie.is_none()
+        && d.ticket_error.is_none()
+        && !d.bypassed
+        && d.rule.is_none()
+        && d.would_have.is_none();
+    if steady {
         None
     } else {
         Some(to_object(d))
@@ -373,13 +404,14 @@ pub fn engine_render_page(
     accept: Option<String>,
     accept_language: Option<String>,
     now_ms: Option<f64>,
+    ticket: Option<String>,
 ) -> napi::Result<Option<PageObject>, &'static str> {
     let d = from_object(&decision)?;
     let request = velvet_rope::PageRequest {
         accept: accept.as_deref(),
         accept_language: accept_language.as_deref(),
         now_ms: or_now(now_ms)?,
-        ticket: None,
+        ticket: ticket.as_deref().map(str::trim),
     };
     let page = ENGINES
         .with(engine, |e| e.render_page_for(&room, &d, &request))?
@@ -388,6 +420,11 @@ pub fn engine_render_page(
         headers: p
             .headers(d.set_cookie.as_deref())
             .into_iter()
+            .chain(
+                d.ticket()
+                    .filter(|_| d.ticket_header)
+                    .map(|t| (velvet_rope::request::TICKET_HEADER, t.to_owned())),
+            )
             .map(|(k, v)| vec![k.to_owned(), v])
             .collect(),
         status: u32::from(p.status),
@@ -444,4 +481,117 @@ pub fn engine_room(engine: u32, room: String) -> napi::Result<RoomAdmit, &'stati
         engine,
         name: room.into_bytes().into_boxed_slice(),
     }))
+}
+
+/// A request as the middleware hands it over: method, target as received (`req.url`), Node's
+/// `rawHeaders` (names and values alternating, one byte per character), and the address the
+/// connection came from.
+#[napi(object)]
+pub struct RequestObject {
+    /// The method.
+    pub method: String,
+    /// The request-target as received.
+    pub target: String,
+    /// `req.rawHeaders`.
+    pub raw_headers: Vec<String>,
+    /// `req.socket.remoteAddress`, or null.
+    pub peer: Option<String>,
+}
+
+/// A decided request: its room, and the room's decision.
+#[napi(object)]
+pub struct PlacedObject {
+    /// The room that decided it.
+    pub room: String,
+    /// The decision.
+    pub decision: DecisionObject,
+}
+
+/// A string Node made from bytes, one character per byte, as those bytes (characters above
+/// U+00FF, which no HTTP parser makes, as UTF-8).
+fn latin1(s: &str) -> std::borrow::Cow<'_, [u8]> {
+    if s.is_ascii() {
+        return std::borrow::Cow::Borrowed(s.as_bytes());
+    }
+    let mut out = Vec::with_capacity(s.len());
+    for c in s.chars() {
+        match u8::try_from(u32::from(c)) {
+            Ok(b) => out.push(b),
+            Err(_) => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Decides a whole request: in `room` when given, else in the room the configuration's
+/// `routes` place it in; the room's rules first. `null` when no route takes it.
+#[napi]
+pub fn engine_decide_request(
+    engine: u32,
+    request: RequestObject,
+    room: Option<String>,
+    now_ms: Option<f64>,
+) -> napi::Result<Option<PlacedObject>, &'static str> {
+    let now = or_now(now_ms)?;
+    let engine = ENGINES.get(engine)?;
+    let raw: Vec<std::borrow::Cow<'_, [u8]>> =
+        request.raw_headers.iter().map(|h| latin1(h)).collect();
+    let headers: Vec<(&[u8], &[u8])> = raw
+        .chunks_exact(2)
+        .map(|pair| (&*pair[0], &*pair[1]))
+        .collect();
+    let client = match request.peer.as_deref() {
+        None | Some("") => None,
+        Some(p) => {
+            let addr: std::net::IpAddr = p
+                .parse()
+                .map_err(|_| invalid(format!("peer `{p}` is not an IP address")))?;
+            engine.client_address(
+                addr,
+                headers
+                    .iter()
+                    .filter(|(n, _)| n.eq_ignore_ascii_case(b"x-forwarded-for"))
+                    .map(|(_, v)| *v),
+            )
+        }
+    };
+    let method = latin1(&request.method);
+    let target = latin1(&request.target);
+    let req = velvet_rope::request::Request {
+        method: &method,
+        target: &target,
+        host: None,
+        headers: &headers,
+        client,
+    };
+    Ok(match room {
+        Some(room) => {
+            let d = engine
+                .decide_request_in(room.as_bytes(), &req, now)
+                .map_err(to_js)?;
+            Some(PlacedObject {
+                room,
+                decision: to_object(d),
+            })
+        }
+        None => engine.decide_request(&req, now).map(|r| PlacedObject {
+            room: r.room.as_str().to_owned(),
+            decision: to_object(r.decision),
+        }),
+    })
+}
+
+/// Whether any room has `routes`.
+#[napi]
+pub fn engine_has_routes(engine: u32) -> napi::Result<bool, &'static str> {
+    ENGINES.with(engine, |e| e.has_routes())
+}
+
+/// Whether deciding in `room` reads more of a request than its `Cookie` header (rules, or
+/// header tickets).
+#[napi]
+pub fn engine_room_reads_request(engine: u32, room: String) -> napi::Result<bool, &'static str> {
+    ENGINES
+        .with(engine, |e| e.room_reads_request(room.as_bytes()))?
+        .map_err(to_js)
 }

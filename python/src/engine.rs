@@ -93,7 +93,15 @@ impl Engine {
     }
 
     fn wrap(&self, py: Python<'_>, d: velvet_rope::Decision) -> PyResult<Py<Decision>> {
-        if d.outcome == Outcome::Admit && d.set_cookie.is_none() && d.ticket_error.is_none() {
+        // The steady answer carries nothing else (a bypass, a matched rule or a dry run's
+        // verdict would be lost in the shared object).
+        let steady = d.outcome == Outcome::Admit
+            && d.set_cookie.is_none()
+            && d.ticket_error.is_none()
+            && !d.bypassed
+            && d.rule.is_none()
+            && d.would_have.is_none();
+        if steady {
             return Ok(self.admit_steady.clone_ref(py));
         }
         Py::new(py, Decision::from(d))
@@ -148,6 +156,98 @@ impl Engine {
             .admit_header_bytes(room.as_bytes(), header, or_now(now_ms)?)
             .map_err(to_py)?;
         self.wrap(py, d)
+    }
+
+    /// Decides a whole request: in `room` when given (chosen by the application's own
+    /// routing), else in the room the configuration's `routes` place it in; the room's rules
+    /// first. `target`: the request-target (or path, with `?query`); `headers`: every request
+    /// header as `(name, value)` pairs (`str` or `bytes`; ASGI's `scope["headers"]` as is);
+    /// `peer`: the address the connection came from, believed as the client unless it is one
+    /// of `settings.trusted_proxies` (then `X-Forwarded-For` says who the client is).
+    /// Returns `(room, decision)`, or `None` when no room's routes take the request (it
+    /// passes untouched). A `decision.bypassed` request passes untouched too.
+    #[pyo3(signature = (method, target, headers, *, peer = None, room = None, now_ms = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn decide_request(
+        &self,
+        py: Python<'_>,
+        method: &Bound<'_, PyAny>,
+        target: &Bound<'_, PyAny>,
+        headers: &Bound<'_, PyAny>,
+        peer: Option<&str>,
+        room: Option<&Bound<'_, PyString>>,
+        now_ms: Option<u64>,
+    ) -> PyResult<Option<(Py<PyString>, Py<Decision>)>> {
+        let now = or_now(now_ms)?;
+        let mut held = Vec::new();
+        for pair in headers.try_iter()? {
+            let pair = pair?;
+            // ASGI's pairs are tuples; a list of two (from JSON, say) does as well.
+            let (name, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = match pair.extract() {
+                Ok(t) => t,
+                Err(_) => {
+                    let items: Vec<Bound<'_, PyAny>> = pair.extract().map_err(|_| {
+                        pyo3::exceptions::PyTypeError::new_err(
+                            "each header must be a (name, value) pair",
+                        )
+                    })?;
+                    let [name, value]: [Bound<'_, PyAny>; 2] = items.try_into().map_err(|_| {
+                        pyo3::exceptions::PyTypeError::new_err(
+                            "each header must be a (name, value) pair",
+                        )
+                    })?;
+                    (name, value)
+                }
+            };
+            held.push((name, value));
+        }
+        let mut pairs = Vec::with_capacity(held.len());
+        for (name, value) in &held {
+            pairs.push((header_bytes(name)?, header_bytes(value)?));
+        }
+        let client = match peer {
+            None => None,
+            Some(p) => {
+                let addr: std::net::IpAddr = p.parse().map_err(|_| {
+                    pyo3::exceptions::PyValueError::new_err(format!(
+                        "peer `{p}` is not an IP address"
+                    ))
+                })?;
+                let forwarded = pairs
+                    .iter()
+                    .filter(|(n, _)| n.eq_ignore_ascii_case(b"x-forwarded-for"))
+                    .map(|(_, v)| *v)
+                    .collect::<Vec<_>>();
+                self.inner.client_address(addr, forwarded.into_iter())
+            }
+        };
+        let request = velvet_rope::request::Request {
+            method: header_bytes(method)?,
+            target: header_bytes(target)?,
+            host: None,
+            headers: &pairs,
+            client,
+        };
+        let (name, d) = match room {
+            Some(room) => {
+                let d = self
+                    .inner
+                    .decide_request_in(room.to_str()?.as_bytes(), &request, now)
+                    .map_err(to_py)?;
+                (room.clone().unbind(), d)
+            }
+            None => match self.inner.decide_request(&request, now) {
+                None => return Ok(None),
+                Some(r) => (PyString::intern(py, r.room.as_str()).unbind(), r.decision),
+            },
+        };
+        Ok(Some((name, self.wrap(py, d)?)))
+    }
+
+    /// Whether any room has `routes` (else `decide_request` without `room` places nothing).
+    #[getter]
+    fn has_routes(&self) -> bool {
+        self.inner.has_routes()
     }
 
     /// Decides one request given the ticket cookie's value itself (no header parsing).
@@ -223,7 +323,9 @@ impl Engine {
     /// request's `Accept` header; `accept_language` its `Accept-Language` (in a room with
     /// `accept_language = true` it picks the built-in page's language); `now_ms` (default:
     /// the system clock) picks the event in force and its countdown.
-    #[pyo3(signature = (room, decision, accept = None, accept_language = None, now_ms = None))]
+    /// `ticket`: the `Velvet-Rope-Ticket` header the request brought (a room taking header
+    /// tickets echoes it in its JSON when the decision did not change it).
+    #[pyo3(signature = (room, decision, accept = None, accept_language = None, now_ms = None, ticket = None))]
     fn render_page(
         &self,
         room: &str,
@@ -231,18 +333,30 @@ impl Engine {
         accept: Option<&Bound<'_, PyAny>>,
         accept_language: Option<&Bound<'_, PyAny>>,
         now_ms: Option<u64>,
+        ticket: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Page>> {
         let request = velvet_rope::PageRequest {
             accept: header_text(accept)?,
             accept_language: header_text(accept_language)?,
             now_ms: or_now(now_ms)?,
-            ticket: None,
+            ticket: header_text(ticket)?.map(str::trim),
         };
         let page = self
             .inner
             .render_page_for(room, &decision.inner, &request)
             .map_err(to_py)?;
-        Ok(page.map(|p| Page::new(p, decision.inner.set_cookie.as_deref())))
+        Ok(page.map(|p| {
+            let mut page = Page::new(p, decision.inner.set_cookie.as_deref());
+            if let Some(t) = decision
+                .inner
+                .ticket()
+                .filter(|_| decision.inner.ticket_header)
+            {
+                page.headers
+                    .push((velvet_rope::request::TICKET_HEADER, t.to_owned()));
+            }
+            page
+        }))
     }
 
     /// Names of the configured rooms.
@@ -333,6 +447,38 @@ impl Decision {
     #[getter]
     fn ticket_error(&self) -> Option<&'static str> {
         self.inner.ticket_error.map(|e| e.as_str())
+    }
+
+    /// The index of the room's rule that matched the request, if any.
+    #[getter]
+    fn rule(&self) -> Option<u16> {
+        self.inner.rule
+    }
+
+    /// A `bypass` rule matched: pass the request untouched (no cookie, nothing counted).
+    #[getter]
+    fn bypassed(&self) -> bool {
+        self.inner.bypassed
+    }
+
+    /// A dry run or a `count_only` rule passed the request: `"queue"` or `"reject"`, what
+    /// the outcome would have been (`outcome` is `"admit"`).
+    #[getter]
+    fn would_have(&self) -> Option<&'static str> {
+        self.inner.would_have.map(|o| o.as_str())
+    }
+
+    /// The room takes tickets from the `Velvet-Rope-Ticket` header: send `ticket` back in
+    /// that response header beside `Set-Cookie`.
+    #[getter]
+    fn ticket_header(&self) -> bool {
+        self.inner.ticket_header
+    }
+
+    /// The new ticket `set_cookie` carries (its value), if any.
+    #[getter]
+    fn ticket(&self) -> Option<&str> {
+        self.inner.ticket()
     }
 
     fn __repr__(&self) -> String {

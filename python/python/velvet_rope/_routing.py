@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ._velvet_rope import Engine, Router
-from .errors import UnknownRoomError
+from .errors import ConfigError, UnknownRoomError
 
-__all__ = ["RoomRouter", "status_line"]
+__all__ = ["ROUTES", "RoomRouter", "status_line"]
+
+#: What `RoomRouter.room_for` answers when the configuration's routes choose the room.
+ROUTES = "\x00routes"
 
 
 class RoomRouter:
@@ -40,6 +43,31 @@ class RoomRouter:
                 )
         self._router = Router(pairs, room, list(bypass), case_sensitive)
         self._every = room if self._router.every_path else None
+
+    @classmethod
+    def for_middleware(
+        cls,
+        engine: Engine,
+        room: str | None,
+        rooms: Mapping[str, str] | None,
+        bypass: Iterable[str],
+        case_sensitive: bool,
+    ) -> RoomRouter:
+        """The middleware's router: its own prefixes when `room` or `rooms` is given, else
+        the configuration's `routes` (`room_for` then answers `ROUTES` for a path it does
+        not bypass, and the core picks the room). Raises `ConfigError` when neither is
+        there: the middleware would decide nothing."""
+        if room is not None or rooms is not None:
+            return cls(engine, room, rooms, bypass, case_sensitive)
+        if not engine.has_routes:
+            raise ConfigError(
+                "give the middleware `room=` or `rooms=`, or give rooms `routes` in the "
+                "configuration: as it is, no request would be decided"
+            )
+        router = cls.__new__(cls)
+        router._router = Router([], ROUTES, list(bypass), case_sensitive)
+        router._every = ROUTES if router._router.every_path else None
+        return router
 
     def room_for(self, path: str | bytes) -> str | None:
         """The room deciding the request with `path` (or its whole request-target), or `None`

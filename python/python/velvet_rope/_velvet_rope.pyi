@@ -1,6 +1,7 @@
 """Type stubs of the native module `velvet_rope._velvet_rope` (checked by mypy's stubtest)."""
 
 import os
+from collections.abc import Iterable
 from typing import final
 
 from typing_extensions import disjoint_base
@@ -47,6 +48,18 @@ class Engine:
     def admit(
         self, room: str, cookie: str | bytes | None = None, now_ms: int | None = None
     ) -> Decision: ...
+    def decide_request(
+        self,
+        method: str | bytes,
+        target: str | bytes,
+        headers: Iterable[tuple[str | bytes, str | bytes]],
+        *,
+        peer: str | None = None,
+        room: str | None = None,
+        now_ms: int | None = None,
+    ) -> tuple[str, Decision] | None: ...
+    @property
+    def has_routes(self) -> bool: ...
     def admit_ticket(
         self, room: str, ticket: str | None = None, now_ms: int | None = None
     ) -> Decision: ...
@@ -61,6 +74,7 @@ class Engine:
         accept: str | bytes | None = None,
         accept_language: str | bytes | None = None,
         now_ms: int | None = None,
+        ticket: str | bytes | None = None,
     ) -> Page | None: ...
     @property
     def rooms(self) -> list[str]: ...
@@ -104,6 +118,16 @@ class Decision:
     def queue_length(self) -> int | None: ...
     @property
     def ticket_error(self) -> str | None: ...
+    @property
+    def rule(self) -> int | None: ...
+    @property
+    def bypassed(self) -> bool: ...
+    @property
+    def would_have(self) -> str | None: ...
+    @property
+    def ticket_header(self) -> bool: ...
+    @property
+    def ticket(self) -> str | None: ...
 
 @final
 class RoomStats:

@@ -8,6 +8,13 @@ engine = Engine(pathlib.Path("velvet-rope.toml"), shared_memory="/run/velvet-rop
 app = WaitingRoom(app, engine, room="shop", bypass=["/health", "/static/"])
 ```
 
+Without `room` or `rooms`, the configuration's `routes` say which room decides a request
+(by host and path, see the package README); with them, the middleware's own path prefixes do.
+Either way the room's `[[rooms.rules]]` are applied (bypass, queue, reject, count only) and
+its ticket is read from the `Cookie` headers (or, in a room with `ticket_header = true`, the
+`Velvet-Rope-Ticket` header). The client's address is the connection's peer, or behind one of
+`settings.trusted_proxies` the address `X-Forwarded-For` gives.
+
 Each HTTP request under a room is decided before the app sees it: admitted requests reach the
 app (with the ticket's `Set-Cookie` added to its response when the ticket changed); the others
 get the room's waiting page (HTML, or JSON when the client asks for it) with its status code,
@@ -21,31 +28,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
-from ._routing import RoomRouter
+from ._routing import ROUTES, RoomRouter
 from ._ticker import LoopTicker
 from ._velvet_rope import Engine
 
-__all__ = ["WaitingRoom"]
+__all__ = ["WaitingRoom", "peer_of", "target_of", "ticket_headers"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-def _headers(scope: Scope) -> tuple[bytes | None, bytes | None]:
-    """The request's `Cookie` (several joined with `; `, as HTTP/2 may split them) and
-    `Accept` headers."""
-    cookies: list[bytes] = []
-    accept = None
-    for name, value in scope.get("headers", ()):
-        if name == b"cookie":
-            cookies.append(value)
-        elif name == b"accept":
-            accept = value
-    cookie = cookies[0] if len(cookies) == 1 else (b"; ".join(cookies) if cookies else None)
-    return cookie, accept
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -57,11 +50,41 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
+def target_of(scope: Scope) -> bytes:
+    """The request-target as the core reads it: the path as received (`raw_path`, else the
+    decoded `path`) and the query string."""
+    path: bytes = scope.get("raw_path") or scope.get("path", "/").encode(
+        "utf-8", "surrogateescape"
+    )
+    query: bytes = scope.get("query_string", b"")
+    return path + b"?" + query if query else path
+
+
+def peer_of(scope: Scope) -> str | None:
+    """The address the connection came from, if the server says."""
+    client = scope.get("client")
+    return client[0] if client else None
+
+
+def ticket_headers(decision: Any) -> list[tuple[bytes, bytes]]:
+    """The response headers that carry a new ticket: `Set-Cookie`, and in a room taking
+    header tickets `Velvet-Rope-Ticket`."""
+    set_cookie = decision.set_cookie
+    if set_cookie is None:
+        return []
+    out = [(b"set-cookie", set_cookie.encode("latin-1"))]
+    if decision.ticket_header:
+        out.append((b"velvet-rope-ticket", decision.ticket.encode("latin-1")))
+    return out
+
+
 class WaitingRoom:
     """ASGI middleware putting a velvet-rope room in front of `app`.
 
-    `room`: the room deciding every path; `rooms`: path prefix -> room (longest prefix wins);
-    `bypass`: path prefixes that are never decided (health checks, static files);
+    Without `room` and `rooms`, the configuration's `routes` choose the room of each request
+    (the configuration must have some). `room`: the room deciding every path; `rooms`: path
+    prefix -> room (longest prefix wins); `bypass`: path prefixes that are never decided
+    (health checks, static files; the rooms' `rules` can say the same in the configuration);
     `case_sensitive`: whether the application routes `/Shop` apart from `/shop` (Starlette
     and FastAPI do); `tick`: drive `engine.tick()` from the event loop (turn it off if
     something else ticks the engine). The room is chosen on the normalised path (see
@@ -81,7 +104,7 @@ class WaitingRoom:
     ) -> None:
         self.app = app
         self.engine = engine
-        self.router = RoomRouter(engine, room, rooms, bypass, case_sensitive)
+        self.router = RoomRouter.for_middleware(engine, room, rooms, bypass, case_sensitive)
         self.ticker = LoopTicker(engine) if tick else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -91,29 +114,44 @@ class WaitingRoom:
             return
         if self.ticker is not None:
             self.ticker.ensure_started()
-        room = self.router.room_for(scope["path"]) if kind == "http" else None
+        if kind != "http":
+            await self.app(scope, receive, send)
+            return
+        room = self.router.room_for(scope["path"])
         if room is None:
             await self.app(scope, receive, send)
             return
-        cookie, accept = _headers(scope)
-        decision = self.engine.admit(room, cookie)
+        placed = self.engine.decide_request(
+            scope["method"],
+            target_of(scope),
+            scope["headers"],
+            peer=peer_of(scope),
+            room=None if room == ROUTES else room,
+        )
+        if placed is None:
+            await self.app(scope, receive, send)
+            return
+        room, decision = placed
         if decision.admitted:
-            set_cookie = decision.set_cookie
-            if set_cookie is None:
+            extra = ticket_headers(decision)
+            if not extra:
                 await self.app(scope, receive, send)
                 return
-            extra = (b"set-cookie", set_cookie.encode("latin-1"))
 
             async def send_with_ticket(message: Message) -> None:
                 if message["type"] == "http.response.start":
                     message = dict(message)
-                    message["headers"] = [*message.get("headers", ()), extra]
+                    message["headers"] = [*message.get("headers", ()), *extra]
                 await send(message)
 
             await self.app(scope, receive, send_with_ticket)
             return
         page = self.engine.render_page(
-            room, decision, accept, _header(scope, b"accept-language")
+            room,
+            decision,
+            _header(scope, b"accept"),
+            _header(scope, b"accept-language"),
+            ticket=_header(scope, b"velvet-rope-ticket"),
         )
         if page is None:  # admit decisions have no page; cannot happen here
             await self.app(scope, receive, send)

@@ -41,7 +41,7 @@ from starlette.responses import Response as StarletteResponse
 
 from ._ticker import ThreadTicker
 from ._velvet_rope import Decision, Engine
-from .asgi import ASGIApp, Message, Receive, Scope, Send, _headers
+from .asgi import ASGIApp, Message, Receive, Scope, Send, peer_of, target_of, ticket_headers
 from .errors import UnknownRoomError
 
 __all__ = ["Admission", "Queued", "install", "waiting_room"]
@@ -66,14 +66,24 @@ def _known(engine: Engine, room: str) -> None:
         )
 
 
-def _cookie(request: Request) -> bytes | None:
-    """The request's `Cookie` headers, all of them (joined with `; `)."""
-    return _headers(request.scope)[0]
+def _decide(engine: Engine, room: str, request: Request) -> Decision:
+    """The room's decision on the whole request (its rules, its ticket from the cookies or
+    the `Velvet-Rope-Ticket` header)."""
+    scope = request.scope
+    placed = engine.decide_request(
+        scope["method"], target_of(scope), scope["headers"], peer=peer_of(scope), room=room
+    )
+    assert placed is not None  # a named room always decides
+    return placed[1]
 
 
 def _page_response(engine: Engine, room: str, decision: Decision, request: Request) -> Response:
     page = engine.render_page(
-        room, decision, request.headers.get("accept"), request.headers.get("accept-language")
+        room,
+        decision,
+        request.headers.get("accept"),
+        request.headers.get("accept-language"),
+        ticket=request.headers.get("velvet-rope-ticket"),
     )
     if page is None:  # admit decisions have no page
         raise RuntimeError("an admitted request has no waiting page")
@@ -98,7 +108,7 @@ async def _queued_handler(request: Request, exc: Exception) -> Response:
     raise exc
 
 
-#: The scope key under which `_Tickets` keeps the `Set-Cookie` values to add to the response.
+#: The scope key under which `_Tickets` keeps the ticket headers to add to the response.
 _TICKETS = "velvet_rope.set_cookie"
 
 
@@ -114,16 +124,13 @@ class _Tickets:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        tickets: list[str] = []
+        tickets: list[tuple[bytes, bytes]] = []
         scope[_TICKETS] = tickets
 
         async def send_with_tickets(message: Message) -> None:
             if message["type"] == "http.response.start" and tickets:
                 message = dict(message)
-                message["headers"] = [
-                    *message.get("headers", ()),
-                    *((b"set-cookie", t.encode("latin-1")) for t in tickets),
-                ]
+                message["headers"] = [*message.get("headers", ()), *tickets]
             await send(message)
 
         await self.app(scope, receive, send_with_tickets)
@@ -162,10 +169,9 @@ class Admission:
                 "application, before it starts: without it, the tickets of admitted visitors "
                 "would be lost whenever an endpoint returns a Response of its own"
             )
-        decision = self.engine.admit(self.room, _cookie(request))
+        decision = _decide(self.engine, self.room, request)
         if decision.admitted:
-            if decision.set_cookie is not None:
-                tickets.append(decision.set_cookie)
+            tickets.extend(ticket_headers(decision))
             return decision
         raise Queued(_page_response(self.engine, self.room, decision, request))
 
@@ -191,13 +197,13 @@ def waiting_room(engine: Engine, room: str, *, tick: bool = True) -> Callable[[F
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             request: Request = kwargs.pop(_REQUEST)
             response: Response = kwargs.pop(_RESPONSE)
-            decision = engine.admit(room, _cookie(request))
+            decision = _decide(engine, room, request)
             if not decision.admitted:
                 return _page_response(engine, room, decision, request)
             result = await endpoint(*args, **kwargs)
-            if decision.set_cookie is not None:
-                target = result if isinstance(result, StarletteResponse) else response
-                target.headers.append("set-cookie", decision.set_cookie)
+            target = result if isinstance(result, StarletteResponse) else response
+            for name, value in ticket_headers(decision):
+                target.headers.append(name.decode(), value.decode("latin-1"))
             return result
 
         # FastAPI reads the signature: the endpoint's own parameters, plus the request and a

@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ._routing import RoomRouter, status_line
+from ._routing import ROUTES, RoomRouter, status_line
 from ._ticker import ThreadTicker
 from ._velvet_rope import Engine
+from .asgi import ticket_headers
 
 __all__ = ["WaitingRoom"]
 
@@ -39,6 +40,40 @@ def _path_bytes(environ: dict[str, Any]) -> bytes | str:
         return path.encode("latin-1")
     except UnicodeEncodeError:
         return path
+
+
+#: Header names as WSGI applications usually spell them.
+_CASED = {b"set-cookie": "Set-Cookie", b"velvet-rope-ticket": "Velvet-Rope-Ticket"}
+
+
+def _target(environ: dict[str, Any]) -> bytes | str:
+    """The request-target as the core reads it: the path as received when the server says
+    (`RAW_URI` or `REQUEST_URI`: gunicorn, uWSGI), else `SCRIPT_NAME` + `PATH_INFO` and the
+    query string."""
+    raw: str | None = environ.get("RAW_URI") or environ.get("REQUEST_URI")
+    if raw:
+        return raw
+    path = _path_bytes(environ)
+    query: str | None = environ.get("QUERY_STRING")
+    if not query:
+        return path
+    if isinstance(path, bytes):
+        return path + b"?" + query.encode("latin-1", "replace")
+    return f"{path}?{query}"
+
+
+def _request_headers(environ: dict[str, Any]) -> list[tuple[str, str]]:
+    """The request's headers from a WSGI environ (`HTTP_X_Y` is `x-y`; `CONTENT_TYPE` and
+    `CONTENT_LENGTH` too)."""
+    headers = [
+        (key[5:].replace("_", "-").lower(), value)
+        for key, value in environ.items()
+        if key.startswith("HTTP_")
+    ]
+    for key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+        if key in environ:
+            headers.append((key.replace("_", "-").lower(), environ[key]))
+    return headers
 
 
 class WaitingRoom:
@@ -58,7 +93,7 @@ class WaitingRoom:
     ) -> None:
         self.app = app
         self.engine = engine
-        self.router = RoomRouter(engine, room, rooms, bypass, case_sensitive)
+        self.router = RoomRouter.for_middleware(engine, room, rooms, bypass, case_sensitive)
         self.ticker = ThreadTicker(engine) if tick else None
         if self.ticker is not None:
             self.ticker.start()
@@ -67,18 +102,34 @@ class WaitingRoom:
         room = self.router.room_for(_path_bytes(environ))
         if room is None:
             return self.app(environ, start_response)
-        decision = self.engine.admit(room, environ.get("HTTP_COOKIE"))
+        headers = _request_headers(environ)
+        placed = self.engine.decide_request(
+            environ.get("REQUEST_METHOD", "GET"),
+            _target(environ),
+            headers,
+            peer=environ.get("REMOTE_ADDR") or None,
+            room=None if room == ROUTES else room,
+        )
+        if placed is None:
+            return self.app(environ, start_response)
+        room, decision = placed
         if decision.admitted:
-            set_cookie = decision.set_cookie
-            if set_cookie is None:
+            extra = [
+                (_CASED[k], v.decode("latin-1")) for k, v in ticket_headers(decision)
+            ]
+            if not extra:
                 return self.app(environ, start_response)
 
             def start_with_ticket(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
-                return start_response(status, [*headers, ("Set-Cookie", set_cookie)], *exc)
+                return start_response(status, [*headers, *extra], *exc)
 
             return self.app(environ, start_with_ticket)
         page = self.engine.render_page(
-            room, decision, environ.get("HTTP_ACCEPT"), environ.get("HTTP_ACCEPT_LANGUAGE")
+            room,
+            decision,
+            environ.get("HTTP_ACCEPT"),
+            environ.get("HTTP_ACCEPT_LANGUAGE"),
+            ticket=environ.get("HTTP_VELVET_ROPE_TICKET"),
         )
         if page is None:  # admit decisions have no page; cannot happen here
             return self.app(environ, start_response)

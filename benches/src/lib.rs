@@ -45,3 +45,4 @@ pub fn on_threads_indexed<F: Fn(usize, u64) + Sync>(threads: usize, iters: u64, 
 pub fn on_threads<F: Fn() + Sync>(threads: usize, iters: u64, f: F) -> Duration {
     on_threads_indexed(threads, iters, |_, _| f())
 }
+pub mod rules_config;

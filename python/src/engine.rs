@@ -179,6 +179,15 @@ impl Engine {
         now_ms: Option<u64>,
     ) -> PyResult<Option<(Py<PyString>, Py<Decision>)>> {
         let now = or_now(now_ms)?;
+        // A named room without rules or header tickets reads only the `Cookie` headers: the
+        // others are not even converted (the middleware's common case).
+        let cookies_only = match room {
+            Some(r) => !self
+                .inner
+                .room_reads_request(r.to_str()?.as_bytes())
+                .map_err(to_py)?,
+            None => false,
+        };
         let mut held = Vec::new();
         for pair in headers.try_iter()? {
             let pair = pair?;
@@ -199,6 +208,9 @@ impl Engine {
                     (name, value)
                 }
             };
+            if cookies_only && !header_bytes(&name)?.eq_ignore_ascii_case(b"cookie") {
+                continue;
+            }
             held.push((name, value));
         }
         let mut pairs = Vec::with_capacity(held.len());
@@ -206,6 +218,7 @@ impl Engine {
             pairs.push((header_bytes(name)?, header_bytes(value)?));
         }
         let client = match peer {
+            _ if cookies_only => None,
             None => None,
             Some(p) => {
                 let addr: std::net::IpAddr = p.parse().map_err(|_| {

@@ -111,8 +111,8 @@ impl<'a> Request<'a> {
 pub(crate) struct Prepared<'r, 'a> {
     /// The request.
     pub(crate) request: &'r Request<'a>,
-    /// Its target, scanned.
-    pub(crate) target: Target<'a>,
+    /// Its target, scanned (on first use: a room without path rules never scans it).
+    target: OnceCell<Target<'a>>,
     /// The hosts it names: the absolute-form target's, and the `Host` header's.
     hosts: OnceCell<[HostSeen; 2]>,
 }
@@ -123,9 +123,15 @@ impl<'r, 'a> Prepared<'r, 'a> {
     pub(crate) fn new(request: &'r Request<'a>) -> Self {
         Self {
             request,
-            target: Target::new(request.target),
+            target: OnceCell::new(),
             hosts: OnceCell::new(),
         }
+    }
+
+    /// The target, scanned (on first use).
+    #[inline]
+    pub(crate) fn target(&self) -> &Target<'a> {
+        self.target.get_or_init(|| Target::new(self.request.target))
     }
 
     /// The hosts the request names (worked out on first use).

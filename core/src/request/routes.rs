@@ -126,7 +126,7 @@ impl RouteTable {
             if !applies {
                 continue;
             }
-            if let Route::Room(i) = group.router.route_target(&request.target) {
+            if let Route::Room(i) = group.router.route_target(request.target()) {
                 return Some(group.rooms[i]);
             }
         }

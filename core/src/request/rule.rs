@@ -41,7 +41,8 @@ pub(crate) struct Rule {
     /// when it finds the room).
     paths: Option<Router>,
     query: Box<[QueryTerm]>,
-    headers: Box<[(Box<[u8]>, Glob)]>,
+    /// Header conditions: the name's index in the set's `names`, and the value's pattern.
+    headers: Box<[(usize, Glob)]>,
     cookies: Box<[(CookieFinder, Glob)]>,
     clients: CidrSet,
 }
@@ -55,11 +56,96 @@ impl std::fmt::Debug for Rule {
     }
 }
 
+/// Most distinct header names a room's rules may read (`Cookie` included).
+pub const MAX_HEADER_NAMES: usize = 16;
+
+/// Headers of a request indexed by name (the first 64; a request with more is scanned).
+const INDEXED_HEADERS: usize = 64;
+
+/// The index of `Cookie` among a rule set's header names.
+const COOKIE: usize = 0;
+
 /// A room's rules, in order, with a count of the requests each matched.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct RuleSet {
     rules: Box<[Rule]>,
     hits: Box<[AtomicU64]>,
+    /// The header names the rules read, lower case (`cookie` first): a request's headers are
+    /// matched against them once, not once per rule.
+    names: Box<[Box<[u8]>]>,
+    /// `by_len[n]`: bit `j` set when `names[j]` is `n` bytes long (the last entry: longer).
+    by_len: [u16; 64],
+    /// Whether any rule reads a header or a cookie.
+    reads_headers: bool,
+}
+
+impl Default for RuleSet {
+    /// No rules.
+    fn default() -> Self {
+        Self {
+            rules: Box::default(),
+            hits: Box::default(),
+            names: Box::default(),
+            by_len: [0; 64],
+            reads_headers: false,
+        }
+    }
+}
+
+/// Which of a request's headers carry each name a rule set reads.
+struct HeaderIndex {
+    /// Bit `i` of `masks[j]`: header `i` is called `names[j]`.
+    masks: [u64; MAX_HEADER_NAMES],
+    /// More headers than are indexed: look names up by scanning.
+    scan: bool,
+}
+
+impl HeaderIndex {
+    /// One pass over `headers`: each name is compared only with the names of its length
+    /// (`by_len`, see `RuleSet`); most headers have none.
+    fn new(headers: &[(&[u8], &[u8])], names: &[Box<[u8]>], by_len: &[u16; 64]) -> Self {
+        let mut masks = [0u64; MAX_HEADER_NAMES];
+        for (i, (n, _)) in headers.iter().take(INDEXED_HEADERS).enumerate() {
+            let mut candidates = by_len[n.len().min(63)];
+            while candidates != 0 {
+                let j = candidates.trailing_zeros() as usize;
+                if n.eq_ignore_ascii_case(&names[j]) {
+                    masks[j] |= 1 << i;
+                }
+                candidates &= candidates - 1;
+            }
+        }
+        Self {
+            masks,
+            scan: headers.len() > INDEXED_HEADERS,
+        }
+    }
+
+    /// Whether some header called `names[j]` has a value meeting `f`.
+    #[inline]
+    fn any(
+        &self,
+        headers: &[(&[u8], &[u8])],
+        names: &[Box<[u8]>],
+        j: usize,
+        mut f: impl FnMut(&[u8]) -> bool,
+    ) -> bool {
+        if self.scan {
+            let name = &names[j];
+            return headers
+                .iter()
+                .any(|(n, v)| n.len() == name.len() && n.eq_ignore_ascii_case(name) && f(v));
+        }
+        let mut mask = self.masks[j];
+        while mask != 0 {
+            let i = mask.trailing_zeros() as usize;
+            if f(headers[i].1) {
+                return true;
+            }
+            mask &= mask - 1;
+        }
+        false
+    }
 }
 
 impl RuleSet {
@@ -77,8 +163,9 @@ impl RuleSet {
         }
         let mut out = Vec::with_capacity(rules.len());
         let mut names = std::collections::HashSet::new();
+        let mut headers: Vec<Box<[u8]>> = vec![b"cookie"[..].into()];
         for (i, cfg) in rules.iter().enumerate() {
-            let rule = Rule::compile(cfg, case).map_err(|(field, why)| {
+            let rule = Rule::compile(cfg, case, &mut headers).map_err(|(field, why)| {
                 let name = cfg
                     .name
                     .as_deref()
@@ -110,7 +197,18 @@ impl RuleSet {
         }
         Ok(Self {
             hits: out.iter().map(|_| AtomicU64::new(0)).collect(),
+            reads_headers: out
+                .iter()
+                .any(|r| !r.headers.is_empty() || !r.cookies.is_empty()),
             rules: out.into(),
+            by_len: {
+                let mut by_len = [0u16; 64];
+                for (j, name) in headers.iter().enumerate() {
+                    by_len[name.len().min(63)] |= 1 << j;
+                }
+                by_len
+            },
+            names: headers.into(),
         })
     }
 
@@ -123,11 +221,20 @@ impl RuleSet {
     /// The first rule `request` matches, counted, with its index.
     #[inline]
     pub(crate) fn first_match(&self, request: &Prepared<'_, '_>) -> Option<(usize, &Rule)> {
+        let index = HeaderIndex::new(
+            if self.reads_headers {
+                request.request.headers
+            } else {
+                &[]
+            },
+            &self.names,
+            &self.by_len,
+        );
         let (i, rule) = self
             .rules
             .iter()
             .enumerate()
-            .find(|(_, r)| r.matches(request))?;
+            .find(|(_, r)| r.matches(request, &index, &self.names))?;
         self.hits[i].fetch_add(1, Ordering::Relaxed);
         Some((i, rule))
     }
@@ -143,7 +250,11 @@ impl RuleSet {
 
 impl Rule {
     /// Compiles one rule (its name is set by the caller); the error names the field.
-    fn compile(cfg: &RuleConfig, case: PathCase) -> Result<Self, (String, String)> {
+    fn compile(
+        cfg: &RuleConfig,
+        case: PathCase,
+        names: &mut Vec<Box<[u8]>>,
+    ) -> Result<Self, (String, String)> {
         fn field(f: &'static str) -> impl Fn(String) -> (String, String) {
             move |why| (f.to_owned(), why)
         }
@@ -210,24 +321,33 @@ impl Rule {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(field("query"))?;
-        let headers = cfg
-            .headers
-            .iter()
-            .map(|(name, pattern)| {
-                if name.is_empty()
-                    || !name
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-                {
-                    return Err(format!("`{name}` is not a header name"));
+        let mut headers = Vec::with_capacity(cfg.headers.len());
+        for (name, pattern) in &cfg.headers {
+            let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            if name.is_empty() || !name.bytes().all(token) {
+                return Err(("headers".into(), format!("`{name}` is not a header name")));
+            }
+            let glob =
+                Glob::new(pattern).map_err(|e| ("headers".to_owned(), format!("`{name}`: {e}")))?;
+            let lower: Box<[u8]> = name.to_ascii_lowercase().into_bytes().into();
+            let j = match names.iter().position(|n| *n == lower) {
+                Some(j) => j,
+                None if names.len() < MAX_HEADER_NAMES => {
+                    names.push(lower);
+                    names.len() - 1
                 }
-                Ok((
-                    name.to_ascii_lowercase().into_bytes().into(),
-                    Glob::new(pattern).map_err(|e| format!("`{name}`: {e}"))?,
-                ))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(field("headers"))?;
+                None => {
+                    return Err((
+                        "headers".into(),
+                        format!(
+                            "`{name}`: a room's rules may read at most {} header names",
+                            MAX_HEADER_NAMES - 1
+                        ),
+                    ))
+                }
+            };
+            headers.push((j, glob));
+        }
         let cookies = cfg
             .cookies
             .iter()
@@ -258,17 +378,32 @@ impl Rule {
 
     /// Whether `request` meets every condition (see the module documentation for how a
     /// request read more than one way is matched).
-    fn matches(&self, request: &Prepared<'_, '_>) -> bool {
+    fn matches(
+        &self,
+        request: &Prepared<'_, '_>,
+        index: &HeaderIndex,
+        names: &[Box<[u8]>],
+    ) -> bool {
         let loose = self.action.loosens();
         let req = request.request;
+        // The cheap conditions first: most rules fail on one of them.
         if !self.methods.is_empty() && !self.methods.iter().any(|m| **m == *req.method) {
             return false;
+        }
+        if !self.clients.is_empty() {
+            let hit = match req.client {
+                Some(addr) => self.clients.contains(addr),
+                None => !loose,
+            };
+            if !hit {
+                return false;
+            }
         }
         if !self.hosts.is_empty() && !self.hosts_match(request.hosts(), loose) {
             return false;
         }
         if let Some(router) = &self.paths {
-            let route = router.route_target(&request.target);
+            let route = router.route_target(request.target());
             let hit = if loose {
                 route == Route::Bypass
             } else {
@@ -279,34 +414,21 @@ impl Rule {
             }
         }
         if !self.query.is_empty() {
-            let query = request.target.query().unwrap_or_default();
+            let query = request.target().query().unwrap_or_default();
             if !self.query.iter().any(|t| query_has(query, t)) {
                 return false;
             }
         }
-        for (name, glob) in self.headers.iter() {
-            let found = req
-                .headers
-                .iter()
-                .any(|(n, v)| n.eq_ignore_ascii_case(name) && glob.matches(v.trim_ascii()));
-            if !found {
+        for (j, glob) in self.headers.iter() {
+            if !index.any(req.headers, names, *j, |v| glob.matches(v.trim_ascii())) {
                 return false;
             }
         }
         for (finder, glob) in self.cookies.iter() {
-            let found = req
-                .cookie_headers()
-                .any(|h| finder.find(h).is_some_and(|v| glob.matches(v)));
+            let found = index.any(req.headers, names, COOKIE, |h| {
+                finder.find(h).is_some_and(|v| glob.matches(v))
+            });
             if !found {
-                return false;
-            }
-        }
-        if !self.clients.is_empty() {
-            let hit = match req.client {
-                Some(addr) => self.clients.contains(addr),
-                None => !loose,
-            };
-            if !hit {
                 return false;
             }
         }

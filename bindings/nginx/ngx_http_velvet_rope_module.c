@@ -34,6 +34,14 @@
  *     cannot skip it), and before try_files, mirror and the content handler.
  *     The ticket cookie is added by a header filter, so it is sent whatever response the
  *     request ends with (origin, error page, waiting page).
+ *   - nginx routes: the location's `velvet_rope <room>` names the room, and the rooms'
+ *     `routes` are not consulted. A room with `[[rooms.rules]]` or `ticket_header = true`
+ *     reads the whole request (method, target, Host, every header, the client address as
+ *     the realip module left it): it is decided by `vr_engine_decide_request_in`. Any other
+ *     room only needs the Cookie header and keeps the `vr_engine_admit` path. A `bypass`
+ *     rule passes the request untouched, a `reject` rule answers 403, a dry run or a
+ *     `count_only` rule passes it with the ticket it would have had; in a `ticket_header`
+ *     room a new ticket also goes out as the `Velvet-Rope-Ticket` response header.
  *   - Subrequests into a room (SSI `include virtual`, add_before_body, slice, a module's
  *     capture) are decided for the client request's visitor: its own decision for the room
  *     if it has one, else admitted if it holds an admission ticket of the room; anyone else
@@ -65,10 +73,23 @@
 
 
 
+/*
+ * One `velvet_rope <room>` directive. Its location (and every location that inherits the room)
+ * points at it, so that what postconfiguration learns about the room reaches them all.
+ */
 typedef struct {
     ngx_str_t           file;        /* nginx configuration file of the directive */
     ngx_uint_t          line;
     ngx_str_t           room;
+
+    /*
+     * The room reads more of a request than its Cookie header (it has rules, or takes
+     * header tickets): vr_engine_room_reads_request, asked at postconfiguration. It holds
+     * for the serving engine's whole life: that engine is made from the same configuration
+     * text, and the module never reloads an engine in place. A reload (HUP, or a new
+     * binary) reads the files into a new cycle with new directives, references and engine.
+     */
+    ngx_uint_t          reads;
 } ngx_http_velvet_rope_room_ref_t;
 
 
@@ -86,7 +107,8 @@ typedef struct {
     /* A private engine used only while parsing the configuration to check room names. */
     vr_engine          *check_engine;
 
-    ngx_array_t         room_refs;    /* ngx_http_velvet_rope_room_ref_t, checked at postconf */
+    ngx_array_t         room_refs;    /* ngx_http_velvet_rope_room_ref_t *, checked and
+                                         filled in at postconfiguration */
     ngx_uint_t          status_used;  /* a velvet_rope_status directive was seen */
 } ngx_http_velvet_rope_main_conf_t;
 
@@ -102,6 +124,9 @@ typedef struct {
     /* Room name; empty means off; data == NULL means unset (inherit). The string is
      * NUL-free and lives in the configuration pool. */
     ngx_str_t           room;
+
+    /* The directive naming the room (inherited with it); NULL when off. */
+    ngx_http_velvet_rope_room_ref_t  *ref;
 
     /* velvet_rope_status is served here: unless this location names a room itself, it is
      * off (a monitoring scrape must not take a seat in a room inherited from the server). */
@@ -124,6 +149,9 @@ struct ngx_http_velvet_rope_ctx_s {
     ngx_uint_t                   outcome;
     ngx_str_t                    room;         /* the location's, in the configuration pool */
     ngx_str_t                    set_cookie;   /* value still to send; len 0 when none */
+    ngx_str_t                    ticket;       /* `Velvet-Rope-Ticket` to send with it (the
+                                                  cookie's value, in a room that takes header
+                                                  tickets); len 0 when none */
     ngx_http_velvet_rope_ctx_t  *prev;         /* the decision for an earlier room, or NULL */
 };
 
@@ -147,6 +175,8 @@ static ngx_http_velvet_rope_ctx_t *ngx_http_velvet_rope_get_ctx(
 static void ngx_http_velvet_rope_ctx_marker(void *data);
 static ngx_int_t ngx_http_velvet_rope_cookie_header(ngx_http_request_t *r,
     ngx_str_t *out);
+static ngx_int_t ngx_http_velvet_rope_request(ngx_http_request_t *r, vr_request *req);
+static void ngx_http_velvet_rope_ticket_of(ngx_str_t *set_cookie, ngx_str_t *ticket);
 static ngx_table_elt_t *ngx_http_velvet_rope_accept_header(
     ngx_http_request_t *r);
 static ngx_table_elt_t *ngx_http_velvet_rope_accept_language_header(
@@ -270,6 +300,7 @@ ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r)
 {
     vr_result                          rc;
     ngx_str_t                          cookie;
+    vr_request                         req;
     vr_decision                        d;
     ngx_http_velvet_rope_ctx_t        *prev;
     ngx_http_velvet_rope_loc_conf_t   *vlcf;
@@ -312,24 +343,50 @@ ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (ngx_http_velvet_rope_cookie_header(r, &cookie) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
+    if (vlcf->ref != NULL && vlcf->ref->reads) {
+        /* Rules or header tickets: the room reads the whole request. */
+        if (ngx_http_velvet_rope_request(r, &req) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
 
-    rc = vr_engine_admit(vmcf->engine, (const char *) vlcf->room.data,
-                         vlcf->room.len, (const char *) cookie.data, cookie.len,
-                         ngx_http_velvet_rope_now_ms(), &d);
+        rc = vr_engine_decide_request_in(vmcf->engine, (const char *) vlcf->room.data,
+                                         vlcf->room.len, &req,
+                                         ngx_http_velvet_rope_now_ms(), &d);
 
-    if (rc != VR_OK) {
-        ngx_http_velvet_rope_log_error(NGX_LOG_ERR, r->connection->log,
-                                       "vr_engine_admit()", rc);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        if (rc != VR_OK) {
+            ngx_http_velvet_rope_log_error(NGX_LOG_ERR, r->connection->log,
+                                           "vr_engine_decide_request_in()", rc);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_log_debug5(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "velvet_rope: room \"%V\": outcome %uD, rule %D, bypassed %d, "
+                       "would have %D", &vlcf->room, d.outcome, d.rule,
+                       (int) d.bypassed, d.would_have);
+
+    } else {
+        /* The steady path: the Cookie header is all the room reads. */
+        if (ngx_http_velvet_rope_cookie_header(r, &cookie) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        rc = vr_engine_admit(vmcf->engine, (const char *) vlcf->room.data,
+                             vlcf->room.len, (const char *) cookie.data, cookie.len,
+                             ngx_http_velvet_rope_now_ms(), &d);
+
+        if (rc != VR_OK) {
+            ngx_http_velvet_rope_log_error(NGX_LOG_ERR, r->connection->log,
+                                           "vr_engine_admit()", rc);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
     }
 
     /* An admission with nothing to send (a visitor's valid ticket, already counted in this
      * bucket) changed no count: deciding it again after an internal redirect gives the same
-     * answer, so nothing needs remembering. The common request stays allocation-free. */
-    if (d.outcome == VR_OUTCOME_ADMIT && d.set_cookie_len == 0) {
+     * answer, so nothing needs remembering. The common request stays allocation-free.
+     * A bypass is remembered all the same: the client request's subrequests into the room
+     * pass as it did (see ngx_http_velvet_rope_decide_subrequest). */
+    if (d.outcome == VR_OUTCOME_ADMIT && d.set_cookie_len == 0 && !d.bypassed) {
         return NGX_DECLINED;
     }
 
@@ -337,12 +394,15 @@ ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    /* Admitted, bypassed (untouched: no ticket), or passed by a dry run or a `count_only`
+     * rule (with the ticket the visitor would have had, so that its place is kept). */
     if (d.outcome == VR_OUTCOME_ADMIT) {
         return NGX_DECLINED;
     }
 
-    /* Queue or reject: this request ends here with the waiting page. Finalizing it ourselves
-     * and returning NGX_DONE stops the phase engine, as a content handler would. */
+    /* Queue or reject (a full room's 429, or a `reject` rule's 403): this request ends here
+     * with the page. Finalizing it ourselves and returning NGX_DONE stops the phase engine,
+     * as a content handler would. */
     ngx_http_finalize_request(r,
         ngx_http_velvet_rope_send_page(r, vmcf, &vlcf->room, &d));
 
@@ -362,10 +422,21 @@ ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r)
  *     location's room, as if they were not there (a room inherited by an auth location must
  *     not turn a waiting visitor's page into a 403 or a 500).
  *   - The client request's own decision for the room stands (one decision per client request
- *     and room): admitted, the subrequest goes on; not admitted, it is refused.
+ *     and room): admitted, the subrequest goes on; not admitted, it is refused. A client
+ *     request that a `bypass` rule passed, or that a dry run or a `count_only` rule passed,
+ *     was admitted in this sense: its subrequests into the room go on as it did (a rule
+ *     about the visitor, such as a staff address or a monitor's header, holds for the parts
+ *     of its page too).
  *   - Otherwise a visitor holding an admission ticket of the room goes on
  *     (vr_engine_admit_holder: counted once, renewed if due; the renewed ticket goes out with
  *     the client response if its header is not out yet). Anyone else is refused.
+ *
+ * The room's rules are not applied to the subrequest's own target: the C ABI decides a rule
+ * only together with the admission (vr_engine_decide_request_in), which would count a seat or
+ * a queue place for a ticket that cannot reach the visitor. So a subrequest that a `bypass`
+ * rule would pass on its own (an include of /static/...) is held to the holder rule above:
+ * it fails closed. Holders are found by their ticket cookie only (vr_engine_admit_holder
+ * reads no `Velvet-Rope-Ticket` header).
  *
  * A refused subrequest gets an empty 403: no protected content, no error page inside the
  * including page, and SSI shows the include's `stub` block instead, if it has one.
@@ -503,6 +574,7 @@ ngx_http_velvet_rope_remember(ngx_http_request_t *r, ngx_str_t *room, vr_decisio
     ctx->room = *room;
     ctx->prev = prev;
     ngx_str_null(&ctx->set_cookie);
+    ngx_str_null(&ctx->ticket);
 
     if (send_cookie && d->set_cookie_len > 0) {
         if (d->set_cookie_len > sizeof(d->set_cookie)) {
@@ -521,6 +593,10 @@ ngx_http_velvet_rope_remember(ngx_http_request_t *r, ngx_str_t *room, vr_decisio
 
         ngx_memcpy(ctx->set_cookie.data, d->set_cookie, d->set_cookie_len);
         ctx->set_cookie.len = d->set_cookie_len;
+
+        if (d->ticket_header) {
+            ngx_http_velvet_rope_ticket_of(&ctx->set_cookie, &ctx->ticket);
+        }
     }
 
     cln->handler = ngx_http_velvet_rope_ctx_marker;
@@ -652,8 +728,18 @@ ngx_http_velvet_rope_header_filter(ngx_http_request_t *r)
             return NGX_ERROR;
         }
 
+        /* A room taking header tickets hands the same ticket to clients that keep no
+         * cookies (API clients): they send it back as a `Velvet-Rope-Ticket` header. */
+        if (ctx->ticket.len > 0
+            && ngx_http_velvet_rope_add_header(r, "Velvet-Rope-Ticket", &ctx->ticket)
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
         /* Sent once, even if a header filter ran again for this request. */
         ctx->set_cookie.len = 0;
+        ctx->ticket.len = 0;
     }
 
     return ngx_http_next_header_filter(r);
@@ -937,6 +1023,148 @@ ngx_http_velvet_rope_cookie_header(ngx_http_request_t *r, ngx_str_t *out)
 #endif
 
     return NGX_OK;
+}
+
+
+/*
+ * The client request as the engine's rules read it, its strings borrowed from the request
+ * (they live as long as it does); only the header array is allocated, from the request pool.
+ */
+static ngx_int_t
+ngx_http_velvet_rope_request(ngx_http_request_t *r, vr_request *req)
+{
+    u_char               *end;
+    ngx_uint_t            i, n;
+    vr_header            *hs;
+    ngx_list_part_t      *part;
+    ngx_table_elt_t      *h;
+    struct sockaddr_in   *sin;
+#if (NGX_HAVE_INET6)
+    struct sockaddr_in6  *sin6;
+#endif
+
+    ngx_memzero(req, sizeof(vr_request));
+
+    req->method = (const char *) r->method_name.data;
+    req->method_len = r->method_name.len;
+
+    /*
+     * The request-target as received. nginx keeps the path of an absolute-form target
+     * (`GET http://host/path`) as unparsed_uri and routes by the host in it; the engine is
+     * handed the whole target, so that a rule on hosts reads that host as well as Host's.
+     * The parts lie in one request line (HTTP/1.x; HTTP/2 and 3 have no absolute form).
+     * Internal redirects change r->uri, never unparsed_uri: rules read what the client sent.
+     */
+    req->target = (const char *) r->unparsed_uri.data;
+    req->target_len = r->unparsed_uri.len;
+
+    end = r->unparsed_uri.data + r->unparsed_uri.len;
+
+    if (r->http_version < NGX_HTTP_VERSION_20
+        && r->schema_start != NULL && r->host_start != NULL && r->host_end != NULL
+        && r->schema_start < r->host_start && r->host_end <= r->unparsed_uri.data)
+    {
+        req->target = (const char *) r->schema_start;
+        req->target_len = end - r->schema_start;
+    }
+
+    if (r->headers_in.host != NULL) {
+        req->host = (const char *) r->headers_in.host->value.data;
+        req->host_len = r->headers_in.host->value.len;
+    }
+
+    /* Every header, in the order received (each Cookie header on its own). */
+    n = 0;
+    for (part = &r->headers_in.headers.part; part; part = part->next) {
+        n += part->nelts;
+    }
+
+    if (n > 0) {
+        hs = ngx_palloc(r->pool, n * sizeof(vr_header));
+        if (hs == NULL) {
+            return NGX_ERROR;
+        }
+
+        n = 0;
+        for (part = &r->headers_in.headers.part; part; part = part->next) {
+            h = part->elts;
+
+            for (i = 0; i < part->nelts; i++) {
+                hs[n].name = (const char *) h[i].key.data;
+                hs[n].name_len = h[i].key.len;
+                hs[n].value = (const char *) h[i].value.data;
+                hs[n].value_len = h[i].value.len;
+                n++;
+            }
+        }
+
+        req->headers = hs;
+        req->headers_len = n;
+    }
+
+    /* The client as nginx has it: the realip module (set_real_ip_from, real_ip_header) has
+     * already replaced the connection's address with the one a trusted proxy vouches for. */
+    switch (r->connection->sockaddr->sa_family) {
+
+    case AF_INET:
+        sin = (struct sockaddr_in *) r->connection->sockaddr;
+        req->client_family = VR_CLIENT_IPV4;
+        ngx_memcpy(req->client_addr, &sin->sin_addr.s_addr, 4);
+        break;
+
+#if (NGX_HAVE_INET6)
+    case AF_INET6:
+        sin6 = (struct sockaddr_in6 *) r->connection->sockaddr;
+
+        /* An IPv4 client on a dual-stack socket is an IPv4 client, as nginx's allow/deny
+         * take it: rules on IPv4 blocks must match it. */
+        if (IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr)) {
+            req->client_family = VR_CLIENT_IPV4;
+            ngx_memcpy(req->client_addr, &sin6->sin6_addr.s6_addr[12], 4);
+
+        } else {
+            req->client_family = VR_CLIENT_IPV6;
+            ngx_memcpy(req->client_addr, sin6->sin6_addr.s6_addr, 16);
+        }
+
+        break;
+#endif
+
+    default:
+        /* A unix socket: no address a rule could name. */
+        req->client_family = VR_CLIENT_UNKNOWN;
+        break;
+    }
+
+    return NGX_OK;
+}
+
+
+/* The ticket in a Set-Cookie value: between the first `=` and the first `;` after it.
+ * Empty when there is none (a cookie being cleared carries no ticket). */
+static void
+ngx_http_velvet_rope_ticket_of(ngx_str_t *set_cookie, ngx_str_t *ticket)
+{
+    u_char  *p, *last, *value;
+
+    ngx_str_null(ticket);
+
+    last = set_cookie->data + set_cookie->len;
+
+    p = ngx_strlchr(set_cookie->data, last, '=');
+    if (p == NULL) {
+        return;
+    }
+
+    value = p + 1;
+
+    p = ngx_strlchr(value, last, ';');
+    if (p == NULL) {
+        p = last;
+    }
+
+    ticket->data = value;
+    ticket->len = p - value;
 }
 
 
@@ -1331,7 +1559,7 @@ ngx_http_velvet_rope_create_main_conf(ngx_conf_t *cf)
      */
 
     if (ngx_array_init(&vmcf->room_refs, cf->pool, 4,
-                       sizeof(ngx_http_velvet_rope_room_ref_t))
+                       sizeof(ngx_http_velvet_rope_room_ref_t *))
         != NGX_OK)
     {
         return NULL;
@@ -1355,6 +1583,7 @@ ngx_http_velvet_rope_create_loc_conf(ngx_conf_t *cf)
      * set by ngx_pcalloc():
      *
      *     vlcf->room = { 0, NULL };   unset, inherited from the enclosing level
+     *     vlcf->ref = NULL;
      *     vlcf->status = 0;
      */
 
@@ -1368,11 +1597,20 @@ ngx_http_velvet_rope_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_velvet_rope_loc_conf_t  *prev = parent;
     ngx_http_velvet_rope_loc_conf_t  *conf = child;
 
-    if (conf->status && conf->room.data == NULL) {
-        ngx_str_set(&conf->room, "");
+    if (conf->room.data != NULL) {
+        return NGX_CONF_OK;
     }
 
-    ngx_conf_merge_str_value(conf->room, prev->room, "");
+    /* Unset here: a status location is off, others take the enclosing level's room with
+     * its directive (or are off when no level names one). */
+    if (conf->status || prev->room.data == NULL) {
+        ngx_str_set(&conf->room, "");
+        conf->ref = NULL;
+
+    } else {
+        conf->room = prev->room;
+        conf->ref = prev->ref;
+    }
 
     return NGX_CONF_OK;
 }
@@ -1600,7 +1838,7 @@ ngx_http_velvet_rope(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_velvet_rope_loc_conf_t  *vlcf = conf;
 
     ngx_str_t                         *value;
-    ngx_http_velvet_rope_room_ref_t   *ref;
+    ngx_http_velvet_rope_room_ref_t   *ref, **slot;
     ngx_http_velvet_rope_main_conf_t  *vmcf;
 
     if (vlcf->room.data != NULL) {
@@ -1624,14 +1862,20 @@ ngx_http_velvet_rope(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
      * velvet_rope_config has certainly been read whatever the order of the directives. */
     vmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_velvet_rope_module);
 
-    ref = ngx_array_push(&vmcf->room_refs);
-    if (ref == NULL) {
+    /* Allocated on its own (the array holds pointers): the locations keep pointing at it
+     * while the array grows. */
+    ref = ngx_pcalloc(cf->pool, sizeof(ngx_http_velvet_rope_room_ref_t));
+    slot = ngx_array_push(&vmcf->room_refs);
+    if (ref == NULL || slot == NULL) {
         return NGX_CONF_ERROR;
     }
 
     ref->file = cf->conf_file->file.name;
     ref->line = cf->conf_file->line;
     ref->room = value[1];
+    *slot = ref;
+
+    vlcf->ref = ref;
 
     return NGX_CONF_OK;
 }
@@ -1665,11 +1909,12 @@ static ngx_int_t
 ngx_http_velvet_rope_postconfiguration(ngx_conf_t *cf)
 {
     bool                               exists;
+    uint8_t                            reads;
     ngx_uint_t                         i;
     vr_result                          rc;
     ngx_http_handler_pt               *h;
     ngx_http_core_main_conf_t         *cmcf;
-    ngx_http_velvet_rope_room_ref_t   *ref;
+    ngx_http_velvet_rope_room_ref_t  **ref;
     ngx_http_velvet_rope_main_conf_t  *vmcf;
 
     vmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_velvet_rope_module);
@@ -1687,17 +1932,31 @@ ngx_http_velvet_rope_postconfiguration(ngx_conf_t *cf)
 
     for (i = 0; i < vmcf->room_refs.nelts; i++) {
         exists = false;
-        rc = vr_engine_has_room(vmcf->check_engine, (const char *) ref[i].room.data,
-                                ref[i].room.len, &exists);
+        rc = vr_engine_has_room(vmcf->check_engine, (const char *) ref[i]->room.data,
+                                ref[i]->room.len, &exists);
 
         if (rc != VR_OK || !exists) {
             ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
                           "velvet_rope: unknown room \"%V\" in %V:%ui "
                           "(not among the rooms of \"%V\")",
-                          &ref[i].room, &ref[i].file, ref[i].line,
+                          &ref[i]->room, &ref[i]->file, ref[i]->line,
                           &vmcf->config_path);
             return NGX_ERROR;
         }
+
+        /* Learnt once per configuration, so that a room without rules or header tickets
+         * keeps the request path it always had (vr_engine_admit on the Cookie header). */
+        reads = 0;
+        rc = vr_engine_room_reads_request(vmcf->check_engine,
+                                          (const char *) ref[i]->room.data,
+                                          ref[i]->room.len, &reads);
+        if (rc != VR_OK) {
+            ngx_http_velvet_rope_log_error(NGX_LOG_EMERG, cf->log,
+                                           "vr_engine_room_reads_request()", rc);
+            return NGX_ERROR;
+        }
+
+        ref[i]->reads = reads;
     }
 
     /* Its job is done; the serving engine is made over the state file or the zone. */

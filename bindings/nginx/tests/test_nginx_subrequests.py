@@ -7,7 +7,9 @@ request's visitor: a visitor admitted to the room sees the protected fragment, a
 gets nothing from it (an empty 403 for the subrequest: SSI shows its `stub` instead), and
 no subrequest hands out a seat or a place in the queue. auth_request and mirror subrequests
 (whose responses the client never sees) stay undecided: the client request is decided in
-its own location's room, as before.
+its own location's room, as before. In a room with rules, a client request a bypass rule
+passed passes its subrequests into the room too; a subrequest is not matched against the
+rules on its own (it would take a seat to do so), so it is held to the holder rule.
 
 Python standard library only; prints `N passed, M failed` last and exits 1 on any failure.
 """
@@ -52,7 +54,17 @@ bucket_width_secs = 2
 [[tickets.keys]]
 id = 1
 secret = "{secret}"
-""" + room("shop", 1) + room("solo", 1) + room("gate", 1)
+""" + room("shop", 1) + room("solo", 1) + room("gate", 1) + room("ruled", 1) + """
+[[rooms.rules]]
+name = "staff"
+action = "bypass"
+headers = { "X-Staff" = "yes" }
+
+[[rooms.rules]]
+name = "public"
+action = "bypass"
+paths = ["/ruled/public/"]
+"""
 
 
 def nginx_config(prefix, port, gate_port):
@@ -88,6 +100,8 @@ http {{
         location /added/   {{ add_before_body /shop/frag.html; }}
         # A protected page including fragments of its own room.
         location /solo/    {{ velvet_rope solo; ssi on; }}
+        # A room with rules: a page including from its own room, and a bypassed prefix.
+        location /ruled/   {{ velvet_rope ruled; ssi on; }}
         location = /vr-status {{ velvet_rope_status; }}
     }}
 
@@ -119,6 +133,13 @@ PAGES = {
     "solo/page.html": f'{tn.ORIGIN} solo <!--# include virtual="/solo/frag.html" -->'
                       '<!--# include virtual="/solo/frag.html" -->\n',
     "solo/frag.html": f"{SECRET}\n",
+    "ruled/page.html": f'{tn.ORIGIN} ruled <!--# include virtual="/ruled/frag.html" -->'
+                       '<!--# include virtual="/ruled/frag.html" -->\n',
+    "ruled/frag.html": f"{SECRET}\n",
+    "ruled/public/frag.html": f"{SECRET}\n",
+    "page/ruled-public.html": f'<!--# block name="wait" -->{STUB}<!--# endblock -->'
+                              f'<p>{PAGE}</p>'
+                              '<!--# include virtual="/ruled/public/frag.html" stub="wait" -->\n',
     "authed/page.html": f"{tn.ORIGIN} authed\n",
     "ok.html": "ok\n",
 }
@@ -130,7 +151,7 @@ class Nginx(tn.Nginx):
         self.port, self.gate_port = tn.free_port(), tn.free_port()
         self.proc = None
         for d in ("conf", "logs", "tmp", "html/shop", "html/page", "html/added", "html/solo",
-                  "html/authed"):
+                  "html/authed", "html/ruled/public"):
             os.makedirs(os.path.join(self.prefix, d), exist_ok=True)
         for rel, text in PAGES.items():
             self.write(f"html/{rel}", text)
@@ -226,6 +247,32 @@ class Suite:
         st = self.ngx.room_stats("solo")
         assert st["active_users"] == 1 and st["admitted_total"] == 1, st
 
+    def test_a_bypassed_request_passes_its_subrequests_into_the_room(self):
+        # Room `ruled` (one place) bypasses staff (by header) and /ruled/public/. Its one
+        # place goes to a visitor; staff then see the page and its fragments, untouched.
+        holder = Jar()
+        r = get(self.port, "/ruled/page.html", holder)
+        assert r.status == 200 and r.body.count(SECRET) == 2, r
+        assert len(r.all("Set-Cookie")) == 1, r.all("Set-Cookie")
+        for _ in range(2):
+            r = get(self.port, "/ruled/page.html", Jar(), {"X-Staff": "yes"})
+            assert r.status == 200 and r.body.count(SECRET) == 2, f"staff: {r}"
+            assert not r.all("Set-Cookie"), f"a bypass handed out a ticket: {r}"
+        r = get(self.port, "/ruled/page.html", Jar())
+        assert r.status == 202 and r.waiting and SECRET not in r.body, r
+        # A subrequest is not matched against the rules on its own (that would take a seat):
+        # an include of a bypassed prefix from a public page is held to the holder rule.
+        r = get(self.port, "/page/ruled-public.html", Jar())
+        assert PAGE in r.body and STUB in r.body and SECRET not in r.body, r
+        assert not r.all("Set-Cookie"), r
+        r = get(self.port, "/page/ruled-public.html", holder)
+        assert SECRET in r.body and STUB not in r.body, r
+        # The staff visits and the includes took no seat and no place but the one waiter's.
+        time.sleep(1.3)
+        st = self.ngx.room_stats("ruled")
+        assert st["active_users"] == 1 and st["admitted_total"] == 1, st
+        assert st["queue_length"] == 1, st
+
     def test_auth_request_and_mirror_subrequests_stay_undecided(self):
         # Room `gate` (one place) at server level, inherited by the auth and mirror
         # locations: the client request is decided once, in the access phase's wake, and a
@@ -261,6 +308,7 @@ ORDER = [
     "test_subrequests_took_no_seat_and_no_place",
     "test_a_renewal_in_a_subrequest_counts_once",
     "test_a_page_including_from_its_own_room_takes_one_seat",
+    "test_a_bypassed_request_passes_its_subrequests_into_the_room",
     "test_auth_request_and_mirror_subrequests_stay_undecided",
     "test_stops_cleanly",
 ]

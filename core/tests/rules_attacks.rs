@@ -31,9 +31,13 @@ fn shop(target: &str) -> Request<'_> {
 
 /// `(room, bypassed, outcome)`, or `None` for unrouted.
 fn verdict(engine: &Engine, r: &Request<'_>) -> Option<(String, bool, Outcome)> {
-    engine
-        .decide_request(r, NOW)
-        .map(|x| (x.room.as_str().to_owned(), x.decision.bypassed, x.decision.outcome))
+    engine.decide_request(r, NOW).map(|x| {
+        (
+            x.room.as_str().to_owned(),
+            x.decision.bypassed,
+            x.decision.outcome,
+        )
+    })
 }
 
 /// `GET /cart#?preview=yes`: everything after `#` is a fragment. Express (`req.query` is `{}`;
@@ -43,7 +47,11 @@ fn verdict(engine: &Engine, r: &Request<'_>) -> Option<(String, bool, Outcome)> 
 #[test]
 fn a_query_after_a_fragment_does_not_satisfy_a_bypass_rule() {
     let engine = conformance();
-    for target in ["/cart#?preview=yes", "/cart#x?preview=yes", "/cart#/?a=1&preview=yes"] {
+    for target in [
+        "/cart#?preview=yes",
+        "/cart#x?preview=yes",
+        "/cart#/?a=1&preview=yes",
+    ] {
         let got = verdict(&engine, &shop(target));
         assert_eq!(
             got,
@@ -157,7 +165,13 @@ fn rule_hit_counts_survive_a_reload_that_leaves_the_rules_alone() {
         ..shop("/health")
     };
     for _ in 0..5 {
-        assert!(engine.decide_request(&health, NOW).unwrap().decision.bypassed);
+        assert!(
+            engine
+                .decide_request(&health, NOW)
+                .unwrap()
+                .decision
+                .bypassed
+        );
     }
     let matched = |e: &Engine| {
         let s: serde_json::Value = serde_json::from_str(&e.stats_json()).unwrap();

@@ -542,10 +542,8 @@ pub fn engine_decide_request(
         .collect();
     let client = match request.peer.as_deref() {
         None | Some("") => None,
-        Some(p) => {
-            let addr: std::net::IpAddr = p
-                .parse()
-                .map_err(|_| invalid(format!("peer `{p}` is not an IP address")))?;
+        // Not an address: the client is unknown.
+        Some(p) => velvet_rope::request::parse_peer(p).and_then(|addr| {
             engine.client_address(
                 addr,
                 headers
@@ -553,7 +551,7 @@ pub fn engine_decide_request(
                     .filter(|(n, _)| n.eq_ignore_ascii_case(b"x-forwarded-for"))
                     .map(|(_, v)| *v),
             )
-        }
+        }),
     };
     let method = latin1(&request.method);
     let target = latin1(&request.target);

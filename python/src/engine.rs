@@ -220,19 +220,18 @@ impl Engine {
         let client = match peer {
             _ if cookies_only => None,
             None => None,
-            Some(p) => {
-                let addr: std::net::IpAddr = p.parse().map_err(|_| {
-                    pyo3::exceptions::PyValueError::new_err(format!(
-                        "peer `{p}` is not an IP address"
-                    ))
-                })?;
-                let forwarded = pairs
-                    .iter()
-                    .filter(|(n, _)| n.eq_ignore_ascii_case(b"x-forwarded-for"))
-                    .map(|(_, v)| *v)
-                    .collect::<Vec<_>>();
-                self.inner.client_address(addr, forwarded.into_iter())
-            }
+            Some(p) => match velvet_rope::request::parse_peer(p) {
+                // Not an address (a Unix socket's path, say): the client is unknown.
+                None => None,
+                Some(addr) => {
+                    let forwarded = pairs
+                        .iter()
+                        .filter(|(n, _)| n.eq_ignore_ascii_case(b"x-forwarded-for"))
+                        .map(|(_, v)| *v)
+                        .collect::<Vec<_>>();
+                    self.inner.client_address(addr, forwarded.into_iter())
+                }
+            },
         };
         let request = velvet_rope::request::Request {
             method: header_bytes(method)?,

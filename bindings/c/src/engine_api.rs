@@ -184,9 +184,13 @@ fn from_c(d: &vr_decision) -> Result<Decision, Failure> {
         }
     };
     let some = |v: u64| (v != 0).then_some(v);
+    // The cookie travels with the decision: a room taking header tickets puts its ticket in
+    // the JSON page.
+    let len = d.set_cookie_len.min(VR_SET_COOKIE_CAPACITY - 1);
+    let cookie: Vec<u8> = d.set_cookie[..len].iter().map(|&c| c as u8).collect();
     Ok(Decision {
         outcome,
-        set_cookie: None,
+        set_cookie: (len > 0).then(|| String::from_utf8(cookie).ok()).flatten(),
         position: some(d.position),
         estimated_wait_secs: (outcome == Outcome::Queue).then_some(d.estimated_wait_secs),
         retry_after_secs: some(d.retry_after_secs),

@@ -72,13 +72,11 @@ hosts = ["abs.example.com"]
 # The rooms that send a new ticket back in the Velvet-Rope-Ticket response header too.
 TICKET_HEADER_ROOMS = {"api", "held"}
 
-# Whether the JSON waiting page rendered through the C ABI carries `ticket`. It does not yet:
-# vr_engine_render_page_ex rebuilds the decision without its Set-Cookie value, and takes no
-# ticket the request brought (bindings/c/src/engine_api.rs, `from_c` and `PageRequest`), so
-# the core never sees a ticket to put in the page. The module sends the ticket in the
-# Velvet-Rope-Ticket response header, which the check asserts either way; the JSON key is
-# asserted as it stands, so that the C ABI's fix shows here (flip this to True with it).
-C_ABI_JSON_PAGE_HAS_TICKET = False
+# The JSON waiting page rendered through the C ABI carries `ticket` (vr_engine_render_page_ex
+# keeps the decision's Set-Cookie value). A waiter whose ticket did not change gets no
+# `ticket` key: the C ABI takes no request ticket to echo (the Velvet-Rope-Ticket response
+# header is sent whenever the ticket changes).
+C_ABI_JSON_PAGE_HAS_TICKET = True
 
 # Rows nginx cannot route the way the table expects, with why and what nginx does instead:
 # name -> (verdict, room) asserted instead of the table's. Empty: nginx routes every row of

@@ -202,7 +202,8 @@ impl Engine {
                     v.room.counters.reincarnate(now);
                     let room = Arc::new(
                         Room::new(&v.room.cfg, &snap.config, v.room.counters.clone())
-                            .with_pages(v.room.pages.clone()),
+                            .with_pages(v.room.pages.clone())
+                            .with_tallies_of(&v.room),
                     );
                     tick_room(&room, now)
                 } else {
@@ -460,7 +461,11 @@ fn build(
             Some(r) if r.cfg == *cfg && same_settings && !reads_files(cfg) => r.clone(),
             Some(r) => {
                 counters_serve(r, i, cfg, &config.settings)?;
-                Arc::new(Room::new(cfg, &config, r.counters.clone()).with_pages(pages))
+                Arc::new(
+                    Room::new(cfg, &config, r.counters.clone())
+                        .with_pages(pages)
+                        .with_tallies_of(r),
+                )
             }
             None => {
                 let counters = lifecycle

@@ -133,7 +133,8 @@ impl Snapshot {
                         let mut d = Decision::admit(None, None);
                         d.outcome = Outcome::Reject;
                         d.rule = index;
-                        return d;
+                        // A dry run refuses nobody: it counts what it would have refused.
+                        return carried_out(room, d);
                     }
                     RuleAction::Queue | RuleAction::CountOnly => {
                         matched = Some((index, rule.action))

@@ -139,6 +139,21 @@ impl Room {
         }
     }
 
+    /// The same room, its rules' hit counts (when its rules are the same) and dry-run tallies
+    /// carried over from `previous`, the room it replaces at a reload.
+    pub(crate) fn with_tallies_of(self, previous: &Room) -> Self {
+        if previous.cfg.rules == self.cfg.rules {
+            self.rules.carry_from(&previous.rules);
+        }
+        for (mine, theirs) in self.would_have.iter().zip(previous.would_have.iter()) {
+            mine.store(
+                theirs.load(std::sync::atomic::Ordering::Relaxed),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        self
+    }
+
     /// The same room serving `pages` (compiled from its configuration by
     /// [`RoomPages::compile`]) instead of the built-in pages [`Room::new`] gives it.
     pub(crate) fn with_pages(mut self, pages: Arc<RoomPages>) -> Self {

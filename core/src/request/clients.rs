@@ -20,7 +20,7 @@ impl CidrSet {
             .map(|e| {
                 let e = e.as_ref();
                 e.parse::<IpNet>()
-                    .map(|n| n.trunc())
+                    .map(|n| canonical_net(n.trunc()))
                     .or_else(|_| e.parse::<IpAddr>().map(IpNet::from))
                     .map_err(|_| {
                         format!(
@@ -47,6 +47,30 @@ impl CidrSet {
         let addr = canonical(addr);
         self.blocks.iter().any(|b| b.contains(&addr))
     }
+}
+
+/// `net`, a block of IPv4-mapped IPv6 addresses (`::ffff:10.0.0.0/104`) as the IPv4 block
+/// (`10.0.0.0/8`): clients are compared as IPv4 (see [`canonical`]).
+fn canonical_net(net: IpNet) -> IpNet {
+    match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(net, IpNet::V4),
+            None => net,
+        },
+        net => net,
+    }
+}
+
+/// A peer's address as a server reports it: an IPv6 one may carry its zone
+/// (`fe80::1%eth0`, which addresses carry for link-local peers), dropped here; `None` for
+/// anything that is not an address (the client is then unknown).
+pub fn parse_peer(text: &str) -> Option<IpAddr> {
+    let text = text.trim();
+    let bare = match text.split_once('%') {
+        Some((addr, _zone)) if addr.contains(':') => addr,
+        _ => text,
+    };
+    bare.parse().ok()
 }
 
 /// `addr`, an IPv4-mapped IPv6 address as IPv4.
@@ -118,6 +142,11 @@ mod tests {
         assert!(set.contains(ip("::ffff:10.0.0.1")));
         assert!(set.contains(ip("2001:db8::5")));
         assert!(set.contains(ip("192.0.2.7")));
+        let mapped = CidrSet::parse(&["::ffff:10.0.0.0/104"]).unwrap();
+        assert!(mapped.contains(ip("10.1.2.3")) && mapped.contains(ip("::ffff:10.1.2.3")));
+        assert_eq!(parse_peer("fe80::1%eth0"), Some(ip("fe80::1")));
+        assert_eq!(parse_peer("::ffff:127.0.0.1"), Some(ip("::ffff:127.0.0.1")));
+        assert_eq!(parse_peer("nonsense"), None);
         assert!(!set.contains(ip("192.0.2.8")));
         assert!(!set.contains(ip("11.0.0.1")));
         let e = CidrSet::parse(&["10.0.0.0/33"]).unwrap_err();

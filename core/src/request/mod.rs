@@ -52,7 +52,7 @@ pub(crate) mod host;
 pub(crate) mod routes;
 pub(crate) mod rule;
 
-pub use clients::{client_address, CidrSet};
+pub use clients::{client_address, parse_peer, CidrSet};
 pub use rule::MAX_RULES;
 
 use crate::routing::Target;

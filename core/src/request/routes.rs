@@ -45,6 +45,9 @@ impl RouteTable {
                     Some(h) => HostPattern::parse(h).map_err(|e| (format!("{at}.host"), e))?,
                 };
                 let path = route.path.clone().unwrap_or_else(|| "/".into());
+                // Checked alone first, so that an error names this route.
+                Router::new([(path.as_str(), "room")], None, [] as [&str; 0], case)
+                    .map_err(|e| (format!("{at}.path"), e.to_string()))?;
                 let group = match by_host.iter_mut().position(|(p, _)| *p == pattern) {
                     Some(g) => &mut by_host[g].1,
                     None => {
@@ -112,11 +115,20 @@ impl RouteTable {
     }
 
     /// The configuration's index of the room `request` belongs to, if any. A host that is
-    /// not a host name matches every host pattern (it is decided, not let through).
+    /// not a host name, or none at all, matches every host pattern (it is decided, not let
+    /// through).
     pub(crate) fn room_for(&self, request: &Prepared<'_, '_>) -> Option<usize> {
+        // A request naming no host at all (HTTP/1.0) is served by the origin all the same:
+        // like one naming a host that is not one, it matches every host pattern.
+        let unnamed = self.groups.iter().any(|g| g.pattern != HostPattern::Any)
+            && request
+                .hosts()
+                .iter()
+                .all(|h| matches!(h, HostSeen::Absent));
         for group in self.groups.iter() {
             let applies = match group.pattern {
                 HostPattern::Any => true,
+                _ if unnamed => true,
                 _ => request.hosts().iter().any(|h| match h {
                     HostSeen::Absent => false,
                     HostSeen::Bad => true,

@@ -212,6 +212,22 @@ impl RuleSet {
         })
     }
 
+    /// Takes over `previous`'s hit counts when it holds the same rules (a reload that left
+    /// them alone keeps counting where it was).
+    pub(crate) fn carry_from(&self, previous: &RuleSet) {
+        let same = self.rules.len() == previous.rules.len()
+            && self
+                .rules
+                .iter()
+                .zip(previous.rules.iter())
+                .all(|(a, b)| a.name == b.name && a.action == b.action);
+        if same {
+            for (mine, theirs) in self.hits.iter().zip(previous.hits.iter()) {
+                mine.store(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Whether there is no rule.
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
@@ -414,8 +430,14 @@ impl Rule {
             }
         }
         if !self.query.is_empty() {
-            let query = request.target().query().unwrap_or_default();
-            if !self.query.iter().any(|t| query_has(query, t)) {
+            let target = request.target();
+            // A `#` before the `?` makes what follows a fragment to most servers (Node,
+            // gunicorn), a query to some (h11): it satisfies only a rule that holds back.
+            if loose && target.fragment_before_query() {
+                return false;
+            }
+            let query = target.query().unwrap_or_default();
+            if !self.query.iter().any(|t| query_has(query, t, loose)) {
                 return false;
             }
         }
@@ -461,19 +483,32 @@ impl Rule {
 }
 
 /// Whether the query string `query` has the parameter `term` (both sides percent-decoded,
-/// `+` read as a space, in the value only as forms encode it).
-fn query_has(query: &[u8], term: &QueryTerm) -> bool {
-    query.split(|&b| b == b'&').any(|piece| {
+/// `+` read as a space, as forms encode it). With `every` (a rule that lets pass), a term
+/// with a value holds only when every occurrence of its name has that value: applications
+/// disagree on which of `?k=no&k=yes` they read (the first, the last, all).
+fn query_has(query: &[u8], term: &QueryTerm, every: bool) -> bool {
+    let mut seen = false;
+    for piece in query.split(|&b| b == b'&') {
         let (name, value) = match memchr::memchr(b'=', piece) {
             Some(at) => (&piece[..at], Some(&piece[at + 1..])),
             None => (piece, None),
         };
-        decoded_eq(name, &term.name)
-            && match &term.value {
-                None => true,
-                Some(want) => value.is_some_and(|v| decoded_eq(v, want)),
-            }
-    })
+        if !decoded_eq(name, &term.name) {
+            continue;
+        }
+        let hit = match &term.value {
+            None => true,
+            Some(want) => value.is_some_and(|v| decoded_eq(v, want)),
+        };
+        if hit && !every {
+            return true;
+        }
+        if !hit && every {
+            return false;
+        }
+        seen |= hit;
+    }
+    seen
 }
 
 /// Whether `raw`, percent-decoded (and `+` as a space), equals `want` decoded the same way.
@@ -525,21 +560,25 @@ impl Iterator for Decoded<'_> {
 mod tests {
     use super::*;
 
+    fn query_has_any(query: &[u8], term: &QueryTerm) -> bool {
+        query_has(query, term, false)
+    }
+
     #[test]
     fn query_terms_compare_decoded() {
         let t = |n: &str, v: Option<&str>| QueryTerm {
             name: n.as_bytes().into(),
             value: v.map(|v| v.as_bytes().into()),
         };
-        assert!(query_has(b"a=1&preview", &t("preview", None)));
-        assert!(query_has(b"a=1&preview=", &t("preview", None)));
-        assert!(query_has(b"%70review=1", &t("preview", Some("1"))));
-        assert!(query_has(b"q=a+b", &t("q", Some("a b"))));
-        assert!(query_has(b"q=a%20b", &t("q", Some("a+b"))));
-        assert!(!query_has(b"q=ab", &t("q", Some("a b"))));
-        assert!(!query_has(b"previewx=1", &t("preview", None)));
-        assert!(!query_has(b"", &t("preview", None)));
-        assert!(query_has(b"x=%zz", &t("x", Some("%zz"))));
+        assert!(query_has_any(b"a=1&preview", &t("preview", None)));
+        assert!(query_has_any(b"a=1&preview=", &t("preview", None)));
+        assert!(query_has_any(b"%70review=1", &t("preview", Some("1"))));
+        assert!(query_has_any(b"q=a+b", &t("q", Some("a b"))));
+        assert!(query_has_any(b"q=a%20b", &t("q", Some("a+b"))));
+        assert!(!query_has_any(b"q=ab", &t("q", Some("a b"))));
+        assert!(!query_has_any(b"previewx=1", &t("preview", None)));
+        assert!(!query_has_any(b"", &t("preview", None)));
+        assert!(query_has_any(b"x=%zz", &t("x", Some("%zz"))));
     }
 
     #[test]

@@ -102,6 +102,11 @@ impl<'a> Target<'a> {
         self.bytes
     }
 
+    /// Whether a `#` comes before the first `?` (what follows is a fragment to most servers).
+    pub fn fragment_before_query(&self) -> bool {
+        self.features.hash
+    }
+
     /// The query string as received (after the first `?`, before any `#`), if any.
     pub fn query(&self) -> Option<&'a [u8]> {
         let rest = self.bytes.get(self.features.path_len..)?;

@@ -127,6 +127,12 @@ pub const CONTINUE: u32 = 0;
 /// Request-headers status: stop here (after a local reply).
 pub const STOP_ITERATION: u32 = 1;
 
+/// `envoy_dynamic_module_type_attribute_id_SourceAddress` (`source.address`, the 25th of the
+/// enum): the downstream remote address as the connection manager established it (the peer,
+/// or with `use_remote_address` and `xff_num_trusted_hops`, or an original-IP-detection
+/// extension, the address `X-Forwarded-For` vouches for), written `ip:port`.
+pub const ATTRIBUTE_SOURCE_ADDRESS: u32 = 24;
+
 /// `envoy_dynamic_module_type_log_level`: info.
 pub const LOG_INFO: u32 = 2;
 /// `envoy_dynamic_module_type_log_level`: error.
@@ -138,6 +144,7 @@ type AddHeader = unsafe extern "C" fn(FilterEnvoyPtr, u32, ModuleBuffer, ModuleB
 type SendResponse =
     unsafe extern "C" fn(FilterEnvoyPtr, u32, *mut ModuleHeader, usize, ModuleBuffer, ModuleBuffer);
 type Log = unsafe extern "C" fn(u32, ModuleBuffer);
+type GetAttributeString = unsafe extern "C" fn(FilterEnvoyPtr, u32, *mut EnvoyBuffer) -> bool;
 type SchedulerNew = unsafe extern "C" fn(ConfigEnvoyPtr) -> *mut c_void;
 type SchedulerCommit = unsafe extern "C" fn(*mut c_void, u64);
 type SchedulerDelete = unsafe extern "C" fn(*mut c_void);
@@ -154,6 +161,8 @@ pub struct Host {
     pub send_response: SendResponse,
     /// `envoy_dynamic_module_callback_log`.
     pub log: Log,
+    /// `envoy_dynamic_module_callback_http_filter_get_attribute_string`.
+    pub get_attribute_string: GetAttributeString,
     /// `envoy_dynamic_module_callback_http_filter_config_scheduler_new`.
     pub scheduler_new: SchedulerNew,
     /// `envoy_dynamic_module_callback_http_filter_config_scheduler_commit`.
@@ -202,6 +211,9 @@ pub fn resolve() -> Result<&'static Host, String> {
             )?),
             log: std::mem::transmute::<*mut c_void, Log>(symbol(
                 "envoy_dynamic_module_callback_log",
+            )?),
+            get_attribute_string: std::mem::transmute::<*mut c_void, GetAttributeString>(symbol(
+                "envoy_dynamic_module_callback_http_filter_get_attribute_string",
             )?),
             scheduler_new: std::mem::transmute::<*mut c_void, SchedulerNew>(symbol(
                 "envoy_dynamic_module_callback_http_filter_config_scheduler_new",

@@ -109,6 +109,10 @@ pub struct FilterConfig {
     seq: u64,
     /// Whether the shared engine runs this configuration (see the module docs).
     committed: AtomicBool,
+    /// Whether the room reads more of a request than its `Cookie` header, and the engine's
+    /// configuration generation that was read in: `generation << 1 | reads` (0: not yet read).
+    /// See [`FilterConfig::room_reads_request`].
+    reads_request: AtomicU64,
     shared: Arc<SharedEngine>,
 }
 
@@ -136,6 +140,9 @@ struct Live {
 /// An engine and what runs it, shared by the filter configurations that name its source.
 pub struct SharedEngine {
     engine: Arc<Engine>,
+    /// Bumped after each reload of `engine` (only this module reloads it), so that a filter
+    /// configuration can keep what it read of the running configuration until it changes.
+    generation: AtomicU64,
     live: Mutex<Live>,
 }
 
@@ -190,8 +197,48 @@ impl FilterConfig {
             interval_ms,
             seq: NEXT_SEQ.fetch_add(1, Ordering::Relaxed),
             committed: AtomicBool::new(false),
+            reads_request: AtomicU64::new(0),
             shared,
         })
+    }
+
+    /// Whether the room reads more of a request than its `Cookie` header (it has rules, or
+    /// takes tickets from a header), in the configuration the engine runs now: such a room's
+    /// requests are decided on all their headers and their client's address, the others on
+    /// their `Cookie` header alone, as before rules existed.
+    ///
+    /// Asked on every request, so the answer is kept, with the generation of the engine's
+    /// configuration it was read in: two loads while the configuration stays, against a
+    /// look-up in the engine's current configuration (another snapshot load and a search of
+    /// its rooms) on top of the decision's own.
+    #[inline]
+    pub fn room_reads_request(&self) -> bool {
+        // Acquire: pairs with the release bump after a reload, so that a generation seen new
+        // comes with the reloaded configuration when the answer is read again.
+        let generation = self.shared.generation.load(Ordering::Acquire);
+        // Relaxed: the cached word is self-contained (an answer with its generation); a stale
+        // one only sends this request to be read again.
+        let cached = self.reads_request.load(Ordering::Relaxed);
+        if cached >> 1 == generation {
+            return cached & 1 == 1;
+        }
+        self.read_room_reads_request(generation)
+    }
+
+    /// Reads [`FilterConfig::room_reads_request`] from the engine and keeps it for
+    /// `generation` (read before, so a reload meanwhile only makes the next request read it
+    /// again).
+    #[cold]
+    fn read_room_reads_request(&self, generation: u64) -> bool {
+        // A live configuration's room is always in the engine (see the module docs); were it
+        // not, the cookie path reports the unknown room as it always has.
+        let reads = self
+            .engine
+            .room_reads_request(self.room.as_bytes())
+            .unwrap_or(false);
+        self.reads_request
+            .store(generation << 1 | u64::from(reads), Ordering::Relaxed);
+        reads
     }
 
     /// Commits the configuration unless it is already (see the module docs), from a worker
@@ -301,6 +348,7 @@ impl SharedEngine {
         .map_err(|e| e.to_string())?;
         let shared = Arc::new(SharedEngine {
             engine: Arc::new(engine),
+            generation: AtomicU64::new(1),
             live: Mutex::new(Live::default()),
         });
         engines.push((key.to_owned(), Arc::downgrade(&shared)));
@@ -364,7 +412,7 @@ impl SharedEngine {
         let newest = matches!(&live.newest, Some((seq, _)) if *seq == config.seq);
         let (target, kept) = self.target(&live, None);
         if target != *self.engine.config() {
-            if let Err(e) = self.engine.reload(target) {
+            if let Err(e) = self.reload(target) {
                 live.newest = previous;
                 abi::log(
                     abi::LOG_ERROR,
@@ -426,7 +474,7 @@ impl SharedEngine {
             .map(|r| r.name.as_str())
             .collect();
         if !dropped.is_empty() {
-            match self.engine.reload(target.clone()) {
+            match self.reload(target.clone()) {
                 Ok(()) => {
                     for room in dropped {
                         abi::log(
@@ -446,6 +494,15 @@ impl SharedEngine {
         }
         self.run_ticker(&mut live);
         self.run_sync(&mut live, "");
+    }
+
+    /// Reloads the engine into `target`, then bumps the generation (see
+    /// [`FilterConfig::room_reads_request`]).
+    fn reload(&self, target: Config) -> velvet_rope::Result<()> {
+        self.engine.reload(target)?;
+        // Release: pairs with the acquire load in `FilterConfig::room_reads_request`.
+        self.generation.fetch_add(1, Ordering::Release);
+        Ok(())
     }
 
     /// Sets the ticker to the shortest live interval, starting it if needed.
@@ -687,6 +744,36 @@ mod tests {
         older.ensure_committed();
         assert_eq!(first.engine.config().rooms[0].total_active_users, 4);
         drop((first, older, newer));
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn whether_the_room_reads_requests_follows_the_running_configuration() {
+        // A room without rules is decided on its Cookie header; a reload that gives it rules
+        // (a new configuration committed for another filter of the same file) is seen by a
+        // filter made before it, and one that takes them away again too.
+        let path = scratch("reads");
+        let of = |room: &str| serde_json::json!({"config_path": path, "room": room});
+        let rule =
+            "[[rooms.rules]]\nname = \"health\"\naction = \"bypass\"\npaths = [\"/health\"]\n";
+        std::fs::write(&path, format!("{}{}", room("a", 5), room("b", 5))).unwrap();
+        let x = live("x", of("a"));
+        assert!(!x.room_reads_request());
+        assert!(!x.room_reads_request(), "kept: the same answer");
+        std::fs::write(&path, format!("{}{rule}{}", room("a", 5), room("b", 5))).unwrap();
+        let y = live("y", of("b"));
+        assert!(x.room_reads_request(), "the reload gave room a a rule");
+        assert!(!y.room_reads_request());
+        std::fs::write(
+            &path,
+            format!("{}{}ticket_header = true\n", room("a", 5), room("b", 5)),
+        )
+        .unwrap();
+        let z = live("z", of("a"));
+        assert!(!x.room_reads_request(), "rule gone");
+        assert!(!z.room_reads_request());
+        assert!(y.room_reads_request(), "b takes header tickets");
+        drop((x, y, z));
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 

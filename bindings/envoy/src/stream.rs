@@ -2,6 +2,19 @@
 //! a local reply, and the ticket's `Set-Cookie` on the upstream's response when an admitted
 //! visitor needs a new one.
 //!
+//! Envoy's route picked the room (the filter's configuration names it). A room without rules
+//! or header tickets is decided on the `Cookie` header alone, as it always was. A room with
+//! them ([`FilterConfig::room_reads_request`]) is decided on the whole request, as core's
+//! [`Request`]: `:method`, `:path` (as Envoy normalised it for its own routing) as the target,
+//! `:authority` as the host, the other headers as they are (lent by Envoy, not copied), and
+//! the client's address as Envoy established it (`source.address`: the peer, or behind
+//! trusted proxies the address `X-Forwarded-For` vouches for, per the connection manager's
+//! `xff_num_trusted_hops` or original-IP-detection extension). Then a `bypass` rule lets the
+//! request through untouched; a dry run or `count_only` rule lets it through with its ticket;
+//! a `reject` rule answers 403 (problem details for JSON clients). A room taking header tickets
+//! also sends a new ticket back in `Velvet-Rope-Ticket`, on the upstream's response and on the
+//! waiting page.
+//!
 //! Per-stream state is one small object, recycled through a per-worker pool: a worker's
 //! steady state allocates nothing per request.
 //!
@@ -15,21 +28,31 @@
 //! HTTP/2's split cookies itself).
 
 use std::cell::RefCell;
+use std::net::{IpAddr, SocketAddr};
 
-use velvet_rope::{Clock, CoarseSystemClock, Outcome, PageRequest};
+use smallvec::SmallVec;
+use velvet_rope::request::{Request, TICKET_HEADER};
+use velvet_rope::{Clock, CoarseSystemClock, Decision, Outcome, PageRequest};
 
 use crate::abi::{
-    self, EnvoyHeader, FilterEnvoyPtr, Host, ModuleBuffer, ModuleHeader, CONTINUE, REQUEST_HEADER,
-    RESPONSE_HEADER, STOP_ITERATION,
+    self, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr, Host, ModuleBuffer, ModuleHeader,
+    ATTRIBUTE_SOURCE_ADDRESS, CONTINUE, REQUEST_HEADER, RESPONSE_HEADER, STOP_ITERATION,
 };
 use crate::filter_config::FilterConfig;
 
 /// A stream's state.
 pub struct Stream {
     config: *const FilterConfig,
-    /// The ticket to set on the response (an admitted visitor whose ticket was renewed).
+    /// The ticket to set on the response (an admitted visitor whose ticket is new or
+    /// renewed).
     set_cookie: Option<String>,
+    /// The same ticket for the `Velvet-Rope-Ticket` response header, in a room taking header
+    /// tickets (kept apart so that the other rooms' streams stay as small as they were).
+    ticket: Option<String>,
 }
+
+/// `Velvet-Rope-Ticket` as Envoy keeps header names (lower case).
+const TICKET_HEADER_LOWER: &[u8] = b"velvet-rope-ticket";
 
 /// Streams kept for reuse, per worker thread.
 const POOL_MAX: usize = 1024;
@@ -58,11 +81,13 @@ impl Stream {
             Some(mut s) => {
                 s.config = config;
                 s.set_cookie = None;
+                s.ticket = None;
                 s
             }
             None => Box::new(Stream {
                 config,
                 set_cookie: None,
+                ticket: None,
             }),
         }
     }
@@ -70,6 +95,7 @@ impl Stream {
     /// Returns a finished stream to the worker's pool.
     pub fn give_back(mut stream: Box<Stream>) {
         stream.set_cookie = None;
+        stream.ticket = None;
         let _ = POOL.try_with(|p| {
             if let Ok(mut p) = p.try_borrow_mut() {
                 if p.len() < POOL_MAX {
@@ -118,22 +144,28 @@ impl Stream {
         }
     }
 
-    /// The upstream's response headers are in: add the renewed ticket, if any.
+    /// The upstream's response headers are in: add the new or renewed ticket, if any.
     ///
     /// # Safety
     /// `filter` is Envoy's live filter of this stream.
     pub unsafe fn on_response_headers(&mut self, host: &Host, filter: FilterEnvoyPtr) -> u32 {
-        if let Some(c) = self.set_cookie.take() {
+        let add = |name: &[u8], value: &str| {
             // SAFETY: Envoy's live filter (this function's contract); the buffers live for
             // the call, which copies.
             unsafe {
                 (host.add_header)(
                     filter,
                     RESPONSE_HEADER,
-                    ModuleBuffer::of(b"set-cookie"),
-                    ModuleBuffer::of(c.as_bytes()),
+                    ModuleBuffer::of(name),
+                    ModuleBuffer::of(value.as_bytes()),
                 )
             };
+        };
+        if let Some(c) = self.set_cookie.take() {
+            add(b"set-cookie", &c);
+        }
+        if let Some(t) = self.ticket.take() {
+            add(TICKET_HEADER_LOWER, &t);
         }
         CONTINUE
     }
@@ -191,7 +223,6 @@ unsafe fn with_request_headers<R>(
     r
 }
 
-/// The values of the headers called `name` (lower case), in order.
 /// The first value of the request header `name` (lower case) as text; one that is not UTF-8
 /// counts as absent.
 fn first_text<'h>(headers: &'h [EnvoyHeader], name: &'h [u8]) -> Option<&'h str> {
@@ -200,6 +231,7 @@ fn first_text<'h>(headers: &'h [EnvoyHeader], name: &'h [u8]) -> Option<&'h str>
         .and_then(|v| std::str::from_utf8(v).ok())
 }
 
+/// The values of the headers called `name` (lower case), in order.
 fn values<'h>(headers: &'h [EnvoyHeader], name: &'h [u8]) -> impl Iterator<Item = &'h [u8]> {
     headers
         .iter()
@@ -215,8 +247,9 @@ fn values<'h>(headers: &'h [EnvoyHeader], name: &'h [u8]) -> impl Iterator<Item 
         })
 }
 
-/// The decision on a request's `headers`: an admitted request goes on (its renewed ticket, if
-/// any, kept for the response); any other gets the waiting page as a local reply.
+/// The decision on a request's `headers`: an admitted request goes on (its new or renewed
+/// ticket, if any, kept for the response); any other gets the page for its decision (waiting,
+/// full room, refused by a rule) as a local reply.
 ///
 /// # Safety
 /// As for [`Stream::on_request_headers`], and `headers` are the request's, lent by Envoy.
@@ -228,9 +261,104 @@ unsafe fn decide(
     headers: &[EnvoyHeader],
     now: u64,
 ) -> u32 {
+    let decision = if config.room_reads_request() {
+        // SAFETY: `filter` is Envoy's live filter and `headers` its request's (this
+        // function's contract).
+        unsafe { decide_request(config, host, filter, headers, now) }
+    } else {
+        // SAFETY: as above.
+        unsafe { decide_cookie(config, headers, now) }
+    };
+    let decision = match decision {
+        Ok(d) => d,
+        Err(e) => {
+            // The room was checked when the configuration was made, and a live
+            // configuration's room stays in the engine: a failure here is a bug, and the
+            // request goes on rather than failing (said at most once a minute).
+            config.errors.log(abi::LOG_ERROR, || {
+                format!(
+                    "velvet-rope: filter `{}`: {e}; its requests pass undecided",
+                    config.name
+                )
+            });
+            return CONTINUE;
+        }
+    };
+    if decision.outcome == Outcome::Admit {
+        // Admitted, passed by a dry run or a `count_only` rule (with the waiter's ticket), or
+        // bypassed by a rule (no ticket: untouched). Only a new or renewed ticket is kept for
+        // the response; the steady visitor's request stores nothing.
+        let ticket = decision
+            .ticket_header
+            .then(|| decision.ticket().map(str::to_owned))
+            .flatten();
+        // SAFETY: the stream is live and only this hook uses it now (this function's
+        // contract).
+        unsafe {
+            (*stream).set_cookie = decision.set_cookie;
+            (*stream).ticket = ticket;
+        }
+        return CONTINUE;
+    }
+    // A room taking header tickets echoes the ticket the request brought in its JSON page
+    // when the decision leaves it unchanged.
+    let ticket = if decision.ticket_header {
+        first_text(headers, TICKET_HEADER_LOWER)
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+    } else {
+        None
+    };
+    let request = PageRequest {
+        accept: first_text(headers, b"accept"),
+        accept_language: first_text(headers, b"accept-language"),
+        now_ms: now,
+        ticket,
+    };
+    let page = match config
+        .engine
+        .render_page_for(&config.room, &decision, &request)
+    {
+        Ok(Some(page)) => page,
+        _ => return CONTINUE,
+    };
+    let mut named = page.headers(decision.set_cookie.as_deref());
+    if decision.ticket_header {
+        if let Some(t) = decision.ticket() {
+            named.push((TICKET_HEADER, t.to_owned()));
+        }
+    }
+    let mut reply: Vec<ModuleHeader> = named
+        .iter()
+        .map(|(k, v)| ModuleHeader::of(k.as_bytes(), v.as_bytes()))
+        .collect();
+    // SAFETY: Envoy's live filter; the headers and body live for the call, which copies.
+    unsafe {
+        (host.send_response)(
+            filter,
+            u32::from(page.status),
+            reply.as_mut_ptr(),
+            reply.len(),
+            ModuleBuffer::of(page.body.as_bytes()),
+            ModuleBuffer::of(b"velvet_rope_waiting_room"),
+        )
+    };
+    STOP_ITERATION
+}
+
+/// The decision in a room that reads only the `Cookie` header (no rules, no header tickets):
+/// the one `cookie` line read in place, several joined in the worker's buffer.
+///
+/// # Safety
+/// `headers` are the request's, lent by Envoy for the running hook.
+unsafe fn decide_cookie(
+    config: &FilterConfig,
+    headers: &[EnvoyHeader],
+    now: u64,
+) -> velvet_rope::Result<Decision> {
     let room = config.room.as_bytes();
     let mut cookies = values(headers, b"cookie");
-    let decision = match (cookies.next(), cookies.next()) {
+    match (cookies.next(), cookies.next()) {
         (first, None) => config.engine.admit_header_bytes(room, first, now),
         _ => {
             let join = |j: &mut Vec<u8>| {
@@ -251,56 +379,103 @@ unsafe fn decide(
                 })
                 .unwrap_or_else(|_| join(&mut Vec::new()))
         }
-    };
-    let decision = match decision {
-        Ok(d) => d,
-        Err(e) => {
-            // The room was checked when the configuration was made, and a live
-            // configuration's room stays in the engine: a failure here is a bug, and the
-            // request goes on rather than failing (said at most once a minute).
-            config.errors.log(abi::LOG_ERROR, || {
-                format!(
-                    "velvet-rope: filter `{}`: {e}; its requests pass undecided",
-                    config.name
-                )
-            });
-            return CONTINUE;
-        }
-    };
-    if decision.outcome == Outcome::Admit {
-        // SAFETY: the stream is live and only this hook uses it now (this function's
-        // contract).
-        unsafe { (*stream).set_cookie = decision.set_cookie };
-        return CONTINUE;
     }
-    let request = PageRequest {
-        accept: first_text(headers, b"accept"),
-        accept_language: first_text(headers, b"accept-language"),
-        now_ms: now,
-        ticket: None,
+}
+
+/// Request headers as core reads them: on the stack for a usual request (a browser sends 10
+/// to 20), on the heap past [`ON_STACK`] (rare, and only in a room with rules).
+type Pairs<'h> = SmallVec<[(&'h [u8], &'h [u8]); ON_STACK]>;
+
+/// The decision on the whole request, in a room with rules or header tickets.
+///
+/// # Safety
+/// `filter` is Envoy's live filter of a stream whose request headers are in, and `headers`
+/// are those headers, lent by Envoy for the running hook.
+unsafe fn decide_request(
+    config: &FilterConfig,
+    host: &Host,
+    filter: FilterEnvoyPtr,
+    headers: &[EnvoyHeader],
+    now: u64,
+) -> velvet_rope::Result<Decision> {
+    let mut method: &[u8] = b"";
+    let mut target: &[u8] = b"";
+    let mut authority = None;
+    let mut pairs = Pairs::new();
+    for h in headers {
+        // SAFETY: Envoy's buffers, valid while the hook runs (this function's contract).
+        let (name, value) = unsafe { (h.key.bytes(), h.value.bytes()) };
+        match name {
+            b":method" => method = value,
+            b":path" => target = value,
+            b":authority" => authority = Some(value),
+            // `:scheme` and the like describe the request, they are not headers a rule or
+            // the ticket could be in.
+            [b':', ..] => {}
+            _ => pairs.push((name, value)),
+        }
+    }
+    let request = Request {
+        method,
+        target,
+        host: authority,
+        headers: &pairs,
+        // SAFETY: Envoy's live filter (this function's contract).
+        client: unsafe { client_address(host, filter) },
     };
-    let page = match config
+    config
         .engine
-        .render_page_for(&config.room, &decision, &request)
-    {
-        Ok(Some(page)) => page,
-        _ => return CONTINUE,
+        .decide_request_in(config.room.as_bytes(), &request, now)
+}
+
+/// The client's address as Envoy established it (`source.address`); `None` if Envoy has none
+/// that is an IP address (a Unix socket's peer).
+///
+/// # Safety
+/// `filter` is Envoy's live filter of a stream in a hook.
+unsafe fn client_address(host: &Host, filter: FilterEnvoyPtr) -> Option<IpAddr> {
+    let mut out = EnvoyBuffer::EMPTY;
+    // SAFETY: Envoy's live filter (this function's contract); `out` is written by the call.
+    let found = unsafe { (host.get_attribute_string)(filter, ATTRIBUTE_SOURCE_ADDRESS, &mut out) };
+    // SAFETY: when found, Envoy's buffer of the address text, valid while the hook runs.
+    found
+        .then(|| parse_address(unsafe { out.bytes() }))
+        .flatten()
+}
+
+/// An address as Envoy writes it (`192.0.2.1:5678`, `[2001:db8::1]:5678`, or without the
+/// port), an IPv4-mapped IPv6 address as the IPv4 address it carries (a dual-stack listener's
+/// IPv4 peer, which rules name as IPv4).
+pub fn parse_address(text: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(text).ok()?;
+    let ip = match text.parse::<SocketAddr>() {
+        Ok(s) => s.ip(),
+        Err(_) => text.parse::<IpAddr>().ok()?,
     };
-    let named = page.headers(decision.set_cookie.as_deref());
-    let mut reply: Vec<ModuleHeader> = named
-        .iter()
-        .map(|(k, v)| ModuleHeader::of(k.as_bytes(), v.as_bytes()))
-        .collect();
-    // SAFETY: Envoy's live filter; the headers and body live for the call, which copies.
-    unsafe {
-        (host.send_response)(
-            filter,
-            u32::from(page.status),
-            reply.as_mut_ptr(),
-            reply.len(),
-            ModuleBuffer::of(page.body.as_bytes()),
-            ModuleBuffer::of(b"velvet_rope_waiting_room"),
-        )
-    };
-    STOP_ITERATION
+    Some(ip.to_canonical())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_as_envoy_writes_them() {
+        let ip = |s: &str| parse_address(s.as_bytes());
+        assert_eq!(ip("198.51.100.7:0"), Some("198.51.100.7".parse().unwrap()));
+        assert_eq!(ip("198.51.100.7"), Some("198.51.100.7".parse().unwrap()));
+        assert_eq!(
+            ip("[2001:db8:1::5]:443"),
+            Some("2001:db8:1::5".parse().unwrap())
+        );
+        assert_eq!(ip("2001:db8:1::5"), Some("2001:db8:1::5".parse().unwrap()));
+        assert_eq!(
+            ip("[::ffff:10.1.2.3]:80"),
+            Some("10.1.2.3".parse().unwrap()),
+            "a dual-stack listener's IPv4 peer"
+        );
+        assert_eq!(ip("/run/envoy.sock"), None);
+        assert_eq!(ip(""), None);
+        assert_eq!(parse_address(b"\xff1.2.3.4"), None);
+    }
 }

@@ -235,7 +235,7 @@ bench-cluster:
 # Coverage-guided fuzzing (libFuzzer with AddressSanitizer, on stable via RUSTC_BOOTSTRAP).
 fuzz:
 	command -v cargo-fuzz >/dev/null || $(CARGO) install --locked cargo-fuzz
-	cd fuzz && for t in ticket_open config_parse admit_cookie region_attach route_target; do \
+	cd fuzz && for t in ticket_open config_parse admit_cookie region_attach route_target request_rules; do \
 		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
 	done
 

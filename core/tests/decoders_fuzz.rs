@@ -238,3 +238,94 @@ fn routing_survives_random_and_mutated_targets() {
     }
     assert!(rooms > 0);
 }
+
+/// Whole requests (random and mutated methods, targets, hosts, headers, clients) through the
+/// conformance table's routes and rules: never a panic, and every decision well formed.
+#[test]
+fn requests_survive_random_and_mutated_fields() {
+    const NOW_MS: u64 = NOW as u64 * 1000;
+    use std::net::IpAddr;
+    use velvet_rope::request::Request;
+    let engine = Engine::from_text(include_str!("../../conformance/front_doors.toml"), NOW_MS)
+        .expect("the conformance configuration is valid");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x0c0ffee);
+    let targets: [&[u8]; 5] = [
+        b"/static/%2e%2e/shop/item?preview=yes#x",
+        b"http://shop.example.com:80/static/..%2Fcart?preview=no&preview=yes",
+        b"/shop/api/..;/x?%70review=%79es",
+        b"/HEALTH\\..\\cart",
+        b"*",
+    ];
+    let hosts: [&[u8]; 4] = [
+        b"shop.example.com",
+        b"API.example.com.:1",
+        b"[::1]:8",
+        b"x.events.example.com",
+    ];
+    let names: [&[u8]; 5] = [
+        b"Cookie",
+        b"x-monitor-token",
+        b"User-Agent",
+        b"velvet-rope-ticket",
+        b"X-Forwarded-For",
+    ];
+    let values: [&[u8]; 4] = [
+        b"partner=p-acme; a=1",
+        b"s3cret",
+        b"BadBot",
+        b"\xff\x00=;,\"",
+    ];
+    let (mut routed, mut bypassed) = (0, 0);
+    for i in 0..50_000 {
+        let target = if i % 3 == 0 {
+            (0..rng.gen_range(0..40)).map(|_| rng.gen()).collect()
+        } else {
+            mutate(&mut rng, targets[i % targets.len()])
+        };
+        let host = match i % 4 {
+            0 => None,
+            1 => Some(
+                (0..rng.gen_range(0..20))
+                    .map(|_| rng.gen())
+                    .collect::<Vec<u8>>(),
+            ),
+            _ => Some(mutate(&mut rng, hosts[i % hosts.len()])),
+        };
+        let owned: Vec<(Vec<u8>, Vec<u8>)> = (0..rng.gen_range(0..6))
+            .map(|j| {
+                let name = mutate(&mut rng, names[(i + j) % names.len()]);
+                (name, mutate(&mut rng, values[(i * 7 + j) % values.len()]))
+            })
+            .collect();
+        let headers: Vec<(&[u8], &[u8])> = owned.iter().map(|(n, v)| (&n[..], &v[..])).collect();
+        let client = match i % 3 {
+            0 => None,
+            1 => Some(IpAddr::from([10, 1, rng.gen(), rng.gen()])),
+            _ => Some(IpAddr::from(rng.gen::<[u8; 16]>())),
+        };
+        let method = mutate(&mut rng, b"GET");
+        let request = Request {
+            method: &method,
+            target: &target,
+            host: host.as_deref(),
+            headers: &headers,
+            client,
+        };
+        if let Some(r) = engine.decide_request(&request, NOW_MS) {
+            routed += 1;
+            bypassed += usize::from(r.decision.bypassed);
+            assert!(!(r.decision.bypassed && r.decision.rule.is_none()));
+            assert!(
+                r.decision.would_have.is_none()
+                    || r.decision.outcome == velvet_rope::Outcome::Admit
+            );
+        }
+        engine
+            .decide_request_in(b"shop", &request, NOW_MS)
+            .expect("a configured room");
+    }
+    assert!(
+        routed > 0 && bypassed > 0,
+        "{routed} routed, {bypassed} bypassed"
+    );
+}

@@ -256,6 +256,15 @@ impl Engine {
         Ok(Some((name, self.wrap(py, d)?)))
     }
 
+    /// Whether deciding in `room` reads more of a request than its `Cookie` header (the room
+    /// has rules, or takes header tickets): the middleware calls `decide_request` then, and
+    /// `admit` with the `Cookie` header otherwise (about 1 us less in Python).
+    fn room_reads_request(&self, room: &str) -> PyResult<bool> {
+        self.inner
+            .room_reads_request(room.as_bytes())
+            .map_err(to_py)
+    }
+
     /// Whether any room has `routes` (else `decide_request` without `room` places nothing).
     #[getter]
     fn has_routes(&self) -> bool {

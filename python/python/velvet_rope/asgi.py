@@ -41,6 +41,14 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+def _cookie(scope: Scope) -> bytes | None:
+    """The request's `Cookie` header (several joined with `; `, as HTTP/2 may split them)."""
+    cookies = [value for name, value in scope.get("headers", ()) if name == b"cookie"]
+    if len(cookies) == 1:
+        return bytes(cookies[0])
+    return b"; ".join(cookies) if cookies else None
+
+
 def _header(scope: Scope, name: bytes) -> bytes | None:
     """The request's first `name` header (lower case), if any: for the waiting page only, so
     the scan stays off the admitted path."""
@@ -121,17 +129,21 @@ class WaitingRoom:
         if room is None:
             await self.app(scope, receive, send)
             return
-        placed = self.engine.decide_request(
-            scope["method"],
-            target_of(scope),
-            scope["headers"],
-            peer=peer_of(scope),
-            room=None if room == ROUTES else room,
-        )
-        if placed is None:
-            await self.app(scope, receive, send)
-            return
-        room, decision = placed
+        if room != ROUTES and not self.engine.room_reads_request(room):
+            # No rules, no header tickets: the `Cookie` header is all the room reads.
+            decision = self.engine.admit(room, _cookie(scope))
+        else:
+            placed = self.engine.decide_request(
+                scope["method"],
+                target_of(scope),
+                scope["headers"],
+                peer=peer_of(scope),
+                room=None if room == ROUTES else room,
+            )
+            if placed is None:
+                await self.app(scope, receive, send)
+                return
+            room, decision = placed
         if decision.admitted:
             extra = ticket_headers(decision)
             if not extra:

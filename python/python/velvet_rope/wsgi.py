@@ -102,17 +102,20 @@ class WaitingRoom:
         room = self.router.room_for(_path_bytes(environ))
         if room is None:
             return self.app(environ, start_response)
-        headers = _request_headers(environ)
-        placed = self.engine.decide_request(
-            environ.get("REQUEST_METHOD", "GET"),
-            _target(environ),
-            headers,
-            peer=environ.get("REMOTE_ADDR") or None,
-            room=None if room == ROUTES else room,
-        )
-        if placed is None:
-            return self.app(environ, start_response)
-        room, decision = placed
+        if room != ROUTES and not self.engine.room_reads_request(room):
+            # No rules, no header tickets: the `Cookie` header is all the room reads.
+            decision = self.engine.admit(room, environ.get("HTTP_COOKIE"))
+        else:
+            placed = self.engine.decide_request(
+                environ.get("REQUEST_METHOD", "GET"),
+                _target(environ),
+                _request_headers(environ),
+                peer=environ.get("REMOTE_ADDR") or None,
+                room=None if room == ROUTES else room,
+            )
+            if placed is None:
+                return self.app(environ, start_response)
+            room, decision = placed
         if decision.admitted:
             extra = [
                 (_CASED[k], v.decode("latin-1")) for k, v in ticket_headers(decision)

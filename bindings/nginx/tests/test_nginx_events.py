@@ -141,6 +141,9 @@ class Drop:
         self.lock = threading.Lock()
         self.admitted_early = 0
         self.prequeue_pages = 0
+        # The longest time between two refresh rounds after the start: a visitor is refreshed
+        # once a round, so one let in by the room waits up to this long to be seen admitted.
+        self.longest_round = 1.0
 
     def visit(self, i):
         r = get(self.ngx.port, "/drop/page.html", self.jars[i])
@@ -187,6 +190,8 @@ class Drop:
             started = time.time()
             list(pool.map(self.visit, waiting))
             time.sleep(max(0.0, 1.0 - (time.time() - started)))
+            if time.time() > self.starts:
+                self.longest_round = max(self.longest_round, time.time() - started)
         pool.shutdown()
 
 
@@ -230,10 +235,15 @@ def main():
         late = [drop.admitted_at[i] for i in range(PREQUEUED, PREQUEUED + LATE)
                 if i in drop.admitted_at]
         last_pre = max(drop.admitted_at[i] for i in pre)
+        # FIFO by bucket: a late visitor may share the last pre-queued visitor's bucket (1 s),
+        # and each is seen admitted only at its next refresh: up to a round apart (a round of
+        # 320 requests takes over a second on a loaded machine), measured, not guessed.
+        slack = 1.0 + drop.longest_round + 0.5
         check("those who came after the start get in after the pre-queue",
-              bool(late) and min(late) >= last_pre - 1.5,
+              bool(late) and min(late) >= last_pre - slack,
               f"first late {min(late) - drop.starts:.1f} s after the start, last pre-queued "
-              f"{last_pre - drop.starts:.1f} s" if late else "nobody late got in")
+              f"{last_pre - drop.starts:.1f} s, refresh rounds up to {drop.longest_round:.1f} s"
+              if late else "nobody late got in")
         per_sec = {}
         for t in drop.admitted_at.values():
             per_sec[int(t)] = per_sec.get(int(t), 0) + 1

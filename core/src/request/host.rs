@@ -3,22 +3,28 @@
 /// Longest host name kept (a DNS name's limit, and an IPv6 literal's with brackets).
 pub(crate) const MAX_HOST: usize = 253;
 
-/// A host name, normalised: ASCII lower case, no port, no trailing dot. Kept inline (a request
-/// names one or two hosts; normalising them allocates nothing).
+/// A host name, normalised: ASCII lower case, no port, no trailing dot. Borrowed from the
+/// request when it is in that form already (the common case), else kept inline: normalising
+/// allocates nothing.
 #[derive(Clone, Copy)]
-pub(crate) struct HostName {
-    len: u8,
-    bytes: [u8; MAX_HOST],
+pub(crate) enum HostName<'a> {
+    /// The request's own bytes, already normal.
+    Borrowed(&'a [u8]),
+    /// A normalised copy.
+    Inline { len: u8, bytes: [u8; MAX_HOST] },
 }
 
-impl HostName {
+impl HostName<'_> {
     /// The name's bytes.
     pub(crate) fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..usize::from(self.len)]
+        match self {
+            HostName::Borrowed(b) => b,
+            HostName::Inline { len, bytes } => &bytes[..usize::from(*len)],
+        }
     }
 }
 
-impl std::fmt::Debug for HostName {
+impl std::fmt::Debug for HostName<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))
     }
@@ -28,21 +34,21 @@ impl std::fmt::Debug for HostName {
 /// two: nothing is allocated).
 #[derive(Debug, Clone, Copy)]
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum HostSeen {
+pub(crate) enum HostSeen<'a> {
     /// It names none here.
     Absent,
     /// It names one that is not a host name (bytes no host holds, too long, a bad port):
     /// matched as every host by what decides, as none by what lets pass.
     Bad,
     /// A host name.
-    Name(HostName),
+    Name(HostName<'a>),
 }
 
 /// `raw` (a `Host` header, an `:authority`, an absolute-form target's authority) normalised:
 /// blanks around it, userinfo, port and one trailing dot dropped, ASCII letters lowered.
 /// `None` for anything that is not a host name (empty, a byte outside `A-Z a-z 0-9 - . _`,
 /// an IPv6 literal with others than hex digits, `:` and `.`, a port that is not digits).
-pub(crate) fn normalise(raw: &[u8]) -> Option<HostName> {
+pub(crate) fn normalise(raw: &[u8]) -> Option<HostName<'_>> {
     let raw = raw.trim_ascii();
     let raw = match memchr::memrchr(b'@', raw) {
         Some(at) => &raw[at + 1..],
@@ -74,18 +80,26 @@ pub(crate) fn normalise(raw: &[u8]) -> Option<HostName> {
     if host.is_empty() || host.len() > MAX_HOST {
         return None;
     }
-    let mut name = HostName {
-        len: host.len() as u8,
-        bytes: [0; MAX_HOST],
-    };
-    for (out, &b) in name.bytes.iter_mut().zip(host) {
-        let ok = b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'[' | b']' | b':');
-        if !ok {
+    let allowed =
+        |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'[' | b']' | b':');
+    let mut upper = false;
+    for &b in host {
+        if !allowed(b) {
             return None;
         }
+        upper |= b.is_ascii_uppercase();
+    }
+    if !upper {
+        return Some(HostName::Borrowed(host));
+    }
+    let mut bytes = [0; MAX_HOST];
+    for (out, &b) in bytes.iter_mut().zip(host) {
         *out = b.to_ascii_lowercase();
     }
-    Some(name)
+    Some(HostName::Inline {
+        len: host.len() as u8,
+        bytes,
+    })
 }
 
 /// The authority of an absolute-form target (`http://user@host:port/path`), if it is one.

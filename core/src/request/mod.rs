@@ -114,7 +114,7 @@ pub(crate) struct Prepared<'r, 'a> {
     /// Its target, scanned (on first use: a room without path rules never scans it).
     target: OnceCell<Target<'a>>,
     /// The hosts it names: the absolute-form target's, and the `Host` header's.
-    hosts: OnceCell<[HostSeen; 2]>,
+    hosts: OnceCell<[HostSeen<'a>; 2]>,
 }
 
 impl<'r, 'a> Prepared<'r, 'a> {
@@ -135,9 +135,9 @@ impl<'r, 'a> Prepared<'r, 'a> {
     }
 
     /// The hosts the request names (worked out on first use).
-    pub(crate) fn hosts(&self) -> &[HostSeen; 2] {
+    pub(crate) fn hosts(&self) -> &[HostSeen<'a>; 2] {
         self.hosts.get_or_init(|| {
-            let seen = |raw: Option<&[u8]>| match raw {
+            let seen = |raw: Option<&'a [u8]>| match raw {
                 None => HostSeen::Absent,
                 Some(raw) => host::normalise(raw).map_or(HostSeen::Bad, HostSeen::Name),
             };

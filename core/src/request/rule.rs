@@ -458,7 +458,7 @@ impl Rule {
     }
 
     /// Whether the hosts a request names match (see the module documentation).
-    fn hosts_match(&self, hosts: &[HostSeen; 2], loose: bool) -> bool {
+    fn hosts_match(&self, hosts: &[HostSeen<'_>; 2], loose: bool) -> bool {
         let named = |h: &[u8]| self.hosts.iter().any(|p| p.matches(h));
         if loose {
             let mut any = false;

@@ -384,9 +384,13 @@ ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r)
     /* An admission with nothing to send (a visitor's valid ticket, already counted in this
      * bucket) changed no count: deciding it again after an internal redirect gives the same
      * answer, so nothing needs remembering. The common request stays allocation-free.
-     * A bypass is remembered all the same: the client request's subrequests into the room
-     * pass as it did (see ngx_http_velvet_rope_decide_subrequest). */
-    if (d.outcome == VR_OUTCOME_ADMIT && d.set_cookie_len == 0 && !d.bypassed) {
+     * In a room that reads the whole request every pass is remembered (a bypass, a dry run's
+     * or a `count_only` rule's pass, a ticket that came in a header): the client request's
+     * subrequests into the room pass as it did (ngx_http_velvet_rope_decide_subrequest reads
+     * only cookies), and an internal redirect does not count a rule's match twice. */
+    if (d.outcome == VR_OUTCOME_ADMIT && d.set_cookie_len == 0 && !d.bypassed
+        && !(vlcf->ref != NULL && vlcf->ref->reads))
+    {
         return NGX_DECLINED;
     }
 
@@ -1071,6 +1075,17 @@ ngx_http_velvet_rope_request(ngx_http_request_t *r, vr_request *req)
     if (r->headers_in.host != NULL) {
         req->host = (const char *) r->headers_in.host->value.data;
         req->host_len = r->headers_in.host->value.len;
+    }
+
+    /* An absolute-form target's host is the request's host to nginx (it chose the server by
+     * it; $host is it), whatever the Host header says: the rules see that one. A target
+     * without a path (`GET http://shop.example.com HTTP/1.1`) keeps no authority in
+     * unparsed_uri, so it is taken here. */
+    if (r->http_version < NGX_HTTP_VERSION_20
+        && r->host_start != NULL && r->host_end != NULL && r->host_end > r->host_start)
+    {
+        req->host = (const char *) r->host_start;
+        req->host_len = r->host_end - r->host_start;
     }
 
     /* Every header, in the order received (each Cookie header on its own). */

@@ -231,7 +231,7 @@ impl FilterConfig {
     #[cold]
     fn read_room_reads_request(&self, generation: u64) -> bool {
         // A live configuration's room is always in the engine (see the module docs); were it
-        // not, the cookie path reports the unknown room as it always has.
+        // not, the cookie path reports the unknown room, and the request is refused (503).
         let reads = self
             .engine
             .room_reads_request(self.room.as_bytes())

@@ -272,16 +272,19 @@ unsafe fn decide(
     let decision = match decision {
         Ok(d) => d,
         Err(e) => {
-            // The room was checked when the configuration was made, and a live
-            // configuration's room stays in the engine: a failure here is a bug, and the
-            // request goes on rather than failing (said at most once a minute).
+            // The room was checked when the configuration was made, but a reload that failed
+            // to lay a new room out (a shared region too small) leaves a live filter naming a
+            // room the engine lacks. Its requests are refused (503), never passed undecided,
+            // as nginx answers 500 (said at most once a minute).
             config.errors.log(abi::LOG_ERROR, || {
                 format!(
-                    "velvet-rope: filter `{}`: {e}; its requests pass undecided",
+                    "velvet-rope: filter `{}`: {e}; its requests are refused (503)",
                     config.name
                 )
             });
-            return CONTINUE;
+            // SAFETY: Envoy's live filter; the body lives for the call, which copies.
+            unsafe { refuse(host, filter) };
+            return STOP_ITERATION;
         }
     };
     if decision.outcome == Outcome::Admit {
@@ -320,7 +323,13 @@ unsafe fn decide(
         .render_page_for(&config.room, &decision, &request)
     {
         Ok(Some(page)) => page,
-        _ => return CONTINUE,
+        _ => {
+            // A decision that is not an admission always has a page: no page means the room
+            // went away under the request; refuse rather than pass it undecided.
+            // SAFETY: Envoy's live filter.
+            unsafe { refuse(host, filter) };
+            return STOP_ITERATION;
+        }
     };
     let mut named = page.headers(decision.set_cookie.as_deref());
     if decision.ticket_header {
@@ -344,6 +353,26 @@ unsafe fn decide(
         )
     };
     STOP_ITERATION
+}
+
+/// Answers 503 with no body: a request the filter cannot decide is not let through.
+///
+/// # Safety
+/// `filter` is Envoy's live filter, in a request hook.
+unsafe fn refuse(host: &Host, filter: FilterEnvoyPtr) {
+    let mut reply = [ModuleHeader::of(b"cache-control", b"no-store")];
+    // SAFETY: per this function's contract; the header and the details live for the call,
+    // which copies.
+    unsafe {
+        (host.send_response)(
+            filter,
+            503,
+            reply.as_mut_ptr(),
+            reply.len(),
+            ModuleBuffer::of(b""),
+            ModuleBuffer::of(b"velvet_rope_undecidable"),
+        )
+    };
 }
 
 /// The decision in a room that reads only the `Cookie` header (no rules, no header tickets):

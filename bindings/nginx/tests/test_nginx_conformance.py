@@ -152,6 +152,7 @@ http {{
         location = /vr-status {{ velvet_rope_status; }}
         location /held/ {{ velvet_rope held; {origin} }}
         location /hosts/ {{ velvet_rope hosts; {origin} }}
+        location = / {{ velvet_rope hosts; {origin} }}
     }}
 }}
 """
@@ -427,7 +428,12 @@ class Suite:
                  ("/hosts/x", "other.example.com", 200),
                  ("http://abs.example.com/hosts/x", "other.example.com", 403),
                  ("http://abs.example.com:8080/hosts/x?q=1", "other.example.com", 403),
-                 ("http://other.example.com/hosts/x", "other.example.com", 200)]
+                 ("http://other.example.com/hosts/x", "other.example.com", 200),
+                 # No path: nginx makes it `/`, and unparsed_uri keeps no authority; the
+                 # module hands over the target's host all the same.
+                 ("http://abs.example.com", "other.example.com", 403),
+                 ("http://abs.example.com:8080", "other.example.com", 403),
+                 ("/", "other.example.com", 200)]
         for target, host, status in cases:
             r = raw(port, "GET", target, [("Host", host)])
             assert r.status == status, f"{target} (Host {host}): {r}"

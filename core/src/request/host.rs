@@ -7,6 +7,7 @@ pub(crate) const MAX_HOST: usize = 253;
 /// request when it is in that form already (the common case), else kept inline: normalising
 /// allocates nothing.
 #[derive(Clone, Copy)]
+#[allow(clippy::large_enum_variant)] // inline on purpose: normalising allocates nothing
 pub(crate) enum HostName<'a> {
     /// The request's own bytes, already normal.
     Borrowed(&'a [u8]),

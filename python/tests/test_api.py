@@ -363,7 +363,10 @@ def test_times_past_2106_are_refused() -> None:
 
 
 SIGINT_SCRIPT = """
-import sys, velvet_rope
+import signal, sys, velvet_rope
+# A shell running `make test` in the background starts it with SIGINT ignored, and children
+# inherit that: Python then installs no KeyboardInterrupt handler. Install it.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 kind = sys.argv[1]
 if kind == "rate":
     limiter = velvet_rope.RateLimiter(0.0)        # no permit until the lease changes

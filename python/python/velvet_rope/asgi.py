@@ -129,10 +129,9 @@ class WaitingRoom:
         if room is None:
             await self.app(scope, receive, send)
             return
-        if room != ROUTES and not self.engine.room_reads_request(room):
-            # No rules, no header tickets: the `Cookie` header is all the room reads.
-            decision = self.engine.admit(room, _cookie(scope))
-        else:
+        # No rules, no header tickets: the `Cookie` header is all the room reads (one call).
+        decision = None if room == ROUTES else self.engine.admit_plain(room, _cookie(scope))
+        if decision is None:
             placed = self.engine.decide_request(
                 scope["method"],
                 target_of(scope),
@@ -145,10 +144,10 @@ class WaitingRoom:
                 return
             room, decision = placed
         if decision.admitted:
-            extra = ticket_headers(decision)
-            if not extra:
+            if decision.set_cookie is None:
                 await self.app(scope, receive, send)
                 return
+            extra = ticket_headers(decision)
 
             async def send_with_ticket(message: Message) -> None:
                 if message["type"] == "http.response.start":

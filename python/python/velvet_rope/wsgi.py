@@ -102,10 +102,11 @@ class WaitingRoom:
         room = self.router.room_for(_path_bytes(environ))
         if room is None:
             return self.app(environ, start_response)
-        if room != ROUTES and not self.engine.room_reads_request(room):
-            # No rules, no header tickets: the `Cookie` header is all the room reads.
-            decision = self.engine.admit(room, environ.get("HTTP_COOKIE"))
-        else:
+        # No rules, no header tickets: the `Cookie` header is all the room reads (one call).
+        decision = None if room == ROUTES else self.engine.admit_plain(
+            room, environ.get("HTTP_COOKIE")
+        )
+        if decision is None:
             placed = self.engine.decide_request(
                 environ.get("REQUEST_METHOD", "GET"),
                 _target(environ),

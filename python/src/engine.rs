@@ -278,8 +278,8 @@ impl Engine {
     }
 
     /// Whether deciding in `room` reads more of a request than its `Cookie` header (the room
-    /// has rules, or takes header tickets): the middleware calls `decide_request` then, and
-    /// `admit` with the `Cookie` header otherwise (about 1 us less in Python).
+    /// has rules, or takes header tickets): such a room needs `decide_request` with the whole
+    /// request (`admit_plain` answers `None` for it).
     fn room_reads_request(&self, room: &str) -> PyResult<bool> {
         self.inner
             .room_reads_request(room.as_bytes())

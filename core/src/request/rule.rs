@@ -212,19 +212,11 @@ impl RuleSet {
         })
     }
 
-    /// Takes over `previous`'s hit counts when it holds the same rules (a reload that left
-    /// them alone keeps counting where it was).
+    /// Takes over `previous`'s hit counts (the caller checked that it holds the same rules:
+    /// a reload that left them alone keeps counting where it was).
     pub(crate) fn carry_from(&self, previous: &RuleSet) {
-        let same = self.rules.len() == previous.rules.len()
-            && self
-                .rules
-                .iter()
-                .zip(previous.rules.iter())
-                .all(|(a, b)| a.name == b.name && a.action == b.action);
-        if same {
-            for (mine, theirs) in self.hits.iter().zip(previous.hits.iter()) {
-                mine.store(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
-            }
+        for (mine, theirs) in self.hits.iter().zip(previous.hits.iter()) {
+            mine.store(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
         }
     }
 

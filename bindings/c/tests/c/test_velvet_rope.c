@@ -12,20 +12,7 @@
 
 static int passed, failed;
 
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (cond) {                                                                  \
-            passed++;                                                                \
-        } else {                                                                     \
-            failed++;                                                                \
-            char msg_[512];                                                          \
-            vr_last_error(msg_, sizeof msg_);                                        \
-            fprintf(stderr, "FAIL %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, \
-                    #cond, msg_);                                                    \
-        }                                                                            \
-    } while (0)
-
-#define T0 1800000000000ULL
+#include "check.h"
 
 static const char *CONFIG =
     "[[tickets.keys]]\n"

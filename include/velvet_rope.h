@@ -38,6 +38,30 @@
 // `vr_request.client_family`: `client_addr` holds an IPv6 address (network order).
 #define VR_CLIENT_IPV6 6
 
+// The session is ended: its ticket is refused from now on, its seat freed.
+#define VR_REVOKED 0
+
+// It already was (another request, process or host revoked it).
+#define VR_ALREADY_REVOKED 1
+
+// No valid admission ticket of the room to revoke.
+#define VR_NO_SESSION 2
+
+// The room does not accept the command (`enabled_origin_commands`).
+#define VR_REVOKE_NOT_ENABLED 3
+
+// Refused: the room keeps `max_revocations` at once and has that many.
+#define VR_REVOKE_REFUSED_FULL 4
+
+// Refused: revocations not yet sent to the cluster's store fill the outbox.
+#define VR_REVOKE_REFUSED_UNSENT 5
+
+// Refused: another process held the revocation lock too long.
+#define VR_REVOKE_REFUSED_BUSY 6
+
+// Refused: a clock far ahead wrote this generation's table.
+#define VR_REVOKE_REFUSED_CLOCK_BEHIND 7
+
 // Result of every fallible function. Numbers are stable; retired codes stay reserved.
 enum vr_result
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -117,7 +141,7 @@ typedef struct {
   // `VR_OUTCOME_ADMIT`, `VR_OUTCOME_QUEUE` or `VR_OUTCOME_REJECT`.
   uint32_t outcome;
   // -1 when the incoming ticket (if any) was fine; else why it was refused: 0 bad_encoding,
-  // 1 unknown_key, 2 bad_tag, 3 wrong_room, 4 expired, 5 from_future.
+  // 1 unknown_key, 2 bad_tag, 3 wrong_room, 4 expired, 5 from_future, 6 revoked.
   int32_t ticket_error;
   // Queue: live waiters ahead plus one; 0 otherwise.
   uint64_t position;
@@ -605,6 +629,49 @@ vr_result vr_engine_room_reads_request(const vr_engine *engine,
                                        const char *room,
                                        size_t room_len,
                                        uint8_t *reads_out);
+
+// Whether a `Velvet-Rope-Command` response header value asks for a revocation (`revoke`,
+// any case, among comma-separated commands). 1 or 0; 0 for NULL.
+//
+// # Safety
+// `value` NULL or readable for `value_len` bytes.
+uint8_t vr_is_revoke_command(const char *value, size_t value_len);
+
+// Ends the session of a request's visitor in `room`, for a front door whose origin answered
+// `Velvet-Rope-Command: revoke`. The ticket is `issued` (the ticket the request's own
+// decision handed out, `vr_decision`'s cookie value) if given, else the room's ticket in
+// `cookie_header`, else (rooms with `ticket_header`) `ticket_header`; each may be NULL with
+// length 0. `*outcome_out` gets one of the `VR_REVOKED`... codes. The only error is an
+// unknown room (or bad arguments).
+//
+// # Safety
+// `engine` live; strings NULL or readable for their lengths; `outcome_out` writable.
+vr_result vr_engine_revoke_request(const vr_engine *engine,
+                                   const char *room,
+                                   size_t room_len,
+                                   const char *cookie_header,
+                                   size_t cookie_header_len,
+                                   const char *ticket_header,
+                                   size_t ticket_header_len,
+                                   const char *issued,
+                                   size_t issued_len,
+                                   uint64_t now_ms,
+                                   uint32_t *outcome_out);
+
+// The `Set-Cookie` value that clears `room`'s ticket cookie (for the response that carried
+// a revocation), NUL-terminated, into `buf`. `*written_out` gets its length (without the
+// NUL); when `buf_len` is too small the result is `VR_BUFFER_TOO_SMALL` and `*written_out`
+// is the size needed (NUL included).
+//
+// # Safety
+// `engine` live; `room` readable for `room_len` bytes; `buf` NULL or writable for `buf_len`
+// bytes; `written_out` writable.
+vr_result vr_engine_clear_cookie(const vr_engine *engine,
+                                 const char *room,
+                                 size_t room_len,
+                                 char *buf,
+                                 size_t buf_len,
+                                 size_t *written_out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -102,6 +102,70 @@ pub struct RoomState {
     pub run: Option<String>,
     /// Hosts by store name (see `store_host`).
     pub entries: BTreeMap<String, Entry>,
+    /// The log of revocations (see [`relay_revocations`]).
+    pub revocations: Vec<Revocation>,
+}
+
+/// One revocation in a room's log: its position (the store's clock in ms and a sequence
+/// number, as a Redis stream names its entries), the host that made it, the ticket id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Revocation {
+    /// Position: `[ms, seq]`.
+    pub at: [u64; 2],
+    /// The host's store name.
+    pub host: String,
+    /// The ticket id (16 hex digits).
+    pub id: String,
+}
+
+/// How long a revocation stays in the log: two holds and two leases (ms), as long as the
+/// room's state is kept without a sync.
+pub fn revocations_kept_ms(p: &Params) -> u64 {
+    2 * (p.lease + p.hold + p.lease)
+}
+
+/// Appends `host`'s revocations to the room's log and answers where it has read up to and
+/// the other hosts' revocations after its cursor (the same steps as `sync.lua`). Nothing for
+/// a report without a cursor (a room whose sessions the origin may not revoke).
+pub fn relay_revocations(
+    state: &mut RoomState,
+    host: &str,
+    r: &Report,
+    p: &Params,
+    raw_now: u64,
+) -> (Option<[u64; 2]>, Vec<String>) {
+    let Some(cursor) = r.rc else {
+        return (None, Vec::new());
+    };
+    let keep = revocations_kept_ms(p);
+    for id in &r.rv {
+        let last = state.revocations.last().map_or([0, 0], |e| e.at);
+        let at = if raw_now > last[0] {
+            [raw_now, 0]
+        } else {
+            [last[0], last[1] + 1]
+        };
+        state.revocations.retain(|e| e.at[0] + keep >= raw_now);
+        state.revocations.push(Revocation {
+            at,
+            host: host.to_owned(),
+            id: id.clone(),
+        });
+    }
+    let mut at = cursor;
+    let mut ids = Vec::new();
+    for e in state
+        .revocations
+        .iter()
+        .filter(|e| e.at > cursor)
+        .take(crate::protocol::REVOCATIONS_PER_SYNC)
+    {
+        at = e.at;
+        if e.host != host {
+            ids.push(e.id.clone());
+        }
+    }
+    (Some(at), ids)
 }
 
 impl RoomState {
@@ -287,7 +351,12 @@ pub fn allocate(
     state.entries.insert(
         host.to_owned(),
         Entry {
-            report: r.clone(),
+            // Revocations travel apart from the report (see `relay_revocations`).
+            report: Report {
+                rc: None,
+                rv: Vec::new(),
+                ..r.clone()
+            },
             gt,
             gm0,
             gm1,
@@ -311,6 +380,8 @@ pub fn allocate(
         learning: u64::from(learning),
         free,
         stale: u64::from(stale.is_some()),
+        rc: None,
+        rv: Vec::new(),
     }
 }
 

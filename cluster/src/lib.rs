@@ -131,11 +131,11 @@ pub mod sim;
 mod store;
 mod syncer;
 
-pub use allocator::{allocate, Entry, RoomState};
+pub use allocator::{allocate, relay_revocations, Entry, RoomState};
 pub use lease_leaf::{leaf_for, LeafRound, LeafSync};
 pub use lease_root::RedisLeaseRoot;
 pub use memory_store::MemoryStore;
-pub use protocol::{store_host, Params, Reply, Report};
+pub use protocol::{id_text, id_value, store_host, Params, Reply, Report};
 pub use redis_store::{RedisStore, SYNC_SCRIPT};
 pub use store::{Store, StoreError};
 pub use syncer::{host_name, Log, SyncOptions, SyncRound, SyncStatus, Syncer};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use velvet_rope::{Clock, SystemClock};
 
-use crate::allocator::{allocate, RoomState};
+use crate::allocator::{allocate, relay_revocations, RoomState};
 use crate::protocol::{Params, Reply, Report};
 use crate::store::{Store, StoreError};
 
@@ -113,7 +113,9 @@ impl Store for MemoryStore {
         let mut rooms = self.lock();
         let state = rooms.entry(room.to_owned()).or_default();
         let run = format!("memory-{}", self.shared.runs.load(Ordering::SeqCst));
-        Ok(allocate(state, host, report, params, now, &run))
+        let mut reply = allocate(state, host, report, params, now, &run);
+        (reply.rc, reply.rv) = relay_revocations(state, host, report, params, now);
+        Ok(reply)
     }
 
     fn commands(&self) -> u64 {

@@ -34,6 +34,14 @@ pub struct Report {
     /// and a session of the report that got it): a store with no entry for it lost writes.
     #[serde(default)]
     pub held: u64,
+    /// Rooms whose sessions the origin may revoke: where the host has read the room's log of
+    /// revocations up to (`[0, 0]`: from its start). Absent otherwise (the log is not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rc: Option<[u64; 2]>,
+    /// Ticket ids revoked at the host since its last sync (16 hex digits each: the script's
+    /// JSON numbers are doubles).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rv: Vec<String>,
 }
 
 impl Report {
@@ -52,6 +60,8 @@ impl Report {
             am1: r.reserved_minute_next,
             live: r.waiters.clone(),
             held: u64::from(r.held),
+            rc: None,
+            rv: Vec::new(),
         }
     }
 }
@@ -83,7 +93,7 @@ impl Params {
 }
 
 /// The store's answer to one report.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reply {
     /// This grant's sequence number (per host entry, increasing).
     pub seq: u64,
@@ -113,6 +123,28 @@ pub struct Reply {
     /// reserved for the host.
     #[serde(default)]
     pub stale: u64,
+    /// With a report's `rc`: where the host has now read the log of revocations up to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rc: Option<[u64; 2]>,
+    /// Other hosts' revocations after the report's `rc` (at most [`REVOCATIONS_PER_SYNC`]),
+    /// as 16 hex digits each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rv: Vec<String>,
+}
+
+/// The most revocations one reply carries (the rest come with the next syncs).
+pub const REVOCATIONS_PER_SYNC: usize = 4096;
+
+/// A ticket id as the store holds it.
+pub fn id_text(id: u64) -> String {
+    format!("{id:016x}")
+}
+
+/// A ticket id from the store (`None` for anything but 1-16 hex digits).
+pub fn id_value(text: &str) -> Option<u64> {
+    (!text.is_empty() && text.len() <= 16)
+        .then(|| u64::from_str_radix(text, 16).ok())
+        .flatten()
 }
 
 impl Reply {

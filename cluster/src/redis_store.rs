@@ -66,6 +66,11 @@ impl RedisStore {
         format!("{{{}:{room}}}", self.prefix)
     }
 
+    /// The key of `room`'s log of revocations (in the room's hash slot).
+    pub fn revocations_key(&self, room: &str) -> String {
+        format!("{}:rv", self.room_key(room))
+    }
+
     fn connection(&mut self) -> Result<&mut redis::Connection, StoreError> {
         if self.conn.is_none() {
             self.commands += 1;
@@ -124,6 +129,7 @@ impl Store for RedisStore {
         self.connection()?;
         self.commands += 1;
         let mut invocation = self.script.key(key);
+        invocation.key(self.revocations_key(room));
         invocation
             .arg(host)
             .arg(report)

@@ -4,14 +4,16 @@
 --
 -- KEYS[1]  the room's hash: fields `born`, `frontier`, `seq`, `clock`, `skew`, and `h:<host>`
 --          (JSON entries)
+-- KEYS[2]  the room's log of revocations (a stream; only read and written for reports with
+--          a cursor `rc`)
 -- ARGV[1]  the host's store name (id and counters' incarnation)
 -- ARGV[2]  its report (JSON: seq, b, active, admitted, traffic, demand, at, am0, am1, live,
---          held)
+--          held; rc and rv for rooms whose sessions the origin may revoke)
 -- ARGV[3]  the room's limits and lease terms (JSON: total, minute, lease, hold, learn)
 -- ARGV[4]  the server's run_id as the client saw it ('' if unknown): another than the state
 --          last saw means a restart or a failover (writes may be lost)
 -- Returns the reply (JSON: seq, gt, b, gm0, gm1, frontier, behind, hosts, known, learning,
--- free, stale).
+-- free, stale; rc and rv with a report's rc).
 
 local key = KEYS[1]
 local me = 'h:' .. ARGV[1]
@@ -20,6 +22,10 @@ local p = cjson.decode(ARGV[3])
 local t = redis.call('TIME')
 local raw = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 r.held = r.held or 0
+-- Revocations travel apart from the report (see the end): the entry keeps neither.
+local rev_cursor, rev_ids = r.rc, r.rv
+r.rc = nil
+r.rv = nil
 
 -- The effective clock: never back, never forward by more than a lease between two calls
 -- (see allocator.rs).
@@ -242,8 +248,50 @@ if run ~= '' then
 end
 redis.call('PEXPIRE', key, 2 * (p.lease + p.hold + p.lease))
 
+-- Revocations (rooms whose sessions the origin may revoke send a cursor): the host's are
+-- appended to the room's log (a stream, KEYS[2], trimmed to what is younger than the room's
+-- state is kept), and the other hosts' after its cursor go back (at most 4096; the rest with
+-- the next syncs). The same steps as `relay_revocations` in allocator.rs.
+local rc_out = nil
+local rv_out = nil
+if rev_cursor ~= nil and KEYS[2] ~= nil then
+  local log = KEYS[2]
+  local keep = 2 * (p.lease + p.hold + p.lease)
+  if rev_ids ~= nil then
+    for _, id in ipairs(rev_ids) do
+      redis.call('XADD', log, 'MINID', '~', string.format('%.0f', math.max(raw - keep, 0)), '*',
+        'i', id, 'h', ARGV[1])
+    end
+  end
+  local from = '-'
+  if rev_cursor[1] > 0 or rev_cursor[2] > 0 then
+    from = '(' .. string.format('%.0f-%.0f', rev_cursor[1], rev_cursor[2])
+  end
+  local got = redis.call('XRANGE', log, from, '+', 'COUNT', 4096)
+  rc_out = rev_cursor
+  local ids = {}
+  for _, e in ipairs(got) do
+    local ms, sq = string.match(e[1], '^(%d+)-(%d+)$')
+    rc_out = { tonumber(ms), tonumber(sq) }
+    local f = {}
+    for i = 1, #e[2], 2 do
+      f[e[2][i]] = e[2][i + 1]
+    end
+    if f.h ~= ARGV[1] and f.i ~= nil then
+      ids[#ids + 1] = f.i
+    end
+  end
+  if #ids > 0 then
+    rv_out = ids
+  end
+  if rev_ids ~= nil then
+    redis.call('PEXPIRE', log, keep)
+  end
+end
+
 return cjson.encode({
   seq = seq, gt = gt, b = r.b, gm0 = gm0, gm1 = gm1, frontier = frontier,
   behind = behind - math.min(own_behind, behind) + uncovered, hosts = hosts, known = known,
   learning = learning and 1 or 0, free = free, stale = stale ~= nil and 1 or 0,
+  rc = rc_out, rv = rv_out,
 })

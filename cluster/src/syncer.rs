@@ -12,7 +12,7 @@ use velvet_rope::env::{fault_point, FaultPoint};
 use velvet_rope::{Clock, Engine, Millis, SystemClock};
 
 use crate::periodic::Periodic;
-use crate::protocol::{store_host, Params, Report};
+use crate::protocol::{id_text, id_value, store_host, Params, Report};
 use crate::redis_store::RedisStore;
 use crate::store::{Store, StoreError};
 
@@ -259,14 +259,16 @@ impl SyncRound {
             // The lease runs from just before the report leaves: it ends before the store's
             // reservation does, whatever delays came before (a grant never shortens the lease
             // of the one it replaces, for a process that stalls after this).
+            let mut sent = Report::of(&report, demand(&report, interval_ms));
+            // Revocations made here go to the store; other hosts' come back.
+            let outgoing = self.engine.cluster_revocations(&room.name).ok().flatten();
+            if let Some(out) = &outgoing {
+                sent.rc = Some(out.cursor);
+                sent.rv = out.ids.iter().map(|&id| id_text(id)).collect();
+            }
             let sent_at: Millis = self.options.clock.now_ms();
             fault_point(FaultPoint::SyncSending);
-            let result = self.store.sync(
-                &room.name,
-                &host,
-                &Report::of(&report, demand(&report, interval_ms)),
-                &params,
-            );
+            let result = self.store.sync(&room.name, &host, &sent, &params);
             fault_point(FaultPoint::SyncAnswered);
             self.record(&room.name, result.as_ref().map(|r| r.hosts));
             let unreachable = match result {
@@ -281,6 +283,16 @@ impl SyncRound {
                     let grant = reply.grant(sent_at + lease_ms, ppm);
                     let _ = self.engine.cluster_grant(&room.name, &grant);
                     fault_point(FaultPoint::SyncGranted);
+                    if let (Some(out), Some(cursor)) = (&outgoing, reply.rc) {
+                        let ids: Vec<u64> = reply.rv.iter().filter_map(|t| id_value(t)).collect();
+                        let _ = self.engine.cluster_revocations_synced(
+                            &room.name,
+                            out,
+                            &ids,
+                            cursor,
+                            self.options.clock.now_ms(),
+                        );
+                    }
                     false
                 }
                 Err(StoreError::Protocol(_)) | Err(StoreError::NotReplicated { .. }) => false,

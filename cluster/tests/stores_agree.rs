@@ -4,7 +4,9 @@
 mod common;
 
 use rand::{Rng, SeedableRng};
-use velvet_rope_cluster::{allocate, Params, RedisStore, Report, RoomState, Store, SYNC_SCRIPT};
+use velvet_rope_cluster::{
+    allocate, relay_revocations, Params, RedisStore, Report, RoomState, Store, SYNC_SCRIPT,
+};
 
 use common::RedisServer;
 
@@ -29,6 +31,7 @@ fn random_report(rng: &mut rand::rngs::StdRng) -> Report {
         am1: rng.gen_range(0..60),
         live,
         held: 0,
+        ..Report::default()
     }
 }
 
@@ -128,4 +131,77 @@ fn the_script_and_the_allocator_agree() {
         store.commands() < 600,
         "one connection (and INFO), then one call per sync"
     );
+}
+
+/// Revocations relay alike through both stores: each host's revocations reach every other
+/// host exactly once and never its own (the positions differ: the server's clock names a
+/// stream's entries).
+#[test]
+fn revocations_relay_alike() {
+    let redis = RedisServer::start();
+    let mut store =
+        RedisStore::new(&redis.url(), "relay", std::time::Duration::from_secs(2)).unwrap();
+    let params = Params {
+        total: 200,
+        minute: 150,
+        lease: 3_600_000,
+        hold: 3_600_000,
+        learn: 4_000_000,
+    };
+    let mut state = RoomState {
+        born: Some(0),
+        ..RoomState::default()
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let hosts = ["h1", "h2", "h3"];
+    // Per host: its cursor in each store, what it revoked, what it received from each.
+    let mut cursors = [[[0u64; 2]; 2]; 3];
+    let mut made: Vec<Vec<String>> = vec![Vec::new(); 3];
+    let mut got: Vec<[Vec<String>; 2]> = vec![[Vec::new(), Vec::new()]; 3];
+    let mut next_id = 1u64;
+    let mut conn = redis.connection();
+    for i in 0..300 {
+        let h = rng.gen_range(0..hosts.len());
+        let mut report = random_report(&mut rng);
+        // The last rounds send nothing new: everyone catches up.
+        let n = if i < 250 { rng.gen_range(0..4) } else { 0 };
+        for _ in 0..n {
+            let id = format!("{:016x}", next_id.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            next_id += 1;
+            made[h].push(id.clone());
+            report.rv.push(id);
+        }
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+        let now = secs * 1000 + micros / 1000;
+        report.rc = Some(cursors[h][0]);
+        let mut expected = allocate(&mut state, hosts[h], &report, &params, now, "");
+        (expected.rc, expected.rv) = relay_revocations(&mut state, hosts[h], &report, &params, now);
+        report.rc = Some(cursors[h][1]);
+        let answer = store.sync("r", hosts[h], &report, &params).unwrap();
+        assert_eq!(answer.rv, expected.rv, "call {i}: {}", hosts[h]);
+        cursors[h][0] = expected.rc.unwrap();
+        cursors[h][1] = answer.rc.unwrap();
+        got[h][0].extend(expected.rv.clone());
+        got[h][1].extend(answer.rv.clone());
+    }
+    for h in 0..hosts.len() {
+        let mut want: Vec<String> = (0..hosts.len())
+            .filter(|&o| o != h)
+            .flat_map(|o| made[o].clone())
+            .collect();
+        want.sort();
+        for (s, received) in got[h].iter().enumerate() {
+            let mut seen = received.clone();
+            seen.sort();
+            let before = seen.len();
+            seen.dedup();
+            assert_eq!(
+                seen.len(),
+                before,
+                "{} got an id twice from store {s}",
+                hosts[h]
+            );
+            assert_eq!(seen, want, "{} from store {s}", hosts[h]);
+        }
+    }
 }

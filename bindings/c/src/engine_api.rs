@@ -47,7 +47,7 @@ pub struct vr_decision {
     /// `VR_OUTCOME_ADMIT`, `VR_OUTCOME_QUEUE` or `VR_OUTCOME_REJECT`.
     pub outcome: u32,
     /// -1 when the incoming ticket (if any) was fine; else why it was refused: 0 bad_encoding,
-    /// 1 unknown_key, 2 bad_tag, 3 wrong_room, 4 expired, 5 from_future.
+    /// 1 unknown_key, 2 bad_tag, 3 wrong_room, 4 expired, 5 from_future, 6 revoked.
     pub ticket_error: i32,
     /// Queue: live waiters ahead plus one; 0 otherwise.
     pub position: u64,

@@ -20,12 +20,14 @@ mod engine_api;
 mod error;
 mod lease_api;
 mod request_api;
+mod revoke_api;
 mod strings;
 
 pub use engine_api::*;
 pub use error::*;
 pub use lease_api::*;
 pub use request_api::*;
+pub use revoke_api::*;
 
 /// Major version of this library (matches the crate version).
 pub const VR_VERSION_MAJOR: u32 = 0;

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use crate::allocator::{allocate, RoomState};
+use crate::allocator::{allocate, relay_revocations, RoomState};
 use crate::protocol::{Params, Reply, Report};
 use crate::store::StoreError;
 
@@ -122,7 +122,8 @@ impl Network {
         let store_now = self.store_now(now);
         let state = self.primary.entry(r.room.clone()).or_default();
         let run = format!("run-{}", self.run);
-        let reply = allocate(state, &r.host, &r.report, &r.params, store_now, &run);
+        let mut reply = allocate(state, &r.host, &r.report, &r.params, store_now, &run);
+        (reply.rc, reply.rv) = relay_revocations(state, &r.host, &r.report, &r.params, store_now);
         let lag = if now < self.lag_until { self.lag } else { 0 };
         let arrive = now + lag;
         self.writes += 1;

@@ -70,7 +70,7 @@ pub(crate) enum Yield {
     /// It waits `ms` (a bounded sleep, or a stop at a fault point).
     Wait(u64),
     /// It calls the store.
-    Store(Request),
+    Store(Box<Request>),
 }
 
 /// Work for a process.
@@ -217,7 +217,7 @@ impl Store for SimStore {
             sent: self.shared.time.get(),
         };
         if on_own_thread() {
-            return match yield_to_simulation(Yield::Store(request)) {
+            return match yield_to_simulation(Yield::Store(Box::new(request))) {
                 Resume::Store(result) => result,
                 Resume::Crash => simulation::crash(),
                 Resume::Go => Err(StoreError::Protocol("resumed without an answer".into())),

@@ -524,7 +524,7 @@ impl World {
                     .network
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .call(req, self.now);
+                    .call(*req, self.now);
                 self.note(format!(
                     "host {h} process {p} sync sent at {sent}: {} reply at {} {:?}",
                     if d.queued {

@@ -50,6 +50,15 @@ fn booking_bucket(room: &Room, request_bucket: u64) -> u64 {
     request_bucket.clamp(opened, opened + 1)
 }
 
+/// Whether the origin revoked the session of admission ticket `t` (a room with
+/// `enabled_origin_commands`; see `revoke`).
+#[inline]
+fn revoked(room: &Room, t: &Ticket, bucket: u64) -> bool {
+    room.counters
+        .revocations()
+        .is_some_and(|r| r.is_revoked(t.id, u64::from(t.counted), bucket))
+}
+
 /// Books one claim to `bucket`, or (should its ring slot have been recycled meanwhile: a
 /// thread stalled for a whole session) to the bucket open now. Returns where it was booked.
 fn book(room: &Room, bucket: u64, request_bucket: u64) -> u64 {
@@ -96,6 +105,7 @@ impl Snapshot {
                     || (rules.disable_session_renewal
                         && (rules.session_duration >= room.longest_session
                             || u64::from(t.counted) + u64::from(rules.session_duration) >= bucket)))
+                && !(room.revocable && revoked(room, t, bucket))
             {
                 // Counted by these counters in this bucket or a later one (or never renewed,
                 // and within the session window in force): nothing to change.
@@ -125,7 +135,10 @@ impl Snapshot {
         let holds = cookie.is_some_and(|text| {
             self.keyring
                 .open_bytes(text, &room.id, now_secs, self.skew_secs)
-                .is_ok_and(|t| t.state == TicketState::Admitted)
+                .is_ok_and(|t| {
+                    t.state == TicketState::Admitted
+                        && !(room.revocable && revoked(room, &t, now / room.bucket_ms))
+                })
         });
         if holds {
             return Some(self.decide(view, cookie, now));
@@ -151,7 +164,13 @@ impl Snapshot {
     ) -> Decision {
         match opened {
             None => self.arrival(view, at, None),
-            Some(Ok(t)) if t.state == TicketState::Admitted => self.renew(view, t, at),
+            Some(Ok(t)) if t.state == TicketState::Admitted => {
+                if view.room.revocable && revoked(&view.room, &t, at.bucket) {
+                    self.refused(view, TicketError::Revoked, at)
+                } else {
+                    self.renew(view, t, at)
+                }
+            }
             Some(Ok(t)) => self.waiter(view, t, at),
             Some(Err(e)) => self.refused(view, e, at),
         }

@@ -106,6 +106,8 @@ pub struct TicketRejections {
     pub expired: u64,
     /// [`TicketError::FromFuture`].
     pub from_future: u64,
+    /// [`TicketError::Revoked`].
+    pub revoked: u64,
 }
 
 /// A room's state as the last tick (of any process sharing its counters) published it, plus

@@ -10,6 +10,7 @@ mod front_door;
 mod governance;
 mod keys;
 mod place;
+pub mod revoke;
 mod room;
 mod set_cookie;
 mod snapshot;
@@ -22,3 +23,6 @@ pub use cookie_finder::{find_cookie, find_cookie_bytes};
 pub use decision::{Decision, Outcome, RoomStats, TicketRejections};
 pub use engine::Engine;
 pub use front_door::{RoomLabel, Routed};
+pub use revoke::{
+    is_revoke_command, OutgoingRevocations, Revocation, RevokeRefused, COMMAND_HEADER,
+};

@@ -27,6 +27,7 @@ pub(crate) fn room_stats(room: &Room) -> RoomStats {
             wrong_room: get(TicketError::WrongRoom),
             expired: get(TicketError::Expired),
             from_future: get(TicketError::FromFuture),
+            revoked: get(TicketError::Revoked),
         },
         memory_bytes: room.counters.bytes(),
     }
@@ -38,6 +39,17 @@ pub(crate) fn room_stats_json(room: &Room) -> serde_json::Value {
     let r = st.ticket_rejections;
     // The rules in force when the figures were published (the last advance's clock).
     let rules = room.rules_at(room.counters.tick_block().get(Cell::LastTick));
+    let bucket = room.counters.tick_block().get(Cell::Bucket);
+    let revocations = room.counters.revocations().map(|r| {
+        let c = r.counts(bucket);
+        serde_json::json!({
+            "made": c.made,
+            "received": c.received,
+            "refused": c.refused,
+            "kept": c.kept,
+            "capacity": room.counters.layout().revocation_words,
+        })
+    });
     serde_json::json!({
         "active_users": st.active_users,
         "admitted_this_minute": st.admitted_this_minute,
@@ -72,6 +84,8 @@ pub(crate) fn room_stats_json(room: &Room) -> serde_json::Value {
             "wrong_room": r.wrong_room,
             "expired": r.expired,
             "from_future": r.from_future,
+            "revoked": r.revoked,
         },
+        "revocations": revocations,
     })
 }

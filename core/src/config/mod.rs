@@ -21,7 +21,9 @@ mod rules;
 pub use cluster::ClusterConfig;
 pub use event::{event_at, next_switch, EventAt, EventConfig, EventPhase, Instant};
 pub use request_rules::{PathCase, RoomMode, RouteConfig, RuleAction, RuleConfig};
-pub use room::{CookieConfig, QueueingMethod, RoomConfig, MAX_COOKIE_DOMAIN, MAX_COOKIE_PATH};
+pub use room::{
+    CookieConfig, OriginCommand, QueueingMethod, RoomConfig, MAX_COOKIE_DOMAIN, MAX_COOKIE_PATH,
+};
 pub use rules::{Rules, SHUFFLE_LANES};
 
 /// Most rooms one configuration may hold.

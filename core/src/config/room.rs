@@ -165,6 +165,25 @@ pub struct RoomConfig {
     /// response and admitted responses carry the ticket to send back. Default false.
     #[serde(default)]
     pub ticket_header: bool,
+    /// Commands the origin may give in a `Velvet-Rope-Command` response header (Cloudflare's
+    /// `enabled_origin_commands`). `["revoke"]`: the origin ends the visitor's session (its
+    /// seat is freed, its ticket refused from then on). Default none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub enabled_origin_commands: Vec<OriginCommand>,
+    /// How many revocations the room keeps at once: made within any `session_duration + 3`
+    /// minutes (the longest a revoked ticket could still be presented). Revocations past it
+    /// are refused (the session goes on until it ends by itself) and counted. 0 (default):
+    /// `total_active_users`, at least 1024. Fixed memory: 5 tables of two ids per 8 bytes.
+    #[serde(default)]
+    pub max_revocations: u32,
+}
+
+/// A command the origin may give in a response header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OriginCommand {
+    /// End the visitor's session: its seat is freed and its ticket refused from then on.
+    Revoke,
 }
 
 fn default_session() -> u32 {
@@ -226,6 +245,8 @@ impl RoomConfig {
             rules: Vec::new(),
             mode: RoomMode::On,
             ticket_header: false,
+            enabled_origin_commands: Vec::new(),
+            max_revocations: 0,
         }
     }
 
@@ -350,6 +371,12 @@ impl RoomConfig {
             return Err(Error::invalid(
                 f("custom_page_file"),
                 "give `custom_page` or `custom_page_file`, not both",
+            ));
+        }
+        if self.max_revocations > 1 << 20 {
+            return Err(Error::invalid(
+                f("max_revocations"),
+                "must be at most 1048576 (0: total_active_users, at least 1024)",
             ));
         }
         self.validate_events(at)?;

@@ -106,6 +106,22 @@ impl RoomConfig {
             .fold(self.total_active_users, u64::max)
     }
 
+    /// Whether the origin may revoke this room's sessions (`enabled_origin_commands`).
+    pub fn revocable(&self) -> bool {
+        self.enabled_origin_commands
+            .contains(&crate::config::OriginCommand::Revoke)
+    }
+
+    /// How many revocations the room keeps at once (`max_revocations`, or its default); 0
+    /// when the origin may not revoke.
+    pub fn revocation_capacity(&self) -> u32 {
+        match (self.revocable(), self.max_revocations) {
+            (false, _) => 0,
+            (true, 0) => self.largest_total().clamp(1024, 1 << 20) as u32,
+            (true, n) => n,
+        }
+    }
+
     /// The strictest limits (`total_active_users`, `new_users_per_minute`) in force at any
     /// instant of `from_ms..=to_ms`: what a grant good over that span may be computed from.
     pub fn strictest_limits(&self, from_ms: u64, to_ms: u64, bucket_ms: u64) -> (u64, u64) {

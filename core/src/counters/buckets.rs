@@ -167,6 +167,19 @@ impl<'a> Buckets<'a> {
         Renewal::Moved
     }
 
+    /// Counts one visitor counted in `bucket` out of it (its session was revoked): one less
+    /// in the bucket, as a move out would. False if the bucket is not tracked (nothing to
+    /// count out). The caller makes sure it happens once per visitor (see `revocations`).
+    pub(crate) fn count_out(&self, bucket: u64) -> bool {
+        match self.slot(bucket) {
+            Some(s) => {
+                self.moved[s].fetch_sub(1, Ordering::Release);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Counts ticket `id` in bucket `to` although the counters did not count it (a ticket of
     /// another incarnation, or one whose bucket is no longer tracked), once: if it was counted
     /// afresh in an earlier bucket of `first..to`, it is moved from there (or not at all if it

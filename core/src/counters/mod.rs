@@ -8,6 +8,7 @@
 //! - the lock-free structures: [`slot_pool`] (the ledger of free slots), [`buckets`] (per-bucket
 //!   admissions, moves and replay guards), [`queue_lanes`] (live waiters),
 //!   [`fingerprint_set`] (the insert-if-absent sets behind every replay guard);
+//! - [`revocations`]: revoked ticket ids, kept for as long as their tickets could be presented;
 //! - [`tick_block`], [`process_lock`]: the state ticks share, and who advances it.
 //!
 //! Memory orders are documented at the top of each lock-free structure's module; each has a
@@ -19,6 +20,7 @@ pub(crate) mod fingerprint_set;
 pub(crate) mod process_lock;
 pub(crate) mod queue_lanes;
 pub(crate) mod region;
+pub(crate) mod revocations;
 pub(crate) mod room_counters;
 pub(crate) mod room_layout;
 pub mod slot_pool;

@@ -12,6 +12,7 @@ use crate::config::Settings;
 use crate::counters::buckets::Buckets;
 use crate::counters::queue_lanes::QueueLanes;
 use crate::counters::region::Region;
+use crate::counters::revocations::{Revocations, GENERATIONS, HEADER_WORDS as REVOCATION_HEADER};
 use crate::counters::room_layout::{Offsets, RoomLayout, HEADER, REASONS};
 use crate::counters::slot_pool::SlotPool;
 use crate::counters::tick_block::{TickBlock, CELLS};
@@ -21,11 +22,14 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 const MAGIC: u64 = u64::from_le_bytes(*b"vrROOM\x00\x03");
 const LAYOUT_VERSION: u64 = 4;
 
-/// Header words: magic, version, 8 layout words, incarnation, ready (written last).
+/// Header words: magic, version, 8 layout words, incarnation, ready (written last), and the
+/// layout's ninth word (revocations; zero in regions laid out before it existed, which is the
+/// same layout without them).
 const H_LAYOUT: usize = 2;
 const H_INCARNATION: usize = 10;
 const H_READY: usize = 11;
-const H_WORDS: usize = 12;
+const H_LAYOUT_9: usize = 12;
+const H_WORDS: usize = 13;
 const _: () = assert!(H_WORDS * 8 <= HEADER);
 
 /// A room's counters: a region and the layout that reads it.
@@ -130,10 +134,11 @@ impl RoomCounters {
                             "room region of another layout version".into(),
                         ));
                     }
-                    let mut words = [0u64; 8];
+                    let mut words = [0u64; 9];
                     for (w, cell) in words.iter_mut().zip(&header[H_LAYOUT..H_LAYOUT + 8]) {
                         *w = cell.load(Ordering::Acquire);
                     }
+                    words[8] = header[H_LAYOUT_9].load(Ordering::Acquire);
                     let have = RoomLayout::from_words(words)
                         .ok_or_else(|| Error::Region("room header holds no sane layout".into()))?;
                     have.serves(&needed, settings).map_err(Error::Region)?;
@@ -218,6 +223,22 @@ impl RoomCounters {
         )
     }
 
+    /// The revocation block, if the origin may revoke the room's sessions.
+    #[inline]
+    pub(crate) fn revocations(&self) -> Option<Revocations<'_>> {
+        let (l, o) = (&self.layout, &self.offsets);
+        (l.revocation_words > 0).then(|| {
+            Revocations::new(
+                self.region.u64s(o.revocations, REVOCATION_HEADER),
+                self.region
+                    .u64s(o.revocation_tables, GENERATIONS * l.revocation_words),
+                self.region.u64s(o.outbox, l.revocation_words),
+                l.buckets as u64,
+                self.region.is_owned(),
+            )
+        })
+    }
+
     /// The live-waiter table.
     #[inline]
     pub(crate) fn lanes(&self) -> QueueLanes<'_> {
@@ -250,9 +271,11 @@ fn init_header(region: &Region, layout: RoomLayout) -> u32 {
 
 fn write_header(header: &[AtomicU64], layout: RoomLayout, incarnation: u32) {
     header[1].store(LAYOUT_VERSION, Ordering::Release);
-    for (cell, w) in header[H_LAYOUT..H_LAYOUT + 8].iter().zip(layout.to_words()) {
+    let words = layout.to_words();
+    for (cell, w) in header[H_LAYOUT..H_LAYOUT + 8].iter().zip(words) {
         cell.store(w, Ordering::Release);
     }
+    header[H_LAYOUT_9].store(words[8], Ordering::Release);
     header[H_INCARNATION].store(u64::from(incarnation), Ordering::Release);
     header[H_READY].store(1, Ordering::Release);
 }

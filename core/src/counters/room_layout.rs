@@ -12,6 +12,8 @@
 //!              queue lane id sets             (lanes x lane_guard_words x u64)
 //!              tick block                     (64 x u64)
 //!              bucket guards                  (buckets x guard_words x u64)
+//!              revocations, if the origin may revoke: header (16 x u64), tables
+//!              (5 x revocation_words x u64), outbox (revocation_words x u64)
 //! ```
 //! Every block starts on a 128-byte boundary. The size depends only on the room's
 //! configuration, never on the number of visitors.
@@ -21,6 +23,7 @@ use crossbeam_utils::CachePadded;
 use crate::config::{RoomConfig, Settings};
 use crate::counters::buckets::guard_words;
 use crate::counters::region::round_up;
+use crate::counters::revocations::{GENERATIONS, HEADER_WORDS as REVOCATION_HEADER};
 use crate::counters::tick_block::CELLS;
 use crate::sync::AtomicU64;
 
@@ -50,6 +53,9 @@ pub(crate) struct RoomLayout {
     pub(crate) bucket_secs: u32,
     /// Refresh epoch width in seconds (`refresh_interval`): likewise for the queue's epochs.
     pub(crate) refresh_secs: u32,
+    /// Words of each revocation table (a power of two, at least `max_revocations`); 0: the
+    /// origin may not revoke, and the room has no revocation block.
+    pub(crate) revocation_words: usize,
 }
 
 /// Byte offsets of a layout's blocks.
@@ -66,6 +72,9 @@ pub(crate) struct Offsets {
     pub(crate) lane_guards: usize,
     pub(crate) tick: usize,
     pub(crate) guards: usize,
+    pub(crate) revocations: usize,
+    pub(crate) revocation_tables: usize,
+    pub(crate) outbox: usize,
     pub(crate) total: usize,
 }
 
@@ -83,6 +92,10 @@ impl RoomLayout {
             lane_guard_words: (room.max_live_waiters as usize).next_power_of_two(),
             bucket_secs: settings.bucket_width_secs,
             refresh_secs: room.refresh_interval,
+            revocation_words: match room.revocation_capacity() {
+                0 => 0,
+                n => (n as usize).next_power_of_two(),
+            },
         }
     }
 
@@ -106,6 +119,15 @@ impl RoomLayout {
         let lane_guards = take(self.lanes * self.lane_guard_words * 8);
         let tick = take(CELLS * 8);
         let guards = take(self.buckets * self.guard_words * 8);
+        let (revocations, revocation_tables, outbox) = if self.revocation_words > 0 {
+            (
+                take(REVOCATION_HEADER * 8),
+                take(GENERATIONS * self.revocation_words * 8),
+                take(self.revocation_words * 8),
+            )
+        } else {
+            (at, at, at)
+        };
         Offsets {
             open,
             waiters,
@@ -118,6 +140,9 @@ impl RoomLayout {
             lane_guards,
             tick,
             guards,
+            revocations,
+            revocation_tables,
+            outbox,
             total: at,
         }
     }
@@ -127,8 +152,10 @@ impl RoomLayout {
         self.offsets().total
     }
 
-    /// The parameters as stored in a room's header (after magic and version).
-    pub(crate) fn to_words(self) -> [u64; 8] {
+    /// The parameters as stored in a room's header (after magic and version; the last one,
+    /// added later, after the incarnation: a header of an earlier version holds zero there,
+    /// the same layout without revocations).
+    pub(crate) fn to_words(self) -> [u64; 9] {
         [
             self.shards as u64,
             self.guard_words as u64,
@@ -138,11 +165,12 @@ impl RoomLayout {
             self.lane_guard_words as u64,
             u64::from(self.bucket_secs),
             u64::from(self.refresh_secs),
+            self.revocation_words as u64,
         ]
     }
 
     /// The layout stored in a header, if the words make a sane one.
-    pub(crate) fn from_words(w: [u64; 8]) -> Option<Self> {
+    pub(crate) fn from_words(w: [u64; 9]) -> Option<Self> {
         let usize_of = |v: u64| usize::try_from(v).ok().filter(|&n| n > 0);
         let layout = Self {
             shards: usize_of(w[0])?,
@@ -153,13 +181,17 @@ impl RoomLayout {
             lane_guard_words: usize_of(w[5]).filter(|n| n.is_power_of_two())?,
             bucket_secs: u32::try_from(w[6]).ok().filter(|&n| n > 0)?,
             refresh_secs: u32::try_from(w[7]).ok().filter(|&n| n > 0)?,
+            revocation_words: usize::try_from(w[8])
+                .ok()
+                .filter(|&n| n == 0 || n.is_power_of_two())?,
         };
         (layout.shards <= 1024
             && layout.guard_words <= 1 << 22
             && layout.buckets <= 1 << 16
             && layout.queue_slots <= 1 << 17
             && layout.lanes <= 64
-            && layout.lane_guard_words <= 1 << 23)
+            && layout.lane_guard_words <= 1 << 23
+            && layout.revocation_words <= 1 << 20)
             .then_some(layout)
     }
 
@@ -169,7 +201,7 @@ impl RoomLayout {
     /// (bucket and epoch widths, the number of epochs) must be the same; the shard count must
     /// be the same unless `settings.shards` is automatic.
     pub(crate) fn serves(&self, needed: &RoomLayout, settings: &Settings) -> Result<(), String> {
-        let checks: [(&str, bool, String); 8] = [
+        let checks: [(&str, bool, String); 9] = [
             (
                 "settings.bucket_width_secs",
                 self.bucket_secs == needed.bucket_secs,
@@ -219,6 +251,14 @@ impl RoomLayout {
                 format!(
                     "sized for {} waiters, {} needed",
                     self.lane_guard_words, needed.lane_guard_words
+                ),
+            ),
+            (
+                "enabled_origin_commands",
+                self.revocation_words >= needed.revocation_words,
+                format!(
+                    "revocations kept: {}, {} needed",
+                    self.revocation_words, needed.revocation_words
                 ),
             ),
         ];
@@ -303,6 +343,6 @@ mod tests {
             .is_err());
         let words = have.to_words();
         assert_eq!(RoomLayout::from_words(words), Some(have));
-        assert_eq!(RoomLayout::from_words([0; 8]), None);
+        assert_eq!(RoomLayout::from_words([0; 9]), None);
     }
 }

@@ -17,17 +17,20 @@ pub enum TicketError {
     Expired = 4,
     /// Stamped further in the future than the tolerated clock skew.
     FromFuture = 5,
+    /// Its session was ended by the origin (`Velvet-Rope-Command: revoke`).
+    Revoked = 6,
 }
 
 impl TicketError {
     /// Every reason, in code order.
-    pub const ALL: [TicketError; 6] = [
+    pub const ALL: [TicketError; 7] = [
         TicketError::BadEncoding,
         TicketError::UnknownKey,
         TicketError::BadTag,
         TicketError::WrongRoom,
         TicketError::Expired,
         TicketError::FromFuture,
+        TicketError::Revoked,
     ];
 
     /// A stable snake_case name, for logs and metrics.
@@ -39,6 +42,7 @@ impl TicketError {
             TicketError::WrongRoom => "wrong_room",
             TicketError::Expired => "expired",
             TicketError::FromFuture => "from_future",
+            TicketError::Revoked => "revoked",
         }
     }
 }

@@ -1,0 +1,235 @@
+//! Origin commands: the origin ends a visitor's session with a `Velvet-Rope-Command: revoke`
+//! response header (in rooms whose `enabled_origin_commands` say so).
+//!
+//! A revocation, given the visitor's newest ticket (the one the request's own decision issued,
+//! or else the one it carried):
+//! 1. records the ticket's id among the room's revocations (see `counters::revocations`),
+//!    once per id however many requests, processes or hosts revoke it; from then on every
+//!    ticket of that id is refused (reason `revoked`) and its holder arrives anew;
+//! 2. counts the visitor out of the bucket its ticket says it was counted in (one less, as a
+//!    move out would), so the next tick frees its seat; the revoking call runs that tick
+//!    itself when no other process is ticking the room. When the visitor had moved on to a
+//!    later bucket meanwhile (a newer ticket the origin did not see), the count comes off the
+//!    earlier bucket: exact while both are in the session window, one too many after (the
+//!    seat frees when the later bucket leaves). Never one too few;
+//! 3. in a clustered room, queues the id for the cluster's store, whose other hosts refuse it
+//!    from their next sync (they free nothing: the seat was counted here).
+//!
+//! What is refused and why: past the room's `max_revocations` (kept at once), past the
+//! outbox of revocations not yet sent to an unreachable store, or when another process held
+//! the revocation lock for 20 ms. A refused revocation changes nothing: the session goes on
+//! and ends by itself. Counters made anew (a restart without a state file) forget
+//! revocations, as they forget counts: their tickets are counted afresh, and refused no more.
+
+use crate::admission::cluster;
+use crate::admission::snapshot::RoomView;
+use crate::admission::tick::tick_room;
+use crate::admission::Engine;
+use crate::clock::{Millis, MAX_NOW_MS};
+pub use crate::counters::revocations::RevokeRefused;
+use crate::counters::revocations::Revoked;
+use crate::counters::tick_block::Cell;
+use crate::error::Result;
+use crate::ticket::TicketState;
+
+/// Revocations a host sends the cluster's store (see [`Engine::cluster_revocations`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OutgoingRevocations {
+    /// The outbox position after `ids`.
+    pub upto: u64,
+    /// Ticket ids revoked here and not yet sent, oldest first.
+    pub ids: Vec<u64>,
+    /// Where the host has read the store's log of revocations up to (`[0, 0]`: nothing).
+    pub cursor: [u64; 2],
+}
+
+/// The response header an origin gives commands in.
+pub const COMMAND_HEADER: &str = "Velvet-Rope-Command";
+
+/// What a revocation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Revocation {
+    /// The session is ended: its ticket is refused from now on and its seat freed.
+    Revoked,
+    /// It already was (another request, process or host revoked it).
+    AlreadyRevoked,
+    /// No valid admission ticket of the room to revoke (none, queued, expired, forged).
+    NoSession,
+    /// The room does not accept the command (`enabled_origin_commands`).
+    NotEnabled,
+    /// Refused: nothing changed (see [`RevokeRefused`]).
+    Refused(RevokeRefused),
+}
+
+impl Revocation {
+    /// A stable snake_case name, for logs and bindings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Revocation::Revoked => "revoked",
+            Revocation::AlreadyRevoked => "already_revoked",
+            Revocation::NoSession => "no_session",
+            Revocation::NotEnabled => "not_enabled",
+            Revocation::Refused(why) => match why {
+                RevokeRefused::Full => "refused_full",
+                RevokeRefused::Unsent => "refused_unsent",
+                RevokeRefused::Busy => "refused_busy",
+                RevokeRefused::ClockBehind => "refused_clock_behind",
+            },
+        }
+    }
+
+    /// Whether the session is over (now or before): the response should clear the ticket.
+    pub fn ended(self) -> bool {
+        matches!(self, Revocation::Revoked | Revocation::AlreadyRevoked)
+    }
+}
+
+/// Whether a response header value asks for a revocation: `revoke`, any case, surrounding
+/// blanks ignored (several commands may be given, comma-separated).
+pub fn is_revoke_command(value: &[u8]) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|c| c.trim_ascii().eq_ignore_ascii_case(b"revoke"))
+}
+
+impl Engine {
+    /// Ends the session of the visitor holding `ticket` (a ticket value of `room`, as in its
+    /// cookie) at `now`. The only error is an unknown room.
+    pub fn revoke(&self, room: &str, ticket: &[u8], now: Millis) -> Result<Revocation> {
+        let snap = self.current.load();
+        let view = snap.room(room)?;
+        Ok(self.revoke_in(view, Some(ticket), now.min(MAX_NOW_MS)))
+    }
+
+    /// Ends the session of a request's visitor, for a front door whose origin answered
+    /// `Velvet-Rope-Command: revoke`: the ticket is the one the request's decision issued
+    /// (`issued`, [`crate::Decision::ticket`]) if any, else the room's ticket in the request's
+    /// `Cookie` header, else (rooms with `ticket_header`) its `Velvet-Rope-Ticket` header.
+    pub fn revoke_request(
+        &self,
+        room: &[u8],
+        cookie_header: Option<&[u8]>,
+        ticket_header: Option<&[u8]>,
+        issued: Option<&[u8]>,
+        now: Millis,
+    ) -> Result<Revocation> {
+        let snap = self.current.load();
+        let view = snap.room_bytes(room)?;
+        let r = &view.room;
+        let ticket = issued
+            .or_else(|| cookie_header.and_then(|h| r.cookie_finder.find_ticket(h)))
+            .or_else(|| {
+                ticket_header
+                    .filter(|_| r.cfg.ticket_header)
+                    .map(<[u8]>::trim_ascii)
+                    .filter(|t| !t.is_empty())
+            });
+        Ok(self.revoke_in(view, ticket, now.min(MAX_NOW_MS)))
+    }
+
+    /// The `Set-Cookie` value that clears `room`'s ticket cookie (for the response that
+    /// carried a revocation).
+    pub fn clear_cookie(&self, room: &str) -> Result<String> {
+        let snap = self.current.load();
+        let r = &snap.room(room)?.room;
+        Ok(format!("{}=; Max-Age=0{}", r.cookie_name, r.cookie_attrs))
+    }
+
+    /// Revocations made at this host in `room` that the cluster's store has not been sent
+    /// yet: the outbox position after them, the ids, and where the host has read the store's
+    /// log up to. `None` for a room whose sessions the origin may not revoke. For
+    /// `velvet-rope-cluster`'s sync.
+    pub fn cluster_revocations(&self, room: &str) -> Result<Option<OutgoingRevocations>> {
+        let snap = self.current.load();
+        let r = &snap.room(room)?.room;
+        Ok(r.counters.revocations().filter(|_| r.revocable).map(|rv| {
+            let (upto, ids) = rv.unsent();
+            OutgoingRevocations {
+                upto,
+                ids,
+                cursor: rv.cursor(),
+            }
+        }))
+    }
+
+    /// What the store answered a sync that carried `sent` (from
+    /// [`Engine::cluster_revocations`]): the outbox up to `sent.upto` reached it, `received`
+    /// are other hosts' revocations (refused here from now on), and `cursor` is where the
+    /// host has now read its log up to.
+    pub fn cluster_revocations_synced(
+        &self,
+        room: &str,
+        sent: &OutgoingRevocations,
+        received: &[u64],
+        cursor: [u64; 2],
+        now: Millis,
+    ) -> Result<usize> {
+        let snap = self.current.load();
+        let r = &snap.room(room)?.room;
+        let Some(rv) = r.counters.revocations() else {
+            return Ok(0);
+        };
+        rv.mark_sent(sent.upto);
+        let now = now.min(MAX_NOW_MS);
+        let bucket = (now / r.bucket_ms).max(r.counters.tick_block().get(Cell::Bucket));
+        let added = rv.receive(received, bucket);
+        // Received first: a process that stops here reads the same entries again.
+        rv.set_cursor(cursor);
+        Ok(added)
+    }
+
+    fn revoke_in(&self, view: &RoomView, ticket: Option<&[u8]>, now: Millis) -> Revocation {
+        let room = &view.room;
+        let Some(revocations) = room.counters.revocations() else {
+            return Revocation::NotEnabled;
+        };
+        if !room.cfg.revocable() {
+            // Counters laid out for a configuration that allowed it; this one does not.
+            return Revocation::NotEnabled;
+        }
+        let snap = self.current.load();
+        let now_secs = (now / 1000).min(u64::from(u32::MAX)) as u32;
+        let Some(t) = ticket.and_then(|text| {
+            snap.keyring
+                .open_bytes(text, &room.id, now_secs, snap.skew_secs)
+                .ok()
+                .filter(|t| t.state == TicketState::Admitted)
+        }) else {
+            return Revocation::NoSession;
+        };
+        let bucket = (now / room.bucket_ms).max(room.counters.tick_block().get(Cell::Bucket));
+        match revocations.revoke(t.id, bucket, cluster::clustered(room)) {
+            Ok(Revoked::Now) => {
+                if t.incarnation == room.incarnation && t.counted != 0 {
+                    room.counters.buckets().count_out(u64::from(t.counted));
+                }
+                // Free the seat now rather than at the next tick, if nobody is ticking.
+                let _ = tick_room(room, now);
+                Revocation::Revoked
+            }
+            Ok(Revoked::Already) => Revocation::AlreadyRevoked,
+            Err(why) => Revocation::Refused(why),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revoke_command_values() {
+        for yes in [
+            &b"revoke"[..],
+            b" Revoke ",
+            b"REVOKE",
+            b"x, revoke",
+            b"revoke,x",
+        ] {
+            assert!(is_revoke_command(yes), "{yes:?}");
+        }
+        for no in [&b""[..], b"revoked", b"re voke", b"x"] {
+            assert!(!is_revoke_command(no), "{no:?}");
+        }
+    }
+}

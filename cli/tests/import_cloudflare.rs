@@ -119,6 +119,20 @@ fn a_full_room_and_its_events_convert_field_by_field() {
     assert!(r.cookie.secure);
     assert!(r.cookie.http_only);
     assert_eq!(r.cookie.same_site, "Lax");
+    // The room's host and path and its additional route are its routes; revoke is enabled.
+    let routes: Vec<(Option<&str>, Option<&str>)> = r
+        .routes
+        .iter()
+        .map(|r| (r.host.as_deref(), r.path.as_deref()))
+        .collect();
+    assert_eq!(
+        routes,
+        [
+            (Some("shop.example.com"), Some("/shop/checkout")),
+            (Some("shop2.example.com"), Some("/shop2/checkout"))
+        ]
+    );
+    assert!(r.revocable());
 
     assert_eq!(r.events.len(), 2);
     let e = &r.events[0];
@@ -167,13 +181,9 @@ fn a_full_room_and_its_events_convert_field_by_field() {
         .collect::<Vec<_>>()
         .join("\n");
     for needle in [
-        "`room.host` = \"shop.example.com\": routes are not configured here yet",
-        "`room.path` = \"/shop/checkout\": routes",
-        "`room.additional_routes[0]` = {\"host\":\"shop2.example.com\",\"path\":\"/shop2/checkout\"}",
         "`room.description` = \"Production - DO NOT MODIFY\"",
         "`room.turnstile_mode` = \"off\"",
         "`room.turnstile_action` = \"log\"",
-        "`room.enabled_origin_commands` = [\"revoke\"]",
         "`room.cookie_attributes.secure` = \"auto\"",
         "set `cookie.secure = true`",
         "`room.cookie_attributes.samesite` = \"auto\"",
@@ -181,8 +191,14 @@ fn a_full_room_and_its_events_convert_field_by_field() {
         "`room.cookie_suffix` = \"abcd\"",
         &format!("velvet-rope keygen >> {}", out.display()),
     ] {
-        assert!(report.contains(needle), "stderr lacks {needle:?}:\n{report}");
-        assert!(comments.contains(needle), "comments lack {needle:?}:\n{comments}");
+        assert!(
+            report.contains(needle),
+            "stderr lacks {needle:?}:\n{report}"
+        );
+        assert!(
+            comments.contains(needle),
+            "comments lack {needle:?}:\n{comments}"
+        );
     }
     // Bookkeeping fields are not settings and are not reported.
     for quiet in ["created_on", "modified_on", "next_event", "`events["] {
@@ -269,13 +285,21 @@ fn text_from_cloudflare_cannot_break_out_of_a_comment() {
     let dir = scratch("inject");
     let mut room = fixture("cloudflare_room.json")["result"].clone();
     room["description"] = json!("line one\n[[rooms]]\nname = \"evil\"\r\n\u{7f}");
-    room["host"] = json!("a.example\n[settings]\nshards = 999");
+    room["path"] = json!("/a\" }, ] [settings] shards = 999 x = [ { \"");
     room["custom_page_html"] = json!("<p>'''\"\"\"\n{{waitTime}}</p>\n");
     let path = write_json(&dir, "room.json", &room);
     let (text, _) = import(&[&path]);
     let cfg = Config::from_toml(&text).unwrap();
     assert_eq!(cfg.rooms.len(), 1);
     assert_eq!(cfg.settings.shards, 0);
+    assert_eq!(
+        cfg.rooms[0].routes[0].path.as_deref(),
+        Some("/a\" }, ] [settings] shards = 999 x = [ { \"")
+    );
+    // A host that is not a host name is refused, naming the route.
+    room["host"] = json!("a.example\n[settings]\nshards = 999");
+    let err = refused(&[&write_json(&dir, "host.json", &room)]);
+    assert!(err.contains("`rooms[0].routes[0].host`"), "{err}");
     assert_eq!(
         cfg.rooms[0].custom_page.as_deref(),
         Some("<p>'''\"\"\"\n{{waitTime}}</p>\n")

@@ -133,6 +133,26 @@ fn render_room(out: &mut Out, r: &RoomConfig) {
     if let Some(p) = &r.custom_page {
         out.string("custom_page", p);
     }
+    if !r.routes.is_empty() {
+        out.line("routes = [");
+        for route in &r.routes {
+            let mut parts = Vec::new();
+            if let Some(h) = &route.host {
+                parts.push(format!("host = {}", quoted(h)));
+            }
+            if let Some(p) = &route.path {
+                parts.push(format!("path = {}", quoted(p)));
+            }
+            out.line(&format!("    {{ {} }},", parts.join(", ")));
+        }
+        out.line("]");
+    }
+    if r.revocable() {
+        out.comment(
+            "The origin ends a visitor's session by answering `Velvet-Rope-Command: revoke`.",
+        );
+        out.line("enabled_origin_commands = [\"revoke\"]");
+    }
     let c = &r.cookie;
     out.line("");
     out.line("[rooms.cookie]");

@@ -2,7 +2,7 @@
 //! velvet-rope room.
 
 use serde_json::{Map, Value};
-use velvet_rope::config::CookieConfig;
+use velvet_rope::config::{CookieConfig, OriginCommand, RouteConfig};
 use velvet_rope::{QueueingMethod, RoomConfig};
 
 use super::fields::Fields;
@@ -137,6 +137,8 @@ pub fn map_room(obj: Map<String, Value>, report: &mut Report) -> Result<Imported
             "rooms have no description here: kept as a comment only",
         );
     }
+    room.routes = routes(&mut f)?;
+    room.enabled_origin_commands = origin_commands(&mut f, report)?;
     unsupported(&mut f, report);
     // Read-only bookkeeping of Cloudflare's, nothing to configure.
     for key in [
@@ -273,30 +275,70 @@ fn same_site(a: &mut Fields, report: &mut Report) -> Result<&'static str, String
     }
 }
 
+/// `host` and `path` (Cloudflare's default path is `/`), then `additional_routes`, as routes.
+fn routes(f: &mut Fields) -> Result<Vec<RouteConfig>, String> {
+    let text = |v: Option<&Value>, at: String| match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(format!("`{at}` is {other}, not a string")),
+    };
+    let mut routes = Vec::new();
+    let host = f.take("host");
+    let path = f.take("path");
+    let host = text(host.as_ref(), f.path("host"))?;
+    let path = text(path.as_ref(), f.path("path"))?;
+    if host.is_some() || path.is_some() {
+        routes.push(RouteConfig { host, path });
+    }
+    if let Some(more) = f.take("additional_routes") {
+        let at = f.path("additional_routes");
+        let list = match more {
+            Value::Null => Vec::new(),
+            Value::Array(list) => list,
+            other => return Err(format!("`{at}` is {other}, not a list")),
+        };
+        for (i, r) in list.iter().enumerate() {
+            let at = format!("{at}[{i}]");
+            let Some(r) = r.as_object() else {
+                return Err(format!("`{at}` is {r}, not an object"));
+            };
+            routes.push(RouteConfig {
+                host: text(r.get("host"), format!("{at}.host"))?,
+                path: text(r.get("path"), format!("{at}.path"))?,
+            });
+        }
+    }
+    Ok(routes)
+}
+
+/// `enabled_origin_commands`: `revoke` is carried over; anything else is noted.
+fn origin_commands(f: &mut Fields, report: &mut Report) -> Result<Vec<OriginCommand>, String> {
+    let Some(v) = f.take("enabled_origin_commands") else {
+        return Ok(Vec::new());
+    };
+    let at = f.path("enabled_origin_commands");
+    let list = match &v {
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(list) => list,
+        other => return Err(format!("`{at}` is {other}, not a list")),
+    };
+    let mut commands = Vec::new();
+    for c in list {
+        match c.as_str() {
+            Some("revoke") => commands.push(OriginCommand::Revoke),
+            _ => report.note(
+                at.clone(),
+                Some(c),
+                "not an origin command velvet-rope knows (only `revoke`): not imported",
+            ),
+        }
+    }
+    Ok(commands)
+}
+
 /// The room's settings that have no counterpart here.
 fn unsupported(f: &mut Fields, report: &mut Report) {
-    const ROUTES: &str = "routes are not configured here yet (they come in a later release): \
-                          not imported; the room decides the requests your integration hands it";
-    for key in ["host", "path"] {
-        if let Some(v) = f.take(key) {
-            report.note(f.path(key), Some(&v), ROUTES);
-        }
-    }
-    if let Some(routes) = f.take("additional_routes") {
-        match routes.as_array() {
-            Some(list) if list.is_empty() => {}
-            Some(list) => {
-                for (i, r) in list.iter().enumerate() {
-                    report.note(
-                        format!("{}[{i}]", f.path("additional_routes")),
-                        Some(r),
-                        ROUTES,
-                    );
-                }
-            }
-            None => report.note(f.path("additional_routes"), Some(&routes), ROUTES),
-        }
-    }
     let mode = f.take("turnstile_mode");
     let off = mode.as_ref().map_or(true, |m| m == "off");
     if let Some(m) = &mode {
@@ -314,16 +356,6 @@ fn unsupported(f: &mut Fields, report: &mut Report) {
             "no Turnstile bot check here: not imported"
         };
         report.note(f.path("turnstile_action"), Some(&a), action);
-    }
-    if let Some(c) = f.take("enabled_origin_commands") {
-        if c.as_array().map_or(true, |l| !l.is_empty()) {
-            report.note(
-                f.path("enabled_origin_commands"),
-                Some(&c),
-                "origin commands (the origin revoking a session by a response header) have no \
-                 counterpart here: not imported",
-            );
-        }
     }
 }
 

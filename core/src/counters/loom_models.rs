@@ -11,6 +11,7 @@ use loom::thread;
 use crate::admission::budget::{apply, claim_limit, Figures, Split};
 use crate::counters::buckets::{Buckets, Renewal};
 use crate::counters::queue_lanes::{Counted, QueueLanes};
+use crate::counters::revocations::{Revocations, Revoked, GENERATIONS, HEADER_WORDS};
 use crate::counters::slot_pool::SlotPool;
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
 
@@ -321,5 +322,36 @@ fn loom_queue_lanes_moves_are_exact() {
             2,
             "a refresh and its replay count once, plus the arrival"
         );
+    });
+}
+
+/// A revocation and a request with the revoked ticket: a request that sees the seat freed
+/// (the count out, after the revocation) also sees the ticket revoked, in every interleaving;
+/// and a ticket is never reported revoked before the revocation began.
+#[test]
+fn loom_revocations_are_seen_before_their_seat() {
+    loom::model(|| {
+        let (header, tables, outbox) = (words(HEADER_WORDS), words(GENERATIONS * 2), words(2));
+        let moved = signed(1);
+        let revoker = {
+            let (h, t, o, m) = (
+                header.clone(),
+                tables.clone(),
+                outbox.clone(),
+                moved.clone(),
+            );
+            thread::spawn(move || {
+                let r = Revocations::new(&h, &t, &o, 8, false);
+                assert_eq!(r.revoke(7, 10, false), Ok(Revoked::Now));
+                m[0].fetch_sub(1, Ordering::Release);
+            })
+        };
+        let r = Revocations::new(&header, &tables, &outbox, 8, false);
+        let freed = moved[0].load(Ordering::Acquire) == -1;
+        let refused = r.is_revoked(7, 10, 10);
+        assert!(!freed || refused, "a freed seat whose ticket still works");
+        assert!(!r.is_revoked(8, 10, 10));
+        revoker.join().unwrap();
+        assert!(r.is_revoked(7, 10, 10));
     });
 }

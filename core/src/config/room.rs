@@ -173,7 +173,8 @@ pub struct RoomConfig {
     /// How many revocations the room keeps at once: made within any `session_duration + 3`
     /// minutes (the longest a revoked ticket could still be presented). Revocations past it
     /// are refused (the session goes on until it ends by itself) and counted. 0 (default):
-    /// `total_active_users`, at least 1024. Fixed memory: 5 tables of two ids per 8 bytes.
+    /// `total_active_users`, at least 1024 (rounded up to a power of two). Fixed memory: six
+    /// words per revocation (five generation tables and the cluster outbox), 48 KiB per 1,024.
     #[serde(default)]
     pub max_revocations: u32,
 }

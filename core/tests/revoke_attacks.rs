@@ -287,3 +287,48 @@ fn an_outbox_mark_past_what_was_written_breaks_every_later_revocation() {
         "a revocation after an outbox mark past what was written panicked or was refused"
     );
 }
+
+/// Finding 6. Replies carry at most 4096 revocations (`REVOCATIONS_PER_SYNC`), but a report
+/// carries the whole unsent outbox (up to `max_revocations`, 2^20): after a store outage a
+/// host sends them all in one call, and `sync.lua` runs one `XADD` per id inside one script,
+/// blocking the (single-threaded) Redis for every room and host for as long.
+#[test]
+fn a_report_carries_the_whole_outbox_past_what_a_reply_may_carry() {
+    let e = Engine::from_text(
+        &toml(
+            6000,
+            true,
+            "",
+            "[cluster]\nredis_url = \"redis://127.0.0.1:1\"\nhost_id = \"t\"\n\
+             sync_interval_ms = 1000\nlease_ms = 5000\n",
+        ),
+        T0,
+    )
+    .unwrap();
+    let grant = ClusterGrant {
+        seq: 1,
+        until: T0 + 50_000,
+        total: 6000,
+        bucket: T0 / MIN,
+        minute: 100_000,
+        minute_next: 100_000,
+        frontier: T0 / MIN,
+        waiting_elsewhere: 0,
+        fallback_ppm: 200_000,
+    };
+    assert!(e.cluster_grant("r", &grant).unwrap());
+    e.tick(T0 + 10);
+    let t = fill(&e, 5000, T0 + 20);
+    for t in &t {
+        assert_eq!(
+            e.revoke("r", t.as_bytes(), T0 + 30).unwrap(),
+            Revocation::Revoked
+        );
+    }
+    let out = e.cluster_revocations("r").unwrap().unwrap();
+    assert!(
+        out.ids.len() <= 4096,
+        "one report would carry {} revocations (one XADD each in one script)",
+        out.ids.len()
+    );
+}

@@ -144,7 +144,12 @@ fn an_engine_without_origin_commands_on_the_same_region_admits_revoked_tickets()
 fn a_revoker_two_buckets_ahead_at_a_generation_boundary_is_missed() {
     // One-second buckets, five-bucket sessions: generations of 8 buckets. T0 / 1000 is a
     // multiple of 8, so T0 starts a generation.
-    let cfg = config(2, true, "session_duration = 5", "[settings]\nbucket_width_secs = 1");
+    let cfg = config(
+        2,
+        true,
+        "session_duration = 5",
+        "[settings]\nbucket_width_secs = 1",
+    );
     let start = T0 - 2000;
     let e = Engine::new(cfg, start).unwrap();
     let t = fill(&e, 2, start + 10);
@@ -207,7 +212,10 @@ fn a_revoked_visitor_gets_back_in_ahead_of_the_queue_with_its_old_queued_ticket(
     }
     // The seat frees; the revoked visitor replays its queued ticket first.
     let now = T0 + 20 * MIN + 10;
-    assert_eq!(e.revoke("r", w.as_bytes(), now).unwrap(), Revocation::Revoked);
+    assert_eq!(
+        e.revoke("r", w.as_bytes(), now).unwrap(),
+        Revocation::Revoked
+    );
     let d = e.admit_ticket("r", Some(&q), now + 1).unwrap();
     let waiting = e.admit_ticket("r", y.as_deref(), now + 2).unwrap();
     assert!(
@@ -281,7 +289,9 @@ fn an_outbox_mark_past_what_was_written_breaks_every_later_revocation() {
     };
     e.cluster_revocations_synced("r", &stale, &[], [0, 0], T0 + 30)
         .unwrap();
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.revoke("r", t[0].as_bytes(), T0 + 40).unwrap()));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        e.revoke("r", t[0].as_bytes(), T0 + 40).unwrap()
+    }));
     assert!(
         !matches!(r, Err(_) | Ok(Revocation::Refused(RevokeRefused::Unsent))),
         "a revocation after an outbox mark past what was written panicked or was refused"

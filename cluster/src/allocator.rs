@@ -152,6 +152,11 @@ pub fn relay_revocations(
             id: id.clone(),
         });
     }
+    // A log that ends before the cursor was made anew: read from its start.
+    let cursor = match state.revocations.last() {
+        Some(last) if last.at < cursor => [0, 0],
+        _ => cursor,
+    };
     let mut at = cursor;
     let mut ids = Vec::new();
     for e in state
@@ -408,6 +413,33 @@ mod tests {
             am1: at,
             ..Report::default()
         }
+    }
+
+    /// Revocations relay to every other host once; a log made anew behind a host's cursor
+    /// (lost, then written on a clock behind) is read from its start.
+    #[test]
+    fn revocations_relay_and_a_log_behind_the_cursor_is_read_again() {
+        let mut s = RoomState::default();
+        let send = |s: &mut RoomState, host: &str, rc: [u64; 2], ids: &[&str], now: u64| {
+            let r = Report {
+                rc: Some(rc),
+                rv: ids.iter().map(|i| i.to_string()).collect(),
+                ..Report::default()
+            };
+            relay_revocations(s, host, &r, &P, now)
+        };
+        let (rc_a, got) = send(&mut s, "a", [0, 0], &["01", "02"], 1000);
+        assert!(got.is_empty(), "its own come not back");
+        let (rc_b, got) = send(&mut s, "b", [0, 0], &[], 1001);
+        assert_eq!(got, ["01", "02"]);
+        assert_eq!(
+            send(&mut s, "b", rc_b.unwrap(), &[], 1002).1,
+            Vec::<String>::new()
+        );
+        // The store loses its log; a server whose clock is behind writes a new one.
+        s.revocations.clear();
+        send(&mut s, "a", rc_a.unwrap(), &["03"], 500);
+        assert_eq!(send(&mut s, "b", rc_b.unwrap(), &[], 501).1, ["03"]);
     }
 
     /// A room's state and its hosts' last grants, as hosts report them.

@@ -133,7 +133,7 @@ pub struct Reply {
 }
 
 /// The most revocations one reply carries (the rest come with the next syncs).
-pub const REVOCATIONS_PER_SYNC: usize = 4096;
+pub const REVOCATIONS_PER_SYNC: usize = velvet_rope::admission::REVOCATIONS_PER_SYNC;
 
 /// A ticket id as the store holds it.
 pub fn id_text(id: u64) -> String {

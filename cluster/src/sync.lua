@@ -265,7 +265,18 @@ if rev_cursor ~= nil and KEYS[2] ~= nil then
   end
   local from = '-'
   if rev_cursor[1] > 0 or rev_cursor[2] > 0 then
-    from = '(' .. string.format('%.0f-%.0f', rev_cursor[1], rev_cursor[2])
+    -- A log that ends before the cursor was made anew (lost, then written by a server whose
+    -- clock is behind): read it from its start.
+    local last = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)
+    local behind = true
+    if #last > 0 then
+      local ms, sq = string.match(last[1][1], '^(%d+)-(%d+)$')
+      ms, sq = tonumber(ms), tonumber(sq)
+      behind = ms < rev_cursor[1] or (ms == rev_cursor[1] and sq < rev_cursor[2])
+    end
+    if not behind then
+      from = '(' .. string.format('%.0f-%.0f', rev_cursor[1], rev_cursor[2])
+    end
   end
   local got = redis.call('XRANGE', log, from, '+', 'COUNT', 4096)
   rc_out = rev_cursor

@@ -24,8 +24,6 @@ pub const VR_REVOKE_REFUSED_FULL: u32 = 4;
 pub const VR_REVOKE_REFUSED_UNSENT: u32 = 5;
 /// Refused: another process held the revocation lock too long.
 pub const VR_REVOKE_REFUSED_BUSY: u32 = 6;
-/// Refused: a clock far ahead wrote this generation's table.
-pub const VR_REVOKE_REFUSED_CLOCK_BEHIND: u32 = 7;
 
 fn code(r: Revocation) -> u32 {
     match r {
@@ -36,7 +34,6 @@ fn code(r: Revocation) -> u32 {
         Revocation::Refused(RevokeRefused::Full) => VR_REVOKE_REFUSED_FULL,
         Revocation::Refused(RevokeRefused::Unsent) => VR_REVOKE_REFUSED_UNSENT,
         Revocation::Refused(RevokeRefused::Busy) => VR_REVOKE_REFUSED_BUSY,
-        Revocation::Refused(RevokeRefused::ClockBehind) => VR_REVOKE_REFUSED_CLOCK_BEHIND,
     }
 }
 

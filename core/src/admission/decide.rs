@@ -55,9 +55,15 @@ fn booking_bucket(room: &Room, request_bucket: u64) -> u64 {
 /// tests `room.revocable` inline: rooms without origin commands keep their code layout.
 #[inline(never)]
 fn revoked(room: &Room, t: &Ticket, bucket: u64) -> bool {
+    revoked_at(room, t.id, u64::from(t.counted), bucket)
+}
+
+/// Whether ticket `id`, counted (or last refreshed) in bucket `counted`, presented in
+/// `bucket`, was revoked.
+fn revoked_at(room: &Room, id: u64, counted: u64, bucket: u64) -> bool {
     room.counters
         .revocations()
-        .is_some_and(|r| r.is_revoked(t.id, u64::from(t.counted), bucket))
+        .is_some_and(|r| r.is_revoked(id, counted, bucket))
 }
 
 /// Books one claim to `bucket`, or (should its ring slot have been recycled meanwhile: a
@@ -172,7 +178,19 @@ impl Snapshot {
                     self.renew(view, t, at)
                 }
             }
-            Some(Ok(t)) => self.waiter(view, t, at),
+            Some(Ok(t)) => {
+                // A queued ticket keeps its id when its holder is admitted: one whose session
+                // the origin ended is refused here too (looked up as of its last refresh).
+                let room = &view.room;
+                let refreshed = u64::from(t.expires.saturating_sub(room.queued_secs(at.rules)))
+                    * 1000
+                    / room.bucket_ms;
+                if room.revocable && revoked_at(room, t.id, refreshed.max(1), at.bucket) {
+                    self.refused(view, TicketError::Revoked, at)
+                } else {
+                    self.waiter(view, t, at)
+                }
+            }
             Some(Err(e)) => self.refused(view, e, at),
         }
     }

@@ -25,4 +25,5 @@ pub use engine::Engine;
 pub use front_door::{RoomLabel, Routed};
 pub use revoke::{
     is_revoke_command, OutgoingRevocations, Revocation, RevokeRefused, COMMAND_HEADER,
+    REVOCATIONS_PER_SYNC,
 };

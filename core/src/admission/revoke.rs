@@ -22,6 +22,7 @@
 //! revocations, as they forget counts: their tickets are counted afresh, and refused no more.
 
 use crate::admission::cluster;
+use crate::admission::room::Room;
 use crate::admission::snapshot::RoomView;
 use crate::admission::tick::tick_room;
 use crate::admission::Engine;
@@ -31,6 +32,19 @@ use crate::counters::revocations::Revoked;
 use crate::counters::tick_block::Cell;
 use crate::error::Result;
 use crate::ticket::TicketState;
+
+/// The most revocations one sync sends the cluster's store (the rest go with the next ones;
+/// the store answers at most as many).
+pub const REVOCATIONS_PER_SYNC: usize = 4096;
+
+/// The bucket revocations are filed under: the first of the session window of the bucket the
+/// room has opened (the room's clock, not the caller's: see `counters::revocations`).
+fn filing_bucket(room: &Room) -> u64 {
+    room.counters
+        .tick_block()
+        .get(Cell::Bucket)
+        .saturating_sub(u64::from(room.longest_session))
+}
 
 /// Revocations a host sends the cluster's store (see [`Engine::cluster_revocations`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -73,7 +87,6 @@ impl Revocation {
                 RevokeRefused::Full => "refused_full",
                 RevokeRefused::Unsent => "refused_unsent",
                 RevokeRefused::Busy => "refused_busy",
-                RevokeRefused::ClockBehind => "refused_clock_behind",
             },
         }
     }
@@ -143,7 +156,7 @@ impl Engine {
         let snap = self.current.load();
         let r = &snap.room(room)?.room;
         Ok(r.counters.revocations().filter(|_| r.revocable).map(|rv| {
-            let (upto, ids) = rv.unsent();
+            let (upto, ids) = rv.unsent(REVOCATIONS_PER_SYNC);
             OutgoingRevocations {
                 upto,
                 ids,
@@ -155,7 +168,8 @@ impl Engine {
     /// What the store answered a sync that carried `sent` (from
     /// [`Engine::cluster_revocations`]): the outbox up to `sent.upto` reached it, `received`
     /// are other hosts' revocations (refused here from now on), and `cursor` is where the
-    /// host has now read its log up to.
+    /// host has now read its log up to (kept as it was if the received ones could not be
+    /// recorded: they are read again). How many were new here.
     pub fn cluster_revocations_synced(
         &self,
         room: &str,
@@ -170,10 +184,11 @@ impl Engine {
             return Ok(0);
         };
         rv.mark_sent(sent.upto);
-        let now = now.min(MAX_NOW_MS);
-        let bucket = (now / r.bucket_ms).max(r.counters.tick_block().get(Cell::Bucket));
-        let added = rv.receive(received, bucket);
+        let _ = now;
         // Received first: a process that stops here reads the same entries again.
+        let Some(added) = rv.receive(received, filing_bucket(r)) else {
+            return Ok(0);
+        };
         rv.set_cursor(cursor);
         Ok(added)
     }
@@ -184,7 +199,8 @@ impl Engine {
             return Revocation::NotEnabled;
         };
         if !room.cfg.revocable() {
-            // Counters laid out for a configuration that allowed it; this one does not.
+            // Counters laid out for a configuration that allowed it; this one does not (they
+            // still refuse what was revoked).
             return Revocation::NotEnabled;
         }
         let snap = self.current.load();
@@ -197,8 +213,7 @@ impl Engine {
         }) else {
             return Revocation::NoSession;
         };
-        let bucket = (now / room.bucket_ms).max(room.counters.tick_block().get(Cell::Bucket));
-        match revocations.revoke(t.id, bucket, cluster::clustered(room)) {
+        match revocations.revoke(t.id, filing_bucket(room), cluster::clustered(room)) {
             Ok(Revoked::Now) => {
                 if t.incarnation == room.incarnation && t.counted != 0 {
                     room.counters.buckets().count_out(u64::from(t.counted));

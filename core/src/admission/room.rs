@@ -51,7 +51,9 @@ pub(crate) struct Room {
     pub(crate) pages: Arc<RoomPages>,
     /// Its `[[rooms.rules]]`, compiled, with the requests each matched in this process.
     pub(crate) rules: RuleSet,
-    /// The origin may revoke sessions and the counters keep revocations.
+    /// The counters keep revocations: tickets are looked up in them, whether or not this
+    /// configuration lets the origin revoke (a reload that dropped the command, another
+    /// process's older configuration: what was revoked stays refused).
     pub(crate) revocable: bool,
     /// Requests a dry run or a `count_only` rule passed that the room would have queued
     /// (`[0]`) or rejected (`[1]`), in this process.
@@ -137,7 +139,7 @@ impl Room {
             // decide every request (no rule lets anything pass).
             rules: RuleSet::compile(&cfg.rules, config.settings.path_case, "").unwrap_or_default(),
             would_have: [AtomicU64::new(0), AtomicU64::new(0)],
-            revocable: cfg.revocable() && layout.revocation_words > 0,
+            revocable: layout.revocation_words > 0,
             counters,
         }
     }

@@ -6,14 +6,21 @@
 //! `span` buckets (the room's bucket ring: its longest session plus three), in a ring of five
 //! tables, each tagged with its generation plus one:
 //!
-//! - a revocation made in bucket `r` goes into the table of `r`'s generation;
-//! - a ticket counted in bucket `c`, presented in bucket `b`, can only have been revoked in a
-//!   bucket from `min(b, c) - span` (a renewal that read "not revoked" and stalled for up to a
-//!   generation before it issued its ticket) to `max(b, c) + 1` (a revoker whose clock runs a
-//!   bucket ahead): two generations, three at a boundary, all looked up;
-//! - a valid ticket is counted at most `span` buckets back, so the tables alive at any time
-//!   are those of the current generation, the two before it and the next one: the fifth is
-//!   free, and is cleared and tagged by the first revocation of a new generation.
+//! - a revocation is *filed* under the bucket that starts the session window of the bucket the
+//!   room has opened (`opened - longest_session`, see `admission::revoke`): the room's clock,
+//!   not the revoker's, so a revoker whose clock runs ahead or behind files where everyone
+//!   looks. Every ticket of the id that can still be presented was counted in a bucket `c`
+//!   from that bucket minus one (older ones have ended) to `opened + 3` (tickets are booked at
+//!   most a bucket past the opened one; a renewal that read "not revoked" and stalled over a
+//!   tick or two before it issued its ticket): the filing bucket lies in `c - span ..= c + 1`;
+//! - a ticket counted in `c` (a queued ticket: the bucket it was last refreshed in; a ticket
+//!   admitted uncounted: the bucket it is presented in), presented in bucket `b`, is looked up
+//!   in the generations of `min(b, c) - span ..= max(b, c) + 1`, which hold that range: two
+//!   generations, three at a boundary;
+//! - the tables alive at any time are those of the generation filed into now, the two before
+//!   it and the next one: the fifth is free, and is cleared and tagged by the first revocation
+//!   of a new generation. A table tagged for another generation than the one filed into is
+//!   cleared (a clock that jumped ahead tagged it, and the room was re-opened since).
 //!
 //! A table holds at most `words` revocations (two fingerprints per word: at most half full),
 //! so a false "revoked" needs another id with the same fingerprint among the few entries
@@ -83,11 +90,8 @@ pub enum RevokeRefused {
     /// Revocations not yet sent to the cluster's store fill the outbox (the store has been
     /// out of reach for a while).
     Unsent,
-    /// Another process held the revocation lock too long.
+    /// Another process held the revocation lock too long (or took it over from this one).
     Busy,
-    /// The table of this generation holds a later generation's revocations (a clock far
-    /// ahead wrote them).
-    ClockBehind,
 }
 
 impl RevokeRefused {
@@ -97,7 +101,6 @@ impl RevokeRefused {
             RevokeRefused::Full => "full",
             RevokeRefused::Unsent => "unsent",
             RevokeRefused::Busy => "busy",
-            RevokeRefused::ClockBehind => "clock_behind",
         }
     }
 }
@@ -171,10 +174,12 @@ impl<'a> Revocations<'a> {
         (self.tag(i).load(Ordering::Acquire) == g + 1).then(|| self.table(i))
     }
 
-    /// Whether ticket `id`, counted in bucket `counted`, presented in bucket `bucket`, is
-    /// revoked. No lock, no write; a table without entries is not probed.
+    /// Whether ticket `id`, counted in bucket `counted` (0: not counted, looked up as of
+    /// `bucket`), presented in bucket `bucket`, is revoked. No lock, no write; a table without
+    /// entries is not probed.
     #[inline]
     pub(crate) fn is_revoked(&self, id: u64, counted: u64, bucket: u64) -> bool {
+        let counted = if counted == 0 { bucket } else { counted };
         let lo = counted.min(bucket).saturating_sub(self.span) / self.span;
         let hi = (counted.max(bucket) + 1) / self.span;
         let (start, fp) = fingerprint(id, self.words);
@@ -211,30 +216,34 @@ impl<'a> Revocations<'a> {
         }
     }
 
-    /// The table of generation `g`, cleared and tagged for it if it held an older one.
-    /// Under the lock.
-    fn prepare(&self, g: u64) -> Result<usize, RevokeRefused> {
+    /// The table of generation `g`, cleared and tagged for it if it held another one (an
+    /// older one, or a later one a clock that jumped ahead tagged). Under the lock, `held`.
+    fn prepare(&self, g: u64, held: &Held<'_>) -> Result<usize, RevokeRefused> {
         let i = (g % GENERATIONS as u64) as usize;
         let tag = self.tag(i).load(Ordering::Acquire);
         if tag == g + 1 {
             return Ok(i);
         }
-        if tag > g + 1 {
-            return Err(RevokeRefused::ClockBehind);
+        // Nobody looks this table up any more (see the module documentation): it is cleared
+        // under readers that would only find it untagged. A holder that was stopped and
+        // taken over must not clear what its successor wrote.
+        if !held.still_held() {
+            return Err(RevokeRefused::Busy);
         }
-        // An older generation's table: nobody looks it up any more (see the module
-        // documentation), so it is cleared under readers that would only find it untagged.
         self.tag(i).store(0, Ordering::Release);
         self.count(i).store(0, Ordering::Release);
         for w in self.table(i) {
             w.store(0, Ordering::Relaxed);
         }
+        if !held.still_held() {
+            return Err(RevokeRefused::Busy);
+        }
         self.tag(i).store(g + 1, Ordering::Release);
         Ok(i)
     }
 
-    /// Revokes `id` in bucket `bucket` (the later of the caller's and the room's open one).
-    /// With `outbox`, the revocation is also queued for the cluster's store.
+    /// Revokes `id`, filed under bucket `bucket` (see the module documentation). With
+    /// `outbox`, the revocation is also queued for the cluster's store.
     pub(crate) fn revoke(
         &self,
         id: u64,
@@ -245,13 +254,13 @@ impl<'a> Revocations<'a> {
             self.cell(H::Refused).fetch_add(1, Ordering::Relaxed);
             Err(why)
         };
-        let Some(_held) = self.lock() else {
+        let Some(held) = self.lock() else {
             return refused(RevokeRefused::Busy);
         };
         if self.kept(id, bucket) {
             return Ok(Revoked::Already);
         }
-        let i = match self.prepare(bucket / self.span) {
+        let i = match self.prepare(bucket / self.span, &held) {
             Ok(i) => i,
             Err(why) => return refused(why),
         };
@@ -259,8 +268,13 @@ impl<'a> Revocations<'a> {
             return refused(RevokeRefused::Full);
         }
         let written = self.cell(H::Written).load(Ordering::Acquire);
-        if outbox && written - self.cell(H::Sent).load(Ordering::Acquire) >= self.words as u64 {
+        let sent = self.cell(H::Sent).load(Ordering::Acquire);
+        if outbox && written.saturating_sub(sent) >= self.words as u64 {
             return refused(RevokeRefused::Unsent);
+        }
+        // A holder stopped since it checked the tables (and taken over) might revoke twice.
+        if !held.still_held() {
+            return refused(RevokeRefused::Busy);
         }
         let (start, fp) = fingerprint(id, self.words);
         if !insert_if_absent(self.table(i), start, fp) {
@@ -275,23 +289,16 @@ impl<'a> Revocations<'a> {
         Ok(Revoked::Now)
     }
 
-    /// Adds revocations another host made (from the cluster's store) in bucket `bucket`: no
-    /// seat to free here, nothing to send on. Ids already kept are skipped; those that do not
-    /// fit are dropped and counted as refused. How many were added.
-    pub(crate) fn receive(&self, ids: &[u64], bucket: u64) -> usize {
+    /// Adds revocations another host made (from the cluster's store), filed under bucket
+    /// `bucket`: no seat to free here, nothing to send on. Ids already kept are skipped; those
+    /// that do not fit are dropped and counted as refused. How many were added, or `None`
+    /// when the lock could not be had (nothing added: the caller reads them again).
+    pub(crate) fn receive(&self, ids: &[u64], bucket: u64) -> Option<usize> {
         if ids.is_empty() {
-            return 0;
+            return Some(0);
         }
-        let Some(_held) = self.lock() else {
-            self.cell(H::Refused)
-                .fetch_add(ids.len() as u64, Ordering::Relaxed);
-            return 0;
-        };
-        let Ok(i) = self.prepare(bucket / self.span) else {
-            self.cell(H::Refused)
-                .fetch_add(ids.len() as u64, Ordering::Relaxed);
-            return 0;
-        };
+        let held = self.lock()?;
+        let i = self.prepare(bucket / self.span, &held).ok()?;
         let mut added = 0;
         for &id in ids {
             if self.kept(id, bucket) {
@@ -309,23 +316,27 @@ impl<'a> Revocations<'a> {
         }
         self.cell(H::Received)
             .fetch_add(added as u64, Ordering::Relaxed);
-        added
+        Some(added)
     }
 
-    /// Revocations made here and not yet sent to the store: the outbox position after them
-    /// and their ids (oldest first).
-    pub(crate) fn unsent(&self) -> (u64, Vec<u64>) {
+    /// Revocations made here and not yet sent to the store, at most `limit` (the oldest):
+    /// the outbox position after them and their ids, oldest first.
+    pub(crate) fn unsent(&self, limit: usize) -> (u64, Vec<u64>) {
         let written = self.cell(H::Written).load(Ordering::Acquire);
-        let sent = self.cell(H::Sent).load(Ordering::Acquire);
-        let ids = (sent..written)
+        let sent = self.cell(H::Sent).load(Ordering::Acquire).min(written);
+        let upto = written.min(sent.saturating_add(limit as u64));
+        let ids = (sent..upto)
             .map(|n| self.outbox[(n % self.words as u64) as usize].load(Ordering::Relaxed))
             .collect();
-        (written, ids)
+        (upto, ids)
     }
 
-    /// Records that the outbox up to position `upto` reached the store.
+    /// Records that the outbox up to position `upto` reached the store (never past what was
+    /// written: a stale position changes nothing it should not).
     pub(crate) fn mark_sent(&self, upto: u64) {
-        self.cell(H::Sent).fetch_max(upto, Ordering::AcqRel);
+        let written = self.cell(H::Written).load(Ordering::Acquire);
+        self.cell(H::Sent)
+            .fetch_max(upto.min(written), Ordering::AcqRel);
     }
 
     /// Where this host has read the store's log of revocations up to.
@@ -426,8 +437,9 @@ mod tests {
         assert_eq!(r.revoke(300, 10, false), Ok(Revoked::Now));
         assert!(!r.is_revoked(100, 0, 0), "generation 0 is gone");
         assert!(r.is_revoked(300, 10, 10));
-        // A revocation for a generation older than its table's tag is refused.
-        assert_eq!(r.revoke(400, 0, false), Err(RevokeRefused::ClockBehind));
+        // A table tagged for a later generation (a clock that jumped ahead) is taken back.
+        assert_eq!(r.revoke(400, 0, false), Ok(Revoked::Now));
+        assert!(r.is_revoked(400, 1, 1));
     }
 
     #[test]
@@ -436,14 +448,19 @@ mod tests {
         let r = b.view(100);
         assert_eq!(r.revoke(1, 0, true), Ok(Revoked::Now));
         assert_eq!(r.revoke(2, 0, true), Ok(Revoked::Now));
-        assert_eq!(r.unsent(), (2, vec![1, 2]));
+        assert_eq!(r.unsent(10), (2, vec![1, 2]));
+        assert_eq!(r.unsent(1), (1, vec![1]));
         // A third would overwrite an unsent one; a receive does not go to the outbox.
         assert_eq!(r.revoke(3, 100, true), Err(RevokeRefused::Unsent));
-        r.mark_sent(2);
-        assert_eq!(r.unsent(), (2, vec![]));
+        r.mark_sent(7);
+        assert_eq!(
+            r.unsent(10),
+            (2, vec![]),
+            "never marked past what was written"
+        );
         assert_eq!(r.revoke(3, 100, true), Ok(Revoked::Now));
-        assert_eq!(r.unsent(), (3, vec![3]));
-        assert_eq!(r.receive(&[3, 9], 100), 1);
+        assert_eq!(r.unsent(10), (3, vec![3]));
+        assert_eq!(r.receive(&[3, 9], 100), Some(1));
         assert!(r.is_revoked(9, 100, 100));
         assert_eq!(r.counts(100).received, 1);
     }

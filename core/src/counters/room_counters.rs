@@ -20,7 +20,10 @@ use crate::error::{Error, Result};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"vrROOM\x00\x03");
+/// Version 5: with a revocation block (a binary of version 4 would not look revocations up,
+/// so it refuses such a region); 4 without one (regions of either version attach here).
 const LAYOUT_VERSION: u64 = 4;
+const LAYOUT_VERSION_REVOCATIONS: u64 = 5;
 
 /// Header words: magic, version, 8 layout words, incarnation, ready (written last), and the
 /// layout's ninth word (revocations; zero in regions laid out before it existed, which is the
@@ -129,7 +132,8 @@ impl RoomCounters {
                     needed
                 }
                 Err(_) => {
-                    if header[1].load(Ordering::Acquire) != LAYOUT_VERSION {
+                    let version = header[1].load(Ordering::Acquire);
+                    if version != LAYOUT_VERSION && version != LAYOUT_VERSION_REVOCATIONS {
                         return Err(Error::Region(
                             "room region of another layout version".into(),
                         ));
@@ -139,6 +143,11 @@ impl RoomCounters {
                         *w = cell.load(Ordering::Acquire);
                     }
                     words[8] = header[H_LAYOUT_9].load(Ordering::Acquire);
+                    if (version == LAYOUT_VERSION_REVOCATIONS) != (words[8] > 0) {
+                        return Err(Error::Region(
+                            "room header's version disagrees with its layout".into(),
+                        ));
+                    }
                     let have = RoomLayout::from_words(words)
                         .ok_or_else(|| Error::Region("room header holds no sane layout".into()))?;
                     have.serves(&needed, settings).map_err(Error::Region)?;
@@ -270,7 +279,12 @@ fn init_header(region: &Region, layout: RoomLayout) -> u32 {
 }
 
 fn write_header(header: &[AtomicU64], layout: RoomLayout, incarnation: u32) {
-    header[1].store(LAYOUT_VERSION, Ordering::Release);
+    let version = if layout.revocation_words > 0 {
+        LAYOUT_VERSION_REVOCATIONS
+    } else {
+        LAYOUT_VERSION
+    };
+    header[1].store(version, Ordering::Release);
     let words = layout.to_words();
     for (cell, w) in header[H_LAYOUT..H_LAYOUT + 8].iter().zip(words) {
         cell.store(w, Ordering::Release);

@@ -59,9 +59,6 @@
 // Refused: another process held the revocation lock too long.
 #define VR_REVOKE_REFUSED_BUSY 6
 
-// Refused: a clock far ahead wrote this generation's table.
-#define VR_REVOKE_REFUSED_CLOCK_BEHIND 7
-
 // Result of every fallible function. Numbers are stable; retired codes stay reserved.
 enum vr_result
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L

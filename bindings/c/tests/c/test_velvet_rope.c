@@ -194,6 +194,144 @@ static void test_holder_decision(void) {
     vr_engine_free(e);
 }
 
+/* Origin commands: `Velvet-Rope-Command: revoke` from the origin ends a visitor's session
+ * (vr_engine_revoke_request), the response clears its cookie (vr_engine_clear_cookie), and
+ * vr_is_revoke_command reads the header's value. A revocation frees exactly one seat. */
+static void test_origin_commands(void) {
+    static const char *config =
+        "[[rooms]]\nname = \"gate\"\ntotal_active_users = 3\nnew_users_per_minute = 1000\n"
+        "enabled_origin_commands = [\"revoke\"]\n[rooms.cookie]\nsecure = false\n"
+        "[[rooms]]\nname = \"plain\"\ntotal_active_users = 3\nnew_users_per_minute = 1000\n"
+        "[rooms.cookie]\nsecure = false\n";
+    vr_engine *e = new_engine(config);
+    vr_decision d;
+    vr_room_stats st;
+    uint32_t outcome = 99;
+    char cookies[3][600];
+    for (int i = 0; i < 3; i++) {
+        CHECK(vr_engine_admit(e, "gate", 4, NULL, 0, T0, &d) == VR_OK && d.outcome == VR_OUTCOME_ADMIT);
+        cookie_of(&d, cookies[i], sizeof cookies[i]);
+    }
+    CHECK(vr_engine_tick(e, T0 + 1) == VR_OK);
+    CHECK(vr_engine_stats(e, "gate", 4, &st) == VR_OK && st.active_users == 3 && st.free_slots == 0);
+
+    /* The first visitor's session ends, through its Cookie header (among other cookies). */
+    char header[700];
+    snprintf(header, sizeof header, "theme=dark; %s; lang=de", cookies[0]);
+    CHECK(vr_engine_revoke_request(e, "gate", 4, header, strlen(header), NULL, 0, NULL, 0,
+                                   T0 + 1, &outcome) == VR_OK && outcome == VR_REVOKED);
+    outcome = 99;
+    CHECK(vr_engine_revoke_request(e, "gate", 4, header, strlen(header), NULL, 0, NULL, 0,
+                                   T0 + 2, &outcome) == VR_OK && outcome == VR_ALREADY_REVOKED);
+    /* Exactly one seat: one new visitor is admitted, the next one waits. */
+    CHECK(vr_engine_admit(e, "gate", 4, NULL, 0, T0 + 3, &d) == VR_OK && d.outcome == VR_OUTCOME_ADMIT);
+    CHECK(vr_engine_admit(e, "gate", 4, NULL, 0, T0 + 3, &d) == VR_OK && d.outcome == VR_OUTCOME_QUEUE);
+    char waiter[600];
+    cookie_of(&d, waiter, sizeof waiter);
+    /* The revoked ticket is refused (6: revoked): its holder arrives anew, and waits. */
+    CHECK(vr_engine_admit(e, "gate", 4, cookies[0], strlen(cookies[0]), T0 + 4, &d) == VR_OK);
+    CHECK(d.ticket_error == 6 && d.outcome == VR_OUTCOME_QUEUE);
+    bool decided = true;
+    CHECK(vr_engine_admit_holder(e, "gate", 4, cookies[0], strlen(cookies[0]), T0 + 4,
+                                 &decided, &d) == VR_OK && !decided);
+    /* The others still pass. */
+    CHECK(vr_engine_admit(e, "gate", 4, cookies[1], strlen(cookies[1]), T0 + 5, &d) == VR_OK);
+    CHECK(d.outcome == VR_OUTCOME_ADMIT && d.ticket_error == -1);
+    CHECK(vr_engine_tick(e, T0 + 1000) == VR_OK);
+    CHECK(vr_engine_stats(e, "gate", 4, &st) == VR_OK && st.active_users == 3);
+
+    /* The ticket a decision issued (`issued`, the cookie's value) comes first. */
+    const char *value = strchr(cookies[1], '=') + 1;
+    CHECK(vr_engine_revoke_request(e, "gate", 4, "x=1", 3, NULL, 0, value, strlen(value),
+                                   T0 + 1001, &outcome) == VR_OK && outcome == VR_REVOKED);
+    /* Its seat goes to the first visitor waiting; a new one waits. */
+    CHECK(vr_engine_admit(e, "gate", 4, NULL, 0, T0 + 1002, &d) == VR_OK && d.outcome == VR_OUTCOME_QUEUE);
+    CHECK(vr_engine_admit(e, "gate", 4, waiter, strlen(waiter), T0 + 1002, &d) == VR_OK);
+    CHECK(d.outcome == VR_OUTCOME_ADMIT && d.ticket_error == -1);
+    CHECK(vr_engine_admit(e, "gate", 4, cookies[1], strlen(cookies[1]), T0 + 1003, &d) == VR_OK);
+    CHECK(d.ticket_error == 6 && d.outcome == VR_OUTCOME_QUEUE);
+    /* A ticket header counts only in a room that takes header tickets (this one does not). */
+    value = strchr(cookies[2], '=') + 1;
+    CHECK(vr_engine_revoke_request(e, "gate", 4, NULL, 0, value, strlen(value), NULL, 0,
+                                   T0 + 1003, &outcome) == VR_OK && outcome == VR_NO_SESSION);
+    /* No ticket, an empty one, a forged one, a waiter's: no session; nothing changed. */
+    CHECK(vr_engine_revoke_request(e, "gate", 4, NULL, 0, NULL, 0, NULL, 0, T0 + 1003, &outcome)
+          == VR_OK && outcome == VR_NO_SESSION);
+    CHECK(vr_engine_revoke_request(e, "gate", 4, "", 0, "", 0, "", 0, T0 + 1003, &outcome)
+          == VR_OK && outcome == VR_NO_SESSION);
+    CHECK(vr_engine_revoke_request(e, "gate", 4, "__vr_gate=AAAA", 14, NULL, 0, NULL, 0,
+                                   T0 + 1003, &outcome) == VR_OK && outcome == VR_NO_SESSION);
+    cookie_of(&d, header, sizeof header);
+    CHECK(vr_engine_revoke_request(e, "gate", 4, header, strlen(header), NULL, 0, NULL, 0,
+                                   T0 + 1003, &outcome) == VR_OK && outcome == VR_NO_SESSION);
+    CHECK(vr_engine_admit(e, "gate", 4, cookies[2], strlen(cookies[2]), T0 + 1004, &d) == VR_OK);
+    CHECK(d.outcome == VR_OUTCOME_ADMIT && d.ticket_error == -1);
+
+    /* A room without enabled_origin_commands refuses the command; the session goes on. */
+    CHECK(vr_engine_admit(e, "plain", 5, NULL, 0, T0, &d) == VR_OK && d.outcome == VR_OUTCOME_ADMIT);
+    cookie_of(&d, header, sizeof header);
+    CHECK(vr_engine_revoke_request(e, "plain", 5, header, strlen(header), NULL, 0, NULL, 0,
+                                   T0 + 1, &outcome) == VR_OK && outcome == VR_REVOKE_NOT_ENABLED);
+    CHECK(vr_engine_admit(e, "plain", 5, header, strlen(header), T0 + 2, &d) == VR_OK);
+    CHECK(d.outcome == VR_OUTCOME_ADMIT && d.ticket_error == -1);
+
+    /* Bad arguments are errors, and leave the outcome alone. */
+    outcome = 99;
+    CHECK(vr_engine_revoke_request(NULL, "gate", 4, NULL, 0, NULL, 0, NULL, 0, T0, &outcome)
+          == VR_NULL_PARAMETER);
+    CHECK(vr_engine_revoke_request(e, NULL, 4, NULL, 0, NULL, 0, NULL, 0, T0, &outcome)
+          == VR_NULL_PARAMETER);
+    CHECK(vr_engine_revoke_request(e, "gate", 4, NULL, 0, NULL, 0, NULL, 0, T0, NULL)
+          == VR_NULL_PARAMETER);
+    CHECK(vr_engine_revoke_request(e, "gate", 4, NULL, 3, NULL, 0, NULL, 0, T0, &outcome)
+          == VR_NULL_PARAMETER);
+    CHECK(vr_engine_revoke_request(e, "gate", 4, NULL, 0, NULL, 3, NULL, 0, T0, &outcome)
+          == VR_NULL_PARAMETER);
+    CHECK(vr_engine_revoke_request(e, "gate", 4, NULL, 0, NULL, 0, NULL, 3, T0, &outcome)
+          == VR_NULL_PARAMETER);
+    CHECK(vr_engine_revoke_request(e, "nope", 4, NULL, 0, NULL, 0, NULL, 0, T0, &outcome)
+          == VR_UNKNOWN_ROOM);
+    CHECK(vr_engine_revoke_request(e, "gate", 0, NULL, 0, NULL, 0, NULL, 0, T0, &outcome)
+          == VR_UNKNOWN_ROOM);
+    CHECK(vr_engine_revoke_request(e, "gate", 4, NULL, 0, NULL, 0, NULL, 0, UINT64_MAX, &outcome)
+          == VR_INVALID_ARGUMENT);
+    CHECK(outcome == 99);
+
+    /* The header's value: `revoke` in any case, among comma-separated commands. */
+    CHECK(vr_is_revoke_command("revoke", 6) == 1);
+    CHECK(vr_is_revoke_command(" ReVoKe ", 8) == 1);
+    CHECK(vr_is_revoke_command("other, REVOKE", 13) == 1);
+    CHECK(vr_is_revoke_command("revoked", 6) == 1); /* the length bounds the value */
+    CHECK(vr_is_revoke_command("revoked", 7) == 0);
+    CHECK(vr_is_revoke_command("other", 5) == 0);
+    CHECK(vr_is_revoke_command("revoke", 0) == 0);
+    CHECK(vr_is_revoke_command(NULL, 0) == 0);
+    CHECK(vr_is_revoke_command(NULL, 6) == 0);
+
+    /* The Set-Cookie value clearing the room's cookie, NUL-terminated. */
+    size_t need = 0, written = 0;
+    CHECK(vr_engine_clear_cookie(e, "gate", 4, NULL, 0, &need) == VR_BUFFER_TOO_SMALL && need > 20);
+    char small[8];
+    CHECK(vr_engine_clear_cookie(e, "gate", 4, small, sizeof small, &written) == VR_BUFFER_TOO_SMALL);
+    CHECK(written == need);
+    char clear[256];
+    CHECK(need <= sizeof clear);
+    CHECK(vr_engine_clear_cookie(e, "gate", 4, clear, need - 1, &written) == VR_BUFFER_TOO_SMALL);
+    CHECK(written == need);
+    memset(clear, 'x', sizeof clear);
+    CHECK(vr_engine_clear_cookie(e, "gate", 4, clear, need, &written) == VR_OK);
+    CHECK(written == need - 1 && strlen(clear) == written);
+    CHECK(strncmp(clear, "__vr_gate=; Max-Age=0", 21) == 0 && strstr(clear, "Path=/") != NULL);
+    CHECK(strstr(clear, "Secure") == NULL); /* the room's cookie attributes */
+    CHECK(vr_engine_clear_cookie(e, "plain", 5, clear, sizeof clear, &written) == VR_OK);
+    CHECK(strncmp(clear, "__vr_plain=; Max-Age=0", 22) == 0);
+    CHECK(vr_engine_clear_cookie(NULL, "gate", 4, clear, sizeof clear, &written) == VR_NULL_PARAMETER);
+    CHECK(vr_engine_clear_cookie(e, NULL, 4, clear, sizeof clear, &written) == VR_NULL_PARAMETER);
+    CHECK(vr_engine_clear_cookie(e, "gate", 4, clear, sizeof clear, NULL) == VR_NULL_PARAMETER);
+    CHECK(vr_engine_clear_cookie(e, "nope", 4, clear, sizeof clear, &written) == VR_UNKNOWN_ROOM);
+    vr_engine_free(e);
+}
+
 static void test_from_file(void) {
     char path[] = "/tmp/velvet-rope-c-test-XXXXXX";
     int fd = mkstemp(path);
@@ -683,6 +821,7 @@ int main(void) {
     test_errors();
     test_admission_flow();
     test_holder_decision();
+    test_origin_commands();
     test_from_file();
     test_page_languages();
     test_shared_region();

@@ -52,6 +52,13 @@
  *     ngx_http_velvet_rope_decide_subrequest).
  *   - The waiting room does not see requests answered in the rewrite phase (e.g. by
  *     `return`): put it in front of content (static files, proxy_pass, ...).
+ *   - Origin commands: a response header `Velvet-Rope-Command` (from a proxied origin, or
+ *     `add_header`) never reaches the client: the header filter takes it off every
+ *     response. `revoke` ends the visitor's session in the rooms the client request was
+ *     admitted to (and in its location's room) that accept it (`enabled_origin_commands`):
+ *     its ticket is refused from then on by every worker, its seat freed at once, and the
+ *     response clears the room's cookie instead of sending the module's own ticket. A
+ *     subrequest's command is taken off and not followed: its headers are not the client's.
  */
 
 #include <ngx_config.h>
@@ -90,6 +97,12 @@ typedef struct {
      * binary) reads the files into a new cycle with new directives, references and engine.
      */
     ngx_uint_t          reads;
+
+    /* The origin may end the room's sessions (`enabled_origin_commands = ["revoke"]`),
+     * asked at postconfiguration: every admission of a client request into the room is
+     * remembered, so that a command in the response finds the room and the ticket the
+     * decision issued whatever redirects came in between. */
+    ngx_uint_t          revocable;
 } ngx_http_velvet_rope_room_ref_t;
 
 
@@ -140,8 +153,9 @@ typedef struct {
  * request pool cleanup whose handler is a marker: it can always be found again there, and a
  * decision that counted something is never taken twice for one client request and room. (An
  * admission that counted nothing and sends no ticket is not remembered: taken again, it gives
- * the same answer.) A request redirected into a location of another room is decided for that
- * room too; its decisions form a chain.
+ * the same answer; except in a room whose origin may revoke sessions, where the header
+ * filter needs to know the request was admitted.) A request redirected into a location of
+ * another room is decided for that room too; its decisions form a chain.
  */
 typedef struct ngx_http_velvet_rope_ctx_s  ngx_http_velvet_rope_ctx_t;
 
@@ -152,6 +166,10 @@ struct ngx_http_velvet_rope_ctx_s {
     ngx_str_t                    ticket;       /* `Velvet-Rope-Ticket` to send with it (the
                                                   cookie's value, in a room that takes header
                                                   tickets); len 0 when none */
+    ngx_str_t                    issued;       /* the ticket the decision issued (its cookie's
+                                                  value, sent or not), for an origin's
+                                                  `revoke`; len 0 when none */
+    ngx_uint_t                   bypassed;     /* a `bypass` rule passed it untouched */
     ngx_http_velvet_rope_ctx_t  *prev;         /* the decision for an earlier room, or NULL */
 };
 
@@ -166,6 +184,13 @@ static ngx_http_velvet_rope_ctx_t *ngx_http_velvet_rope_remember(
     ngx_http_request_t *r, ngx_str_t *room, vr_decision *d,
     ngx_http_velvet_rope_ctx_t *prev, ngx_uint_t send_cookie);
 static ngx_int_t ngx_http_velvet_rope_header_filter(ngx_http_request_t *r);
+static ngx_uint_t ngx_http_velvet_rope_take_command(ngx_http_request_t *r);
+static ngx_int_t ngx_http_velvet_rope_origin_revokes(ngx_http_request_t *r,
+    ngx_http_velvet_rope_ctx_t *latest, ngx_http_velvet_rope_loc_conf_t *vlcf);
+static ngx_int_t ngx_http_velvet_rope_revoke_in(ngx_http_request_t *r,
+    ngx_http_velvet_rope_main_conf_t *vmcf, ngx_str_t *room, ngx_str_t *cookie,
+    ngx_table_elt_t *ticket, ngx_http_velvet_rope_ctx_t *ctx);
+static const char *ngx_http_velvet_rope_revocation_name(uint32_t outcome);
 static ngx_int_t ngx_http_velvet_rope_status_handler(ngx_http_request_t *r);
 static void ngx_http_velvet_rope_drop_caching_headers(ngx_http_request_t *r);
 static ngx_int_t ngx_http_velvet_rope_send_page(ngx_http_request_t *r,
@@ -181,10 +206,8 @@ static ngx_table_elt_t *ngx_http_velvet_rope_accept_header(
     ngx_http_request_t *r);
 static ngx_table_elt_t *ngx_http_velvet_rope_accept_language_header(
     ngx_http_request_t *r);
-#if !(NGX_HTTP_HEADERS)
 static ngx_table_elt_t *ngx_http_velvet_rope_find_header(ngx_http_request_t *r,
     const char *name, size_t len);
-#endif
 static ngx_int_t ngx_http_velvet_rope_send_uncached(ngx_http_request_t *r,
     u_char *body, size_t len);
 static ngx_int_t ngx_http_velvet_rope_add_header(ngx_http_request_t *r,
@@ -387,9 +410,11 @@ ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r)
      * In a room that reads the whole request every pass is remembered (a bypass, a dry run's
      * or a `count_only` rule's pass, a ticket that came in a header): the client request's
      * subrequests into the room pass as it did (ngx_http_velvet_rope_decide_subrequest reads
-     * only cookies), and an internal redirect does not count a rule's match twice. */
+     * only cookies), and an internal redirect does not count a rule's match twice. In a
+     * room whose origin may revoke sessions every admission is remembered too: the header
+     * filter then knows the room a command in the response is about, after any redirect. */
     if (d.outcome == VR_OUTCOME_ADMIT && d.set_cookie_len == 0 && !d.bypassed
-        && !(vlcf->ref != NULL && vlcf->ref->reads))
+        && !(vlcf->ref != NULL && (vlcf->ref->reads || vlcf->ref->revocable)))
     {
         return NGX_DECLINED;
     }
@@ -565,6 +590,7 @@ static ngx_http_velvet_rope_ctx_t *
 ngx_http_velvet_rope_remember(ngx_http_request_t *r, ngx_str_t *room, vr_decision *d,
     ngx_http_velvet_rope_ctx_t *prev, ngx_uint_t send_cookie)
 {
+    ngx_str_t                    value;
     ngx_pool_cleanup_t          *cln;
     ngx_http_velvet_rope_ctx_t  *ctx;
 
@@ -577,10 +603,12 @@ ngx_http_velvet_rope_remember(ngx_http_request_t *r, ngx_str_t *room, vr_decisio
     ctx->outcome = d->outcome;
     ctx->room = *room;
     ctx->prev = prev;
+    ctx->bypassed = d->bypassed;
     ngx_str_null(&ctx->set_cookie);
     ngx_str_null(&ctx->ticket);
+    ngx_str_null(&ctx->issued);
 
-    if (send_cookie && d->set_cookie_len > 0) {
+    if (d->set_cookie_len > 0) {
         if (d->set_cookie_len > sizeof(d->set_cookie)) {
             ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                           "velvet_rope: Set-Cookie length %uz out of bounds",
@@ -589,17 +617,23 @@ ngx_http_velvet_rope_remember(ngx_http_request_t *r, ngx_str_t *room, vr_decisio
         }
 
         /* The decision lives on the caller's stack; the header filter needs the value
-         * later. */
-        ctx->set_cookie.data = ngx_pnalloc(r->pool, d->set_cookie_len);
-        if (ctx->set_cookie.data == NULL) {
+         * later (to send it, or to revoke the ticket in it). */
+        value.data = ngx_pnalloc(r->pool, d->set_cookie_len);
+        if (value.data == NULL) {
             return NULL;
         }
 
-        ngx_memcpy(ctx->set_cookie.data, d->set_cookie, d->set_cookie_len);
-        ctx->set_cookie.len = d->set_cookie_len;
+        ngx_memcpy(value.data, d->set_cookie, d->set_cookie_len);
+        value.len = d->set_cookie_len;
 
-        if (d->ticket_header) {
-            ngx_http_velvet_rope_ticket_of(&ctx->set_cookie, &ctx->ticket);
+        ngx_http_velvet_rope_ticket_of(&value, &ctx->issued);
+
+        if (send_cookie) {
+            ctx->set_cookie = value;
+
+            if (d->ticket_header) {
+                ctx->ticket = ctx->issued;
+            }
         }
     }
 
@@ -707,15 +741,33 @@ ngx_http_velvet_rope_send_page(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_velvet_rope_header_filter(ngx_http_request_t *r)
 {
+    ngx_uint_t                        revoke;
     ngx_http_velvet_rope_ctx_t       *ctx, *latest;
     ngx_http_velvet_rope_loc_conf_t  *vlcf;
 
+    /* The origin's commands are for the module, never for the client. */
+    revoke = ngx_http_velvet_rope_take_command(r);
+
     if (r != r->main) {
+        /* A subrequest's headers never reach the client (an include, an auth check): its
+         * origin's command is not about the client response, and its cookie could not be
+         * cleared. (Its pool is the client request's: the decisions found there are the
+         * client request's, which its own header filter call handles.) */
+        if (revoke) {
+            ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
+                          "velvet_rope: \"Velvet-Rope-Command: revoke\" in a "
+                          "subrequest's response is ignored");
+        }
+
         return ngx_http_next_header_filter(r);
     }
 
     latest = ngx_http_velvet_rope_get_ctx(r);
     vlcf = ngx_http_get_module_loc_conf(r, ngx_http_velvet_rope_module);
+
+    if (revoke && ngx_http_velvet_rope_origin_revokes(r, latest, vlcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     if ((latest != NULL && latest->outcome != VR_OUTCOME_ADMIT) || vlcf->status) {
         ngx_http_velvet_rope_drop_caching_headers(r);
@@ -747,6 +799,221 @@ ngx_http_velvet_rope_header_filter(ngx_http_request_t *r)
     }
 
     return ngx_http_next_header_filter(r);
+}
+
+
+/*
+ * Takes every `Velvet-Rope-Command` header (any case) off the response, as nginx deletes a
+ * header line (hash 0: the header filters skip it). Whether one of them asks for `revoke`.
+ */
+static ngx_uint_t
+ngx_http_velvet_rope_take_command(ngx_http_request_t *r)
+{
+    ngx_uint_t        i, revoke;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    revoke = 0;
+
+    for (part = &r->headers_out.headers.part; part; part = part->next) {
+        h = part->elts;
+
+        for (i = 0; i < part->nelts; i++) {
+            if (h[i].hash == 0
+                || h[i].key.len != sizeof("Velvet-Rope-Command") - 1
+                || ngx_strncasecmp(h[i].key.data, (u_char *) "Velvet-Rope-Command",
+                                   sizeof("Velvet-Rope-Command") - 1)
+                   != 0)
+            {
+                continue;
+            }
+
+            h[i].hash = 0;
+
+            if (vr_is_revoke_command((const char *) h[i].value.data, h[i].value.len)) {
+                revoke = 1;
+            }
+        }
+    }
+
+    return revoke;
+}
+
+
+/*
+ * The origin answered the client request `Velvet-Rope-Command: revoke`: ends the visitor's
+ * session in each room the request was admitted to (not one a `bypass` rule passed it
+ * through), with the ticket its decision there issued, else the one it brought (Cookie,
+ * or Velvet-Rope-Ticket in a room taking header tickets); and in its location's room if
+ * the request was not decided there (a steady admission in a room that does not remember
+ * it, or a response nginx made before the room decided, such as `return`).
+ */
+static ngx_int_t
+ngx_http_velvet_rope_origin_revokes(ngx_http_request_t *r,
+    ngx_http_velvet_rope_ctx_t *latest, ngx_http_velvet_rope_loc_conf_t *vlcf)
+{
+    ngx_str_t                          cookie;
+    ngx_table_elt_t                   *ticket;
+    ngx_http_velvet_rope_ctx_t        *ctx;
+    ngx_http_velvet_rope_main_conf_t  *vmcf;
+
+    vmcf = ngx_http_get_module_main_conf(r, ngx_http_velvet_rope_module);
+
+    if (vmcf->engine == NULL) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_velvet_rope_cookie_header(r, &cookie) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ticket = ngx_http_velvet_rope_find_header(r, "Velvet-Rope-Ticket",
+                                              sizeof("Velvet-Rope-Ticket") - 1);
+
+    for (ctx = latest; ctx; ctx = ctx->prev) {
+        if (ctx->outcome != VR_OUTCOME_ADMIT || ctx->bypassed) {
+            continue;
+        }
+
+        if (ngx_http_velvet_rope_revoke_in(r, vmcf, &ctx->room, &cookie, ticket, ctx)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    if (vlcf->room.len > 0 && ngx_http_velvet_rope_find_room(latest, &vlcf->room) == NULL) {
+        return ngx_http_velvet_rope_revoke_in(r, vmcf, &vlcf->room, &cookie, ticket, NULL);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Revokes the session in `room`. When it ended (now or before), the response clears the
+ * room's cookie: in place of the ticket `ctx` (the request's decision in the room, if any)
+ * would have sent, whose Velvet-Rope-Ticket goes too. Anything else is logged and the
+ * response goes out as it is; only a failure to allocate is an error.
+ */
+static ngx_int_t
+ngx_http_velvet_rope_revoke_in(ngx_http_request_t *r,
+    ngx_http_velvet_rope_main_conf_t *vmcf, ngx_str_t *room, ngx_str_t *cookie,
+    ngx_table_elt_t *ticket, ngx_http_velvet_rope_ctx_t *ctx)
+{
+    u_char     *p;
+    size_t      written;
+    uint32_t    outcome;
+    ngx_str_t   clear;
+    vr_result   rc;
+    char        buf[512];
+
+    p = NULL;
+    outcome = VR_NO_SESSION;
+    rc = vr_engine_revoke_request(vmcf->engine, (const char *) room->data, room->len,
+                                  (const char *) cookie->data, cookie->len,
+                                  ticket ? (const char *) ticket->value.data : NULL,
+                                  ticket ? ticket->value.len : 0,
+                                  ctx ? (const char *) ctx->issued.data : NULL,
+                                  ctx ? ctx->issued.len : 0,
+                                  ngx_http_velvet_rope_now_ms(), &outcome);
+
+    if (rc != VR_OK) {
+        ngx_http_velvet_rope_log_error(NGX_LOG_ERR, r->connection->log,
+                                       "vr_engine_revoke_request()", rc);
+        return NGX_OK;
+    }
+
+    switch (outcome) {
+
+    case VR_REVOKED:
+    case VR_ALREADY_REVOKED:
+        break;
+
+    case VR_NO_SESSION:
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "velvet_rope: room \"%V\": the origin revoked a session, but the "
+                      "request holds no admission ticket of the room", room);
+        return NGX_OK;
+
+    case VR_REVOKE_NOT_ENABLED:
+        ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
+                      "velvet_rope: room \"%V\": the origin asked to revoke the session, "
+                      "which the room does not accept (enabled_origin_commands): the "
+                      "session goes on", room);
+        return NGX_OK;
+
+    default:
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "velvet_rope: room \"%V\": the origin's revocation was refused (%s): "
+                      "the session goes on", room,
+                      ngx_http_velvet_rope_revocation_name(outcome));
+        return NGX_OK;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "velvet_rope: room \"%V\": session ended by the origin (%s)", room,
+                   ngx_http_velvet_rope_revocation_name(outcome));
+
+    /* The Set-Cookie value clearing the room's cookie (the engine says how long it is when
+     * the stack buffer is too short). */
+    written = 0;
+    rc = vr_engine_clear_cookie(vmcf->engine, (const char *) room->data, room->len, buf,
+                                sizeof(buf), &written);
+
+    if (rc == VR_OK) {
+        p = ngx_pnalloc(r->pool, written);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(p, buf, written);
+
+    } else if (rc == VR_BUFFER_TOO_SMALL && written > sizeof(buf)) {
+        p = ngx_pnalloc(r->pool, written);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        rc = vr_engine_clear_cookie(vmcf->engine, (const char *) room->data, room->len,
+                                    (char *) p, written, &written);
+    }
+
+    if (rc != VR_OK) {
+        ngx_http_velvet_rope_log_error(NGX_LOG_ERR, r->connection->log,
+                                       "vr_engine_clear_cookie()", rc);
+        return NGX_OK;
+    }
+
+    clear.data = p;
+    clear.len = written;
+
+    if (ctx != NULL) {
+        /* Sent by the header filter's loop in place of the decision's ticket. */
+        ctx->set_cookie = clear;
+        ngx_str_null(&ctx->ticket);
+        return NGX_OK;
+    }
+
+    return ngx_http_velvet_rope_add_header(r, "Set-Cookie", &clear);
+}
+
+
+static const char *
+ngx_http_velvet_rope_revocation_name(uint32_t outcome)
+{
+    switch (outcome) {
+    case VR_REVOKED:                     return "revoked";
+    case VR_ALREADY_REVOKED:             return "already_revoked";
+    case VR_NO_SESSION:                  return "no_session";
+    case VR_REVOKE_NOT_ENABLED:          return "not_enabled";
+    case VR_REVOKE_REFUSED_FULL:         return "refused_full: max_revocations kept";
+    case VR_REVOKE_REFUSED_UNSENT:       return "refused_unsent: the cluster's store is "
+                                                "behind";
+    case VR_REVOKE_REFUSED_BUSY:         return "refused_busy";
+    case VR_REVOKE_REFUSED_CLOCK_BEHIND: return "refused_clock_behind";
+    default:                             return "unknown";
+    }
 }
 
 
@@ -1214,14 +1481,13 @@ ngx_http_velvet_rope_accept_language_header(ngx_http_request_t *r)
 }
 
 
-#if !(NGX_HTTP_HEADERS)
-
 static ngx_table_elt_t *
 ngx_http_velvet_rope_find_header(ngx_http_request_t *r, const char *name,
     size_t len)
 {
-    /* Built without the parsed Accept fields: find the header in the list. Only the waiting
-     * page needs it, so the linear scan is off the admitted path. */
+    /* A request header nginx does not parse into a field of its own (Accept when built
+     * without them, Velvet-Rope-Ticket): found in the list. Only the waiting page and an
+     * origin's command need one, so the linear scan is off the admitted path. */
     ngx_uint_t        i;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *h;
@@ -1248,8 +1514,6 @@ ngx_http_velvet_rope_find_header(ngx_http_request_t *r, const char *name,
         }
     }
 }
-
-#endif
 
 
 static ngx_int_t
@@ -1925,6 +2189,7 @@ ngx_http_velvet_rope_postconfiguration(ngx_conf_t *cf)
 {
     bool                               exists;
     uint8_t                            reads;
+    uint32_t                           outcome;
     ngx_uint_t                         i;
     vr_result                          rc;
     ngx_http_handler_pt               *h;
@@ -1972,6 +2237,21 @@ ngx_http_velvet_rope_postconfiguration(ngx_conf_t *cf)
         }
 
         ref[i]->reads = reads;
+
+        /* Whether the origin may revoke the room's sessions: a revocation with no ticket
+         * changes nothing, and says "no session" in such a room, "not enabled" in any
+         * other. */
+        outcome = VR_REVOKE_NOT_ENABLED;
+        rc = vr_engine_revoke_request(vmcf->check_engine, (const char *) ref[i]->room.data,
+                                      ref[i]->room.len, NULL, 0, NULL, 0, NULL, 0,
+                                      vr_now_ms(), &outcome);
+        if (rc != VR_OK) {
+            ngx_http_velvet_rope_log_error(NGX_LOG_EMERG, cf->log,
+                                           "vr_engine_revoke_request()", rc);
+            return NGX_ERROR;
+        }
+
+        ref[i]->revocable = (outcome != VR_REVOKE_NOT_ENABLED);
     }
 
     /* Its job is done; the serving engine is made over the state file or the zone. */

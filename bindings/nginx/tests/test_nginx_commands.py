@@ -1,0 +1,438 @@
+#!/usr/bin/env python3
+"""Origin commands through Debian's real nginx (master + 2 workers): an origin behind
+proxy_pass (Python's http.server) answers `Velvet-Rope-Command: revoke` on its /logout
+routes.
+
+In a room with `enabled_origin_commands = ["revoke"]` the client never sees the header, the
+response clears the room's cookie (Max-Age=0) instead of carrying the module's own ticket,
+the old ticket is refused by both workers from then on, and exactly one seat is freed: one
+new visitor is admitted, the next one waits. The same holds for a ticket the request's own
+decision issued, a ticket sent as the Velvet-Rope-Ticket header (and the module's
+Velvet-Rope-Ticket response header is dropped), a decision remembered across an internal
+redirect, and a `return` nginx answers before the room decides. In a room without it, in a
+location without a room, and in a subrequest (auth_request), the header is taken off and
+the session goes on.
+
+Python standard library only; prints `N passed, M failed` last and exits 1 on any failure.
+"""
+
+import base64
+import http.server
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_nginx as tn  # noqa: E402
+from test_nginx import Jar, get  # noqa: E402
+
+WATCHDOG_SECS = 120
+COMMAND = "Velvet-Rope-Command"
+TICKET = "Velvet-Rope-Ticket"
+GATE_LIMIT = 3
+
+
+def room(name, total, extra=""):
+    return f"""
+[[rooms]]
+name = "{name}"
+total_active_users = {total}
+new_users_per_minute = 1000
+session_duration = 90
+refresh_interval = 1
+queueing_status_code = 202
+{extra}
+[rooms.cookie]
+secure = false
+"""
+
+
+REVOKE = 'enabled_origin_commands = ["revoke"]'
+
+
+def rooms_config(secret):
+    return f"""
+[[tickets.keys]]
+id = 1
+secret = "{secret}"
+""" + (room("gate", GATE_LIMIT, REVOKE) + room("plain", 3) + room("fresh", 1, REVOKE)
+       + room("mixed", 1, REVOKE) + room("redir", 1, REVOKE) + room("ret", 1, REVOKE)
+       + room("authed", 1, REVOKE) + room("api", 1, REVOKE + "\nticket_header = true"))
+
+
+def nginx_config(prefix, port, origin_port):
+    origin = f"proxy_pass http://127.0.0.1:{origin_port};"
+    return f"""
+load_module {tn.MODULE};
+user root;
+worker_processes 2;
+error_log {prefix}/logs/error.log info;
+pid {prefix}/logs/nginx.pid;
+events {{ worker_connections 256; }}
+http {{
+    log_format  vr  '$pid $request_uri $status';
+    access_log  {prefix}/logs/access.log vr;
+    client_body_temp_path {prefix}/tmp/body;
+    proxy_temp_path       {prefix}/tmp/proxy;
+    fastcgi_temp_path     {prefix}/tmp/fastcgi;
+    uwsgi_temp_path       {prefix}/tmp/uwsgi;
+    scgi_temp_path        {prefix}/tmp/scgi;
+    default_type text/plain;
+
+    velvet_rope_config {prefix}/conf/velvet-rope.toml;
+
+    server {{
+        # reuseport: one listening socket per worker, so fresh connections spread over both.
+        listen 127.0.0.1:{port} reuseport;
+
+        location /gate/   {{ velvet_rope gate; {origin} }}
+        location /plain/  {{ velvet_rope plain; {origin} }}
+        location /fresh/  {{ velvet_rope fresh; {origin} }}
+        location /mixed/  {{ velvet_rope mixed; {origin} }}
+        location /api/    {{ velvet_rope api; {origin} }}
+        location /free/   {{ {origin} }}
+        # Decided in the room, then redirected into a location without one.
+        location /redir/  {{ velvet_rope redir; try_files /nothing-here @origin; }}
+        location @origin  {{ {origin} }}
+        # Answered in the rewrite phase, before the room decides: the location's room.
+        location = /ret/logout {{
+            velvet_rope ret; add_header {COMMAND} revoke; return 200 "bye\\n";
+        }}
+        location /ret/    {{ velvet_rope ret; {origin} }}
+        # An auth subrequest whose answer carries the command.
+        location /authed/ {{ velvet_rope authed; auth_request /auth-check; {origin} }}
+        location = /auth-check {{ internal; proxy_pass http://127.0.0.1:{origin_port}/check/logout; }}
+        location = /vr-status {{ velvet_rope_status; }}
+    }}
+}}
+"""
+
+
+class Origin(http.server.BaseHTTPRequestHandler):
+    """The origin: `/logout` routes end the session (and the origin's own cookie)."""
+
+    def do_GET(self):
+        body = f"{tn.ORIGIN} {self.path}\n".encode()
+        self.send_response(200)
+        if self.path.endswith("/logout"):
+            self.send_header(COMMAND, "revoke")
+            self.send_header("Set-Cookie", "app_session=; Max-Age=0; Path=/")
+        elif self.path.endswith("/logout-mixed"):
+            # Any case, among other commands.
+            self.send_header(COMMAND.lower(), "hello, REVOKE")
+        elif self.path.endswith("/other-command"):
+            self.send_header(COMMAND, "something-else")
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class OriginServer(http.server.ThreadingHTTPServer):
+    request_queue_size = 128
+    daemon_threads = True
+
+
+class Nginx(tn.Nginx):
+    def __init__(self):
+        self.prefix = tn.tempfile.mkdtemp(prefix="velvet-rope-nginx-cmd-")
+        self.port = tn.free_port()
+        self.proc = None
+        self.origin = OriginServer(("127.0.0.1", 0), Origin)
+        threading.Thread(target=self.origin.serve_forever, daemon=True).start()
+        for d in ("conf", "logs", "tmp"):
+            os.makedirs(os.path.join(self.prefix, d), exist_ok=True)
+        secret = base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
+        self.write("conf/velvet-rope.toml", rooms_config(secret))
+        self.conf = self.write("conf/nginx.conf", nginx_config(
+            self.prefix, self.port, self.origin.server_address[1]))
+
+    def close_origin(self):
+        self.origin.shutdown()
+        self.origin.server_close()
+
+    def served_by(self, uri):
+        """The pid of the worker that served `uri` (its access log line may come just after
+        the response)."""
+        def pid():
+            for line in self.log("access.log").splitlines():
+                if line.split()[1:2] == [uri]:
+                    return int(line.split()[0])
+            return None
+        found = tn.wait_until(pid, 3, 0.02)
+        assert found, f"{uri} is not in the access log"
+        return found
+
+
+def cleared(resp, room):
+    """The Set-Cookie lines clearing the room's cookie."""
+    return [c for c in resp.all("Set-Cookie")
+            if c.startswith(f"__vr_{room}=;") and re.search(r"(?i)max-age=0(\D|$)", c)]
+
+
+def tickets_set(resp, room):
+    """The Set-Cookie lines giving the room's cookie a value."""
+    return [c for c in resp.all("Set-Cookie")
+            if c.startswith(f"__vr_{room}=") and not c.startswith(f"__vr_{room}=;")]
+
+
+def origin_page(resp):
+    return resp.status == 200 and tn.ORIGIN in resp.body
+
+
+class Suite:
+    def __init__(self, ngx):
+        self.ngx = ngx
+        self.port = ngx.port
+        self.gate = []              # the gate's three visitors
+
+    def stats(self, room):
+        time.sleep(1.3)             # every worker ticks once a second
+        return self.ngx.room_stats(room)
+
+    def fill(self, room, n):
+        jars = []
+        for i in range(n):
+            jar = Jar()
+            r = get(self.port, f"/{room}/page", jar)
+            assert origin_page(r) and f"__vr_{room}" in jar.cookies, f"visitor {i + 1}: {r}"
+            jars.append(jar)
+        return jars
+
+    def admitted_until_queued(self, room):
+        """New visitors admitted to `room` before one is queued."""
+        for n in range(10):
+            r = get(self.port, f"/{room}/new-{n}", Jar())
+            if not origin_page(r):
+                assert r.status == 202 and r.waiting, f"neither admitted nor queued: {r}"
+                return n
+        raise AssertionError(f"room {room} never queued")
+
+    # -- a room that accepts the command ------------------------------------------------
+
+    def test_the_gate_fills_up(self):
+        self.gate = self.fill("gate", GATE_LIMIT)
+        st = self.stats("gate")
+        assert st["active_users"] == GATE_LIMIT and st["free_slots"] == 0, st
+        assert st["queue_length"] == 0, st
+
+    def test_logout_clears_the_cookie_and_the_client_never_sees_the_command(self):
+        jar = self.gate[0]
+        self.revoked_cookie = jar.header()
+        r = get(self.port, "/gate/logout", jar)
+        assert origin_page(r), r
+        assert r.header(COMMAND) is None, f"the client saw the command: {r.headers}"
+        assert len(cleared(r, "gate")) == 1, f"no cookie clearing the ticket: {r.all('Set-Cookie')}"
+        assert not tickets_set(r, "gate"), r.all("Set-Cookie")
+        assert "app_session=; Max-Age=0; Path=/" in r.all("Set-Cookie"), "the origin's own cookie"
+        assert "__vr_gate" not in jar.cookies
+        self.logout_pid = self.ngx.served_by("/gate/logout")
+
+    def test_exactly_one_seat_is_freed(self):
+        st = self.stats("gate")
+        assert st["active_users"] == GATE_LIMIT - 1 and st["free_slots"] == 1, st
+        assert st["revocations"]["made"] == 1, st
+        assert self.admitted_until_queued("gate") == 1
+        st = self.stats("gate")
+        assert st["active_users"] == GATE_LIMIT and st["queue_length"] == 1, st
+
+    def test_the_old_ticket_is_refused_by_both_workers(self):
+        workers = tn.children(self.ngx.proc.pid)
+        assert len(workers) == 2, workers
+        seen = set()
+        for i in range(40):
+            uri = f"/gate/after-{i}"
+            r = get(self.port, uri, headers={"Cookie": self.revoked_cookie})
+            assert r.status == 202 and r.waiting, f"the revoked ticket passed: {r}"
+            seen.add(self.ngx.served_by(uri))
+            if seen == workers:
+                break
+        assert seen == workers, f"refused by {seen} only, workers {workers}"
+        assert self.logout_pid in workers
+        # The other visitors keep their seats.
+        for jar in self.gate[1:]:
+            assert origin_page(get(self.port, "/gate/page", jar))
+
+    def test_the_command_is_read_in_any_case_among_others(self):
+        [jar] = self.fill("mixed", 1)
+        r = get(self.port, "/mixed/logout-mixed", jar)
+        assert origin_page(r) and r.header(COMMAND) is None, r
+        assert len(cleared(r, "mixed")) == 1, r.all("Set-Cookie")
+        st = self.stats("mixed")
+        assert st["active_users"] == 0 and st["revocations"]["made"] == 1, st
+        assert self.admitted_until_queued("mixed") == 1
+
+    def test_another_command_is_taken_off_and_ignored(self):
+        jar = self.gate[2]
+        r = get(self.port, "/gate/other-command", jar)
+        assert origin_page(r) and r.header(COMMAND) is None and not cleared(r, "gate"), r
+        assert origin_page(get(self.port, "/gate/page", jar))
+
+    def test_the_ticket_the_decision_issued_is_revoked(self):
+        # A new visitor's first request is the logout: the decision admits it with a new
+        # ticket, which the response must not carry; the seat comes free again.
+        r = get(self.port, "/fresh/logout", Jar())
+        assert origin_page(r) and r.header(COMMAND) is None, r
+        assert len(cleared(r, "fresh")) == 1 and not tickets_set(r, "fresh"), r.all("Set-Cookie")
+        st = self.stats("fresh")
+        assert st["active_users"] == 0 and st["revocations"]["made"] == 1, st
+        assert self.admitted_until_queued("fresh") == 1
+
+    def test_a_header_ticket_is_revoked_and_not_sent_back(self):
+        # An API client keeping no cookies: its ticket comes as Velvet-Rope-Ticket.
+        r = get(self.port, "/api/page")
+        ticket = r.header(TICKET)
+        assert origin_page(r) and ticket, r
+        assert origin_page(get(self.port, "/api/page", headers={TICKET: ticket}))
+        r = get(self.port, "/api/logout", headers={TICKET: ticket})
+        assert origin_page(r) and r.header(COMMAND) is None, r
+        assert r.header(TICKET) is None and len(cleared(r, "api")) == 1, r.headers
+        # A new client whose first request is the logout: the ticket its decision issued is
+        # revoked, and neither sent as the header nor as the cookie.
+        r = get(self.port, "/api/logout")
+        assert origin_page(r) and r.header(COMMAND) is None, r
+        assert r.header(TICKET) is None, f"the revoked ticket was sent: {r.headers}"
+        assert len(cleared(r, "api")) == 1 and not tickets_set(r, "api"), r.all("Set-Cookie")
+        st = self.stats("api")
+        assert st["active_users"] == 0 and st["revocations"]["made"] == 2, st
+        # The old ticket arrives anew: it takes the free seat with a new ticket, and a second
+        # request holding it then waits.
+        r = get(self.port, "/api/page", headers={TICKET: ticket})
+        assert origin_page(r) and r.header(TICKET) not in (None, ticket), r
+        r = get(self.port, "/api/page", headers={TICKET: ticket})
+        assert r.status == 202 and r.waiting, f"the revoked ticket passed: {r}"
+
+    def test_a_decision_is_followed_across_an_internal_redirect(self):
+        # Decided in room `redir`, redirected to a named location without a room (the
+        # request's ctx is gone from r->ctx), where the origin answers.
+        [jar] = self.fill("redir", 1)
+        r = get(self.port, "/redir/logout", jar)
+        assert origin_page(r) and r.header(COMMAND) is None, r
+        assert len(cleared(r, "redir")) == 1, r.all("Set-Cookie")
+        st = self.stats("redir")
+        assert st["active_users"] == 0 and st["revocations"]["made"] == 1, st
+
+    def test_a_return_before_the_decision_revokes_in_the_locations_room(self):
+        [jar] = self.fill("ret", 1)
+        cookie = jar.header()
+        r = get(self.port, "/ret/logout", jar)
+        assert r.status == 200 and r.body == "bye\n" and r.header(COMMAND) is None, r
+        assert len(cleared(r, "ret")) == 1, r.all("Set-Cookie")
+        r = get(self.port, "/ret/page", headers={"Cookie": cookie})
+        assert origin_page(r), "the seat was free for the visitor arriving anew"
+        r = get(self.port, "/ret/page", headers={"Cookie": cookie})
+        assert r.status == 202, f"a second visitor with the revoked ticket: {r}"
+
+    # -- where the command is not followed ------------------------------------------------
+
+    def test_a_room_without_origin_commands_keeps_the_session(self):
+        [jar] = self.fill("plain", 1)
+        r = get(self.port, "/plain/logout", jar)
+        assert origin_page(r) and r.header(COMMAND) is None, r
+        assert not cleared(r, "plain") and "__vr_plain" in jar.cookies, r.all("Set-Cookie")
+        assert origin_page(get(self.port, "/plain/page", jar))
+        st = self.stats("plain")
+        assert st["active_users"] == 1 and st["revocations"] is None, st
+        assert tn.wait_until(lambda: "which the room does not accept" in self.ngx.log(), 3), \
+            "no notice in the error log"
+
+    def test_a_location_without_a_room_takes_the_command_off(self):
+        r = get(self.port, "/free/logout", Jar(self.gate[2].cookies))
+        assert origin_page(r) and r.header(COMMAND) is None, r
+        assert not cleared(r, "gate"), r.all("Set-Cookie")
+        assert origin_page(get(self.port, "/gate/page", self.gate[2]))
+
+    def test_a_subrequests_command_is_taken_off_and_not_followed(self):
+        [jar] = self.fill("authed", 1)
+        r = get(self.port, "/authed/page", jar)
+        assert origin_page(r) and r.header(COMMAND) is None and not cleared(r, "authed"), r
+        assert origin_page(get(self.port, "/authed/page", jar))
+        st = self.stats("authed")
+        assert st["active_users"] == 1 and st["revocations"]["made"] == 0, st
+        assert "in a subrequest's response is ignored" in self.ngx.log()
+
+    def test_stops_cleanly(self):
+        rc = self.ngx.stop()
+        assert rc == 0, f"master exit status {rc}"
+        bad = [line for line in self.ngx.log().splitlines()
+               if re.search(r"\[(alert|crit|emerg)\]|exited on signal", line)]
+        assert not bad, "error log:\n" + "\n".join(bad[:10])
+
+
+ORDER = [
+    "test_the_gate_fills_up",
+    "test_logout_clears_the_cookie_and_the_client_never_sees_the_command",
+    "test_exactly_one_seat_is_freed",
+    "test_the_old_ticket_is_refused_by_both_workers",
+    "test_the_command_is_read_in_any_case_among_others",
+    "test_another_command_is_taken_off_and_ignored",
+    "test_the_ticket_the_decision_issued_is_revoked",
+    "test_a_header_ticket_is_revoked_and_not_sent_back",
+    "test_a_decision_is_followed_across_an_internal_redirect",
+    "test_a_return_before_the_decision_revokes_in_the_locations_room",
+    "test_a_room_without_origin_commands_keeps_the_session",
+    "test_a_location_without_a_room_takes_the_command_off",
+    "test_a_subrequests_command_is_taken_off_and_not_followed",
+    "test_stops_cleanly",
+]
+
+
+def main():
+    tn.ensure_nginx()
+    if not os.path.exists(tn.MODULE):
+        print(f"module not built: {tn.MODULE} (run bindings/nginx/build.sh)")
+        print("0 passed, 1 failed")
+        return 1
+    ngx = Nginx()
+    passed = failed = 0
+
+    def on_watchdog(signum, frame):
+        raise tn.Watchdog(f"watchdog: the suite ran over {WATCHDOG_SECS} s")
+
+    signal.signal(signal.SIGALRM, on_watchdog)
+    signal.alarm(WATCHDOG_SECS)
+    t0 = time.monotonic()
+    try:
+        try:
+            ngx.start()
+        except Exception as e:
+            print(f"FAIL start nginx: {e}")
+            print(f"0 passed, {len(ORDER)} failed")
+            return 1
+        suite = Suite(ngx)
+        for name in ORDER:
+            t = time.monotonic()
+            try:
+                getattr(suite, name)()
+                passed += 1
+                print(f"ok   {name} ({time.monotonic() - t:.1f} s)", flush=True)
+            except Exception as e:
+                failed += 1
+                print(f"FAIL {name} ({time.monotonic() - t:.1f} s): {type(e).__name__}: {e}",
+                      flush=True)
+    except tn.Watchdog as e:
+        failed += 1
+        print(f"FAIL {e}")
+    finally:
+        signal.alarm(0)
+        ngx.kill()
+        ngx.close_origin()
+        if failed:
+            print(f"--- nginx error log (last lines) in {ngx.prefix}:\n{ngx.log_tail(25)}")
+        else:
+            shutil.rmtree(ngx.prefix, ignore_errors=True)
+    print(f"total {time.monotonic() - t0:.1f} s")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -64,6 +64,12 @@ pub struct ModuleBuffer {
 }
 
 impl ModuleBuffer {
+    /// No bytes, not even an address: to `set_header`, "remove the header".
+    pub const NONE: Self = Self {
+        ptr: std::ptr::null(),
+        length: 0,
+    };
+
     /// Lends `bytes` for one call.
     pub fn of(bytes: &[u8]) -> Self {
         Self {
@@ -135,12 +141,15 @@ pub const ATTRIBUTE_SOURCE_ADDRESS: u32 = 24;
 
 /// `envoy_dynamic_module_type_log_level`: info.
 pub const LOG_INFO: u32 = 2;
+/// `envoy_dynamic_module_type_log_level`: warn.
+pub const LOG_WARN: u32 = 3;
 /// `envoy_dynamic_module_type_log_level`: error.
 pub const LOG_ERROR: u32 = 4;
 
 type GetHeadersSize = unsafe extern "C" fn(FilterEnvoyPtr, u32) -> usize;
 type GetHeaders = unsafe extern "C" fn(FilterEnvoyPtr, u32, *mut EnvoyHeader) -> bool;
 type AddHeader = unsafe extern "C" fn(FilterEnvoyPtr, u32, ModuleBuffer, ModuleBuffer) -> bool;
+type SetHeader = unsafe extern "C" fn(FilterEnvoyPtr, u32, ModuleBuffer, ModuleBuffer) -> bool;
 type SendResponse =
     unsafe extern "C" fn(FilterEnvoyPtr, u32, *mut ModuleHeader, usize, ModuleBuffer, ModuleBuffer);
 type Log = unsafe extern "C" fn(u32, ModuleBuffer);
@@ -157,6 +166,9 @@ pub struct Host {
     pub get_headers: GetHeaders,
     /// `envoy_dynamic_module_callback_http_add_header`.
     pub add_header: AddHeader,
+    /// `envoy_dynamic_module_callback_http_set_header`: replaces every value of a header, or
+    /// with [`ModuleBuffer::NONE`] as the value removes them all.
+    pub set_header: SetHeader,
     /// `envoy_dynamic_module_callback_http_send_response`.
     pub send_response: SendResponse,
     /// `envoy_dynamic_module_callback_log`.
@@ -205,6 +217,9 @@ pub fn resolve() -> Result<&'static Host, String> {
             )?),
             add_header: std::mem::transmute::<*mut c_void, AddHeader>(symbol(
                 "envoy_dynamic_module_callback_http_add_header",
+            )?),
+            set_header: std::mem::transmute::<*mut c_void, SetHeader>(symbol(
+                "envoy_dynamic_module_callback_http_set_header",
             )?),
             send_response: std::mem::transmute::<*mut c_void, SendResponse>(symbol(
                 "envoy_dynamic_module_callback_http_send_response",

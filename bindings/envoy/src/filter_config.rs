@@ -77,6 +77,11 @@ struct Settings {
     tick_interval_ms: Option<u64>,
 }
 
+/// [`FilterConfig::room_traits`]: the room reads the whole request.
+const READS: u64 = 1;
+/// [`FilterConfig::room_traits`]: the origin may revoke the room's sessions.
+const REVOCABLE: u64 = 2;
+
 /// Creation order of filter configurations in this process: the newest live one's engine
 /// configuration is the one the shared engine runs.
 static NEXT_SEQ: AtomicU64 = AtomicU64::new(1);
@@ -101,6 +106,8 @@ pub struct FilterConfig {
     pub name: String,
     /// Lines about this configuration's requests, at most one a minute.
     pub errors: RateLimitedLog,
+    /// Lines about its origin's commands (not followed, or refused), at most one a minute.
+    pub commands: RateLimitedLog,
     /// The scheduler of its commit event, until the event came (see the module docs).
     pub commit_event: Mutex<Option<ConfigScheduler>>,
     /// The engine configuration it was made with.
@@ -109,10 +116,10 @@ pub struct FilterConfig {
     seq: u64,
     /// Whether the shared engine runs this configuration (see the module docs).
     committed: AtomicBool,
-    /// Whether the room reads more of a request than its `Cookie` header, and the engine's
-    /// configuration generation that was read in: `generation << 1 | reads` (0: not yet read).
-    /// See [`FilterConfig::room_reads_request`].
-    reads_request: AtomicU64,
+    /// What the room is, in the engine's configuration generation that was read in:
+    /// `generation << 2 | revocable << 1 | reads` (0: not yet read). See
+    /// [`FilterConfig::room_reads_request`] and [`FilterConfig::room_revocable`].
+    room_traits: AtomicU64,
     shared: Arc<SharedEngine>,
 }
 
@@ -192,12 +199,13 @@ impl FilterConfig {
             room: settings.room,
             name: name.to_owned(),
             errors: RateLimitedLog::new(),
+            commands: RateLimitedLog::new(),
             commit_event: Mutex::new(None),
             source: Arc::new(config),
             interval_ms,
             seq: NEXT_SEQ.fetch_add(1, Ordering::Relaxed),
             committed: AtomicBool::new(false),
-            reads_request: AtomicU64::new(0),
+            room_traits: AtomicU64::new(0),
             shared,
         })
     }
@@ -213,32 +221,52 @@ impl FilterConfig {
     /// its rooms) on top of the decision's own.
     #[inline]
     pub fn room_reads_request(&self) -> bool {
+        self.room_traits() & READS != 0
+    }
+
+    /// Whether the origin may end the room's sessions (`enabled_origin_commands =
+    /// ["revoke"]`) in the configuration the engine runs now: an admitted request's `Cookie`
+    /// and `Velvet-Rope-Ticket` headers are then kept for its response. Kept as
+    /// [`FilterConfig::room_reads_request`] is.
+    #[inline]
+    pub fn room_revocable(&self) -> bool {
+        self.room_traits() & REVOCABLE != 0
+    }
+
+    #[inline]
+    fn room_traits(&self) -> u64 {
         // Acquire: pairs with the release bump after a reload, so that a generation seen new
         // comes with the reloaded configuration when the answer is read again.
         let generation = self.shared.generation.load(Ordering::Acquire);
         // Relaxed: the cached word is self-contained (an answer with its generation); a stale
         // one only sends this request to be read again.
-        let cached = self.reads_request.load(Ordering::Relaxed);
-        if cached >> 1 == generation {
-            return cached & 1 == 1;
+        let cached = self.room_traits.load(Ordering::Relaxed);
+        if cached >> 2 == generation {
+            return cached & (READS | REVOCABLE);
         }
-        self.read_room_reads_request(generation)
+        self.read_room_traits(generation)
     }
 
-    /// Reads [`FilterConfig::room_reads_request`] from the engine and keeps it for
-    /// `generation` (read before, so a reload meanwhile only makes the next request read it
-    /// again).
+    /// Reads [`FilterConfig::room_traits`] from the engine and keeps them for `generation`
+    /// (read before, so a reload meanwhile only makes the next request read them again).
     #[cold]
-    fn read_room_reads_request(&self, generation: u64) -> bool {
+    fn read_room_traits(&self, generation: u64) -> u64 {
         // A live configuration's room is always in the engine (see the module docs); were it
         // not, the cookie path reports the unknown room, and the request is refused (503).
         let reads = self
             .engine
             .room_reads_request(self.room.as_bytes())
             .unwrap_or(false);
-        self.reads_request
-            .store(generation << 1 | u64::from(reads), Ordering::Relaxed);
-        reads
+        let revocable = self
+            .engine
+            .config()
+            .rooms
+            .iter()
+            .any(|r| r.name == self.room && r.revocable());
+        let traits = (u64::from(reads) * READS) | (u64::from(revocable) * REVOCABLE);
+        self.room_traits
+            .store(generation << 2 | traits, Ordering::Relaxed);
+        traits
     }
 
     /// Commits the configuration unless it is already (see the module docs), from a worker
@@ -497,10 +525,10 @@ impl SharedEngine {
     }
 
     /// Reloads the engine into `target`, then bumps the generation (see
-    /// [`FilterConfig::room_reads_request`]).
+    /// [`FilterConfig::room_traits`]).
     fn reload(&self, target: Config) -> velvet_rope::Result<()> {
         self.engine.reload(target)?;
-        // Release: pairs with the acquire load in `FilterConfig::room_reads_request`.
+        // Release: pairs with the acquire load in `FilterConfig::room_traits`.
         self.generation.fetch_add(1, Ordering::Release);
         Ok(())
     }
@@ -774,6 +802,27 @@ mod tests {
         assert!(!z.room_reads_request());
         assert!(y.room_reads_request(), "b takes header tickets");
         drop((x, y, z));
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn whether_the_origin_may_revoke_follows_the_running_configuration() {
+        // Room a starts out revocable; a reload that takes the setting away (a new
+        // configuration committed for another filter of the same file) is seen by a filter
+        // made before it. (Giving it back needs a restart: it lays the counters out anew.)
+        let path = scratch("revocable");
+        let of = |room: &str| serde_json::json!({"config_path": path, "room": room});
+        let revoke = "enabled_origin_commands = [\"revoke\"]\n";
+        std::fs::write(&path, format!("{}{revoke}{}", room("a", 5), room("b", 5))).unwrap();
+        let x = live("x", of("a"));
+        assert!(x.room_revocable() && !x.room_reads_request());
+        assert!(x.room_revocable(), "kept: the same answer");
+        std::fs::write(&path, format!("{}{}", room("a", 5), room("b", 5))).unwrap();
+        let y = live("y", of("b"));
+        assert!(!x.room_revocable(), "the reload took the setting away");
+        assert!(!x.room_reads_request());
+        assert!(!y.room_revocable());
+        drop((x, y));
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 

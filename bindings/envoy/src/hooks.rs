@@ -202,7 +202,8 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     })
 }
 
-/// The upstream's response headers: the renewed ticket.
+/// The upstream's response headers: the origin's command taken off (and followed), the
+/// renewed ticket.
 ///
 /// # Safety
 /// As for `request_headers`.
@@ -218,7 +219,8 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
         };
         // SAFETY: as in `request_headers`.
         let stream = unsafe { &mut *(stream as *mut Stream) };
-        // SAFETY: `filter` is this stream's live filter (this function's contract).
+        // SAFETY: `filter` is this stream's live filter (this function's contract), and its
+        // configuration outlives it (Envoy destroys configurations after their streams).
         unsafe { stream.on_response_headers(host, filter) }
     })
 }

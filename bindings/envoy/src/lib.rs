@@ -7,7 +7,9 @@
 //! has taken it, and never removes a room a live filter still decides (see `filter_config`).
 //! Per request: the decision on the request's headers; the waiting page (HTML, or JSON when
 //! asked) as a local reply with its status, `Refresh` or `Retry-After` and `Set-Cookie`; a
-//! renewed ticket's `Set-Cookie` added to the upstream's response. A room with rules or
+//! renewed ticket's `Set-Cookie` added to the upstream's response; the upstream's
+//! `Velvet-Rope-Command` taken off it, and its `revoke` followed (the session ended, the
+//! cookie cleared) in rooms that accept it. A room with rules or
 //! header tickets is decided on the whole request and Envoy's client address (see `stream`).
 //! A route turns the filter off with Envoy's own `FilterConfig { disabled: true }`. See
 //! README, "Envoy".

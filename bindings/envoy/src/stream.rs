@@ -26,13 +26,22 @@
 //! place when the request has one `cookie` line, and joined with `; ` into the worker's
 //! reusable buffer when it has several (an HTTP/1 client may send several lines; Envoy joins
 //! HTTP/2's split cookies itself).
+//!
+//! Origin commands: the upstream's `Velvet-Rope-Command` response header never reaches the
+//! client (taken off every response through the filter). `revoke` ends the session of a
+//! request the room admitted (not one a `bypass` rule passed), in a room whose
+//! `enabled_origin_commands` allow it: its ticket is refused from then on, its seat freed,
+//! and the response clears the room's cookie instead of carrying the filter's own ticket.
+//! The ticket revoked is the one the request's decision issued, else the one it brought: the
+//! request's `Cookie` and `Velvet-Rope-Ticket` headers are kept from the request (in such
+//! rooms only, in buffers the stream keeps for reuse).
 
 use std::cell::RefCell;
 use std::net::{IpAddr, SocketAddr};
 
 use smallvec::SmallVec;
 use velvet_rope::request::{Request, TICKET_HEADER};
-use velvet_rope::{Clock, CoarseSystemClock, Decision, Outcome, PageRequest};
+use velvet_rope::{Clock, CoarseSystemClock, Decision, Outcome, PageRequest, Revocation};
 
 use crate::abi::{
     self, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr, Host, ModuleBuffer, ModuleHeader,
@@ -49,7 +58,55 @@ pub struct Stream {
     /// The same ticket for the `Velvet-Rope-Ticket` response header, in a room taking header
     /// tickets (kept apart so that the other rooms' streams stay as small as they were).
     ticket: Option<String>,
+    /// The room admitted the request (not passed by a `bypass` rule): an origin's `revoke`
+    /// in the response is followed.
+    admitted: bool,
+    /// The request's `Cookie` lines (joined) and `Velvet-Rope-Ticket` header, kept for an
+    /// origin's `revoke` in a room that accepts it.
+    cookie: Kept,
+    ticket_header: Kept,
 }
+
+/// Bytes of a request header kept for the response, in a buffer the stream keeps across
+/// reuses (a worker's steady state allocates nothing for them).
+#[derive(Default)]
+struct Kept {
+    bytes: Vec<u8>,
+    present: bool,
+}
+
+/// A kept buffer larger than this is not kept for the next stream.
+const KEPT_MAX: usize = 16 * 1024;
+
+impl Kept {
+    fn clear(&mut self) {
+        self.present = false;
+        if self.bytes.capacity() > KEPT_MAX {
+            self.bytes = Vec::new();
+        } else {
+            self.bytes.clear();
+        }
+    }
+
+    /// Keeps `values` joined with `; ` (nothing when there are none).
+    fn keep<'v>(&mut self, values: impl Iterator<Item = &'v [u8]>) {
+        self.clear();
+        for (i, v) in values.enumerate() {
+            if i > 0 {
+                self.bytes.extend_from_slice(b"; ");
+            }
+            self.bytes.extend_from_slice(v);
+            self.present = true;
+        }
+    }
+
+    fn get(&self) -> Option<&[u8]> {
+        self.present.then_some(&self.bytes[..])
+    }
+}
+
+/// `Velvet-Rope-Command` as Envoy keeps header names (lower case).
+const COMMAND_HEADER_LOWER: &[u8] = b"velvet-rope-command";
 
 /// `Velvet-Rope-Ticket` as Envoy keeps header names (lower case).
 const TICKET_HEADER_LOWER: &[u8] = b"velvet-rope-ticket";
@@ -82,12 +139,16 @@ impl Stream {
                 s.config = config;
                 s.set_cookie = None;
                 s.ticket = None;
+                s.admitted = false;
                 s
             }
             None => Box::new(Stream {
                 config,
                 set_cookie: None,
                 ticket: None,
+                admitted: false,
+                cookie: Kept::default(),
+                ticket_header: Kept::default(),
             }),
         }
     }
@@ -96,6 +157,9 @@ impl Stream {
     pub fn give_back(mut stream: Box<Stream>) {
         stream.set_cookie = None;
         stream.ticket = None;
+        stream.admitted = false;
+        stream.cookie.clear();
+        stream.ticket_header.clear();
         let _ = POOL.try_with(|p| {
             if let Ok(mut p) = p.try_borrow_mut() {
                 if p.len() < POOL_MAX {
@@ -127,7 +191,7 @@ impl Stream {
             unsafe { decide(stream, config, host, filter, headers, now) }
         };
         // SAFETY: `filter` is Envoy's live filter (this function's contract).
-        match unsafe { with_request_headers(host, filter, on_headers) } {
+        match unsafe { with_headers(host, filter, REQUEST_HEADER, on_headers) } {
             Some(status) => status,
             None => {
                 // A failure to decide must not take the site down: the request passes.
@@ -144,11 +208,25 @@ impl Stream {
         }
     }
 
-    /// The upstream's response headers are in: add the new or renewed ticket, if any.
+    /// The upstream's response headers are in: take the origin's command off them and
+    /// follow it, then add the new or renewed ticket, if any (or, the session revoked, the
+    /// cookie clearing it).
     ///
     /// # Safety
-    /// `filter` is Envoy's live filter of this stream.
+    /// `filter` is Envoy's live filter of this stream, and the stream's configuration outlives
+    /// it.
     pub unsafe fn on_response_headers(&mut self, host: &Host, filter: FilterEnvoyPtr) -> u32 {
+        let mut set_cookie = self.set_cookie.take();
+        let mut ticket = self.ticket.take();
+        // SAFETY: Envoy's live filter (this function's contract).
+        if unsafe { take_command(host, filter) } == Some(true) && self.admitted {
+            // SAFETY: the configuration outlives the stream (this function's contract).
+            let config = unsafe { &*self.config };
+            if let Some(clear) = self.revoke(config, set_cookie.as_deref()) {
+                set_cookie = Some(clear);
+                ticket = None;
+            }
+        }
         let add = |name: &[u8], value: &str| {
             // SAFETY: Envoy's live filter (this function's contract); the buffers live for
             // the call, which copies.
@@ -161,36 +239,118 @@ impl Stream {
                 )
             };
         };
-        if let Some(c) = self.set_cookie.take() {
+        if let Some(c) = set_cookie {
             add(b"set-cookie", &c);
         }
-        if let Some(t) = self.ticket.take() {
+        if let Some(t) = ticket {
             add(TICKET_HEADER_LOWER, &t);
         }
         CONTINUE
     }
+
+    /// The origin answered `revoke`: ends the session with the ticket the request's decision
+    /// issued (in `set_cookie`, the value the filter was to send), else the one the request
+    /// brought. The `Set-Cookie` value clearing the room's cookie when the session is over
+    /// (now or before); anything else is logged (at most a line a minute) and changes
+    /// nothing.
+    fn revoke(&self, config: &FilterConfig, set_cookie: Option<&str>) -> Option<String> {
+        let issued = set_cookie.and_then(ticket_of);
+        let outcome = config.engine.revoke_request(
+            config.room.as_bytes(),
+            self.cookie.get(),
+            self.ticket_header.get(),
+            issued.map(str::as_bytes),
+            CoarseSystemClock.now_ms(),
+        );
+        let (level, why) = match outcome {
+            Ok(r) if r.ended() => match config.engine.clear_cookie(&config.room) {
+                Ok(clear) => return Some(clear),
+                Err(e) => (abi::LOG_ERROR, e.to_string()),
+            },
+            // A visitor without a ticket of the room (one that expired, say): nothing to end.
+            Ok(Revocation::NoSession) => return None,
+            Ok(Revocation::NotEnabled) => (
+                abi::LOG_INFO,
+                "the room does not accept it (enabled_origin_commands): the session goes on"
+                    .to_owned(),
+            ),
+            Ok(refused) => (
+                abi::LOG_WARN,
+                format!("refused ({}): the session goes on", refused.as_str()),
+            ),
+            Err(e) => (abi::LOG_ERROR, e.to_string()),
+        };
+        config.commands.log(level, || {
+            format!(
+                "velvet-rope: filter `{}`: room `{}`: the origin's revoke: {why}",
+                config.name, config.room
+            )
+        });
+        None
+    }
 }
 
-/// Lends `f` the request's headers: all of them, read from Envoy at once into a buffer on the
-/// stack (or, past [`ON_STACK`], the worker's buffer). `None` if Envoy could not lend them.
+/// The ticket in a `Set-Cookie` value: between the first `=` and the first `;` after it.
+fn ticket_of(set_cookie: &str) -> Option<&str> {
+    let (_, rest) = set_cookie.split_once('=')?;
+    let ticket = rest.split(';').next().unwrap_or(rest);
+    (!ticket.is_empty()).then_some(ticket)
+}
+
+/// Takes every `Velvet-Rope-Command` header off the response: `None` when it has none, else
+/// whether one asks for `revoke`.
 ///
 /// # Safety
-/// `filter` is Envoy's live filter of a stream whose request headers are in; the headers'
-/// bytes are Envoy's, valid until the hook returns (so `f` must not keep them).
-unsafe fn with_request_headers<R>(
+/// `filter` is Envoy's live filter of a stream whose response headers are in.
+unsafe fn take_command(host: &Host, filter: FilterEnvoyPtr) -> Option<bool> {
+    let scan = |headers: &[EnvoyHeader]| {
+        let mut found = None;
+        for value in values(headers, COMMAND_HEADER_LOWER) {
+            let revoke = velvet_rope::is_revoke_command(value);
+            found = Some(found.unwrap_or(false) || revoke);
+        }
+        found
+    };
+    // SAFETY: Envoy's live filter (this function's contract). The headers' bytes are not
+    // used past the scan: removing the header frees them.
+    let found = unsafe { with_headers(host, filter, RESPONSE_HEADER, scan) }.flatten();
+    if found.is_some() {
+        // SAFETY: Envoy's live filter; the name lives for the call. No value: remove them all.
+        unsafe {
+            (host.set_header)(
+                filter,
+                RESPONSE_HEADER,
+                ModuleBuffer::of(COMMAND_HEADER_LOWER),
+                ModuleBuffer::NONE,
+            )
+        };
+    }
+    found
+}
+
+/// Lends `f` the request's or the response's headers (`which`): all of them, read from Envoy
+/// at once into a buffer on the stack (or, past [`ON_STACK`], the worker's buffer). `None` if
+/// Envoy could not lend them.
+///
+/// # Safety
+/// `filter` is Envoy's live filter of a stream whose `which` headers are in; the headers'
+/// bytes are Envoy's, valid until the hook returns or the headers change (so `f` must not
+/// keep them).
+unsafe fn with_headers<R>(
     host: &Host,
     filter: FilterEnvoyPtr,
+    which: u32,
     f: impl FnOnce(&[EnvoyHeader]) -> R,
 ) -> Option<R> {
     // SAFETY: Envoy's live filter (this function's contract).
-    let count = unsafe { (host.get_headers_size)(filter, REQUEST_HEADER) };
+    let count = unsafe { (host.get_headers_size)(filter, which) };
     if count == 0 {
         return Some(f(&[]));
     }
     let read = |buf: &mut [EnvoyHeader]| {
         // SAFETY: Envoy's live filter; `buf` has room for the `count` headers Envoy writes
         // (the count cannot change before it does: this thread runs the stream's hook).
-        unsafe { (host.get_headers)(filter, REQUEST_HEADER, buf.as_mut_ptr()) }
+        unsafe { (host.get_headers)(filter, which, buf.as_mut_ptr()) }
     };
     if count <= ON_STACK {
         // Only the entries Envoy writes are made (48 empty ones cost more than the rest).
@@ -239,7 +399,7 @@ fn values<'h>(headers: &'h [EnvoyHeader], name: &'h [u8]) -> impl Iterator<Item 
         .filter(move |h| h.key.length == name.len())
         .filter_map(move |h| {
             // SAFETY: Envoy's buffers, valid while the hook that lent `headers` runs, which
-            // outlives `'h` (see `with_request_headers`).
+            // outlives `'h` (see `with_headers`).
             let key = unsafe { h.key.bytes() };
             // SAFETY: as above.
             key.eq_ignore_ascii_case(name)
@@ -297,9 +457,16 @@ unsafe fn decide(
             .flatten();
         // SAFETY: the stream is live and only this hook uses it now (this function's
         // contract).
-        unsafe {
-            (*stream).set_cookie = decision.set_cookie;
-            (*stream).ticket = ticket;
+        let stream = unsafe { &mut *stream };
+        stream.set_cookie = decision.set_cookie;
+        stream.ticket = ticket;
+        stream.admitted = !decision.bypassed;
+        if stream.admitted && config.room_revocable() {
+            // What an origin's `revoke` needs, should the response carry one.
+            stream.cookie.keep(values(headers, b"cookie"));
+            stream
+                .ticket_header
+                .keep(values(headers, TICKET_HEADER_LOWER).take(1));
         }
         return CONTINUE;
     }
@@ -487,6 +654,36 @@ pub fn parse_address(text: &[u8]) -> Option<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ticket_of_a_set_cookie_value() {
+        assert_eq!(
+            ticket_of("__vr_shop=abc.def; Path=/; HttpOnly"),
+            Some("abc.def")
+        );
+        assert_eq!(ticket_of("__vr_shop=abc"), Some("abc"));
+        assert_eq!(ticket_of("__vr_shop=; Max-Age=0; Path=/"), None);
+        assert_eq!(ticket_of("junk"), None);
+    }
+
+    #[test]
+    fn kept_headers_are_joined_and_cleared() {
+        let mut k = Kept::default();
+        assert_eq!(k.get(), None);
+        k.keep([&b"a=1"[..], b"b=2"].into_iter());
+        assert_eq!(k.get(), Some(&b"a=1; b=2"[..]));
+        k.keep(std::iter::empty());
+        assert_eq!(k.get(), None, "none kept: absent, not empty");
+        k.keep([&b""[..]].into_iter());
+        assert_eq!(k.get(), Some(&b""[..]));
+        k.bytes.reserve(KEPT_MAX * 2);
+        k.clear();
+        assert_eq!(
+            (k.get(), k.bytes.capacity()),
+            (None, 0),
+            "a large buffer is let go"
+        );
+    }
 
     #[test]
     fn addresses_as_envoy_writes_them() {

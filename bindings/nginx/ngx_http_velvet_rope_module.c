@@ -1011,7 +1011,6 @@ ngx_http_velvet_rope_revocation_name(uint32_t outcome)
     case VR_REVOKE_REFUSED_UNSENT:       return "refused_unsent: the cluster's store is "
                                                 "behind";
     case VR_REVOKE_REFUSED_BUSY:         return "refused_busy";
-    case VR_REVOKE_REFUSED_CLOCK_BEHIND: return "refused_clock_behind";
     default:                             return "unknown";
     }
 }

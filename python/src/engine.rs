@@ -308,6 +308,65 @@ impl Engine {
         self.wrap(py, d)
     }
 
+    /// Ends the session of the visitor holding `ticket` (the value of `room`'s ticket, as in
+    /// its cookie; `str` or `bytes`): its seat is freed at once and the ticket refused from
+    /// then on. The outcome's name: `"revoked"`, `"already_revoked"`, `"no_session"`,
+    /// `"not_enabled"` (the room's `enabled_origin_commands` lack `"revoke"`), or
+    /// `"refused_full"`, `"refused_unsent"`, `"refused_busy"`, `"refused_clock_behind"`
+    /// (nothing changed). Raises `UnknownRoomError` for a room not configured.
+    #[pyo3(signature = (room, ticket, now_ms = None))]
+    fn revoke(
+        &self,
+        py: Python<'_>,
+        room: &str,
+        ticket: &Bound<'_, PyAny>,
+        now_ms: Option<u64>,
+    ) -> PyResult<&'static str> {
+        let ticket = header_bytes(ticket)?;
+        let now = or_now(now_ms)?;
+        // It may wait (bounded) for another process's revocation lock, and ticks the room.
+        py.detach(|| self.inner.revoke(room, ticket, now))
+            .map(|r| r.as_str())
+            .map_err(to_py)
+    }
+
+    /// Ends the session of a request's visitor, for a response carrying
+    /// `Velvet-Rope-Command: revoke` (what the middleware calls): the ticket is `issued` (the
+    /// one the request's own decision handed out, `Decision.ticket`) if given, else the room's
+    /// ticket in `cookie_header` (the request's whole `Cookie` header), else, in a room with
+    /// `ticket_header = true`, `ticket_header` (its `Velvet-Rope-Ticket` header). Each is
+    /// `str`, `bytes` or `None`. The outcome's name, as `revoke` answers.
+    #[pyo3(signature = (room, cookie_header = None, ticket_header = None, issued = None, now_ms = None))]
+    fn revoke_request(
+        &self,
+        py: Python<'_>,
+        room: &str,
+        cookie_header: Option<&Bound<'_, PyAny>>,
+        ticket_header: Option<&Bound<'_, PyAny>>,
+        issued: Option<&Bound<'_, PyAny>>,
+        now_ms: Option<u64>,
+    ) -> PyResult<&'static str> {
+        let cookie = cookie_header.map(header_bytes).transpose()?;
+        let header = ticket_header.map(header_bytes).transpose()?;
+        let issued = issued
+            .map(header_bytes)
+            .transpose()?
+            .filter(|t| !t.is_empty());
+        let now = or_now(now_ms)?;
+        py.detach(|| {
+            self.inner
+                .revoke_request(room.as_bytes(), cookie, header, issued, now)
+        })
+        .map(|r| r.as_str())
+        .map_err(to_py)
+    }
+
+    /// The `Set-Cookie` value that clears `room`'s ticket cookie (`Max-Age=0`, the cookie's
+    /// own path and attributes): for the response that ended the visitor's session.
+    fn clear_cookie(&self, room: &str) -> PyResult<String> {
+        self.inner.clear_cookie(room).map_err(to_py)
+    }
+
     /// Folds the counters into a new snapshot. Call about once a second (the middleware does);
     /// it never waits.
     #[pyo3(signature = (now_ms = None))]
@@ -421,6 +480,13 @@ impl Engine {
     fn __repr__(&self) -> String {
         format!("Engine(rooms={:?})", self.inner.rooms())
     }
+}
+
+/// Whether a `Velvet-Rope-Command` response header value (`str` or `bytes`) asks for a
+/// revocation: `revoke`, any case, among comma-separated commands.
+#[pyfunction]
+pub(crate) fn is_revoke_command(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    Ok(velvet_rope::is_revoke_command(header_bytes(value)?))
 }
 
 /// Bytes of a state file for this configuration (what `Engine(shared_memory=...)` creates).
@@ -586,6 +652,7 @@ impl From<velvet_rope::RoomStats> for RoomStats {
                 ("wrong_room", r.wrong_room),
                 ("expired", r.expired),
                 ("from_future", r.from_future),
+                ("revoked", r.revoked),
             ]
             .into_iter()
             .collect(),

@@ -25,6 +25,8 @@ fn _velvet_rope(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lease::Gauge>()?;
     m.add_class::<routing::Router>()?;
     m.add_function(wrap_pyfunction!(engine::shared_memory_size, m)?)?;
+    m.add_function(wrap_pyfunction!(engine::is_revoke_command, m)?)?;
+    m.add("COMMAND_HEADER", velvet_rope::admission::COMMAND_HEADER)?;
     m.add_function(wrap_pyfunction!(time::now_ms, m)?)?;
     m.add_function(wrap_pyfunction!(noop, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

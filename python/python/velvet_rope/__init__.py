@@ -18,6 +18,7 @@ decision = engine.admit("shop", cookie_header)     # "admit" | "queue" | "reject
 """
 
 from ._velvet_rope import (
+    COMMAND_HEADER,
     ClusterStatus,
     Coordinator,
     Decision,
@@ -27,6 +28,7 @@ from ._velvet_rope import (
     RoomStats,
     Router,
     __version__,
+    is_revoke_command,
     noop,
     now_ms,
     shared_memory_size,
@@ -54,6 +56,8 @@ __all__ = [
     "Gauge",
     "Router",
     "shared_memory_size",
+    "is_revoke_command",
+    "COMMAND_HEADER",
     "now_ms",
     "noop",
     "VelvetRopeError",

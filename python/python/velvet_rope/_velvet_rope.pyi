@@ -18,12 +18,21 @@ __all__ = [
     "Gauge",
     "Router",
     "shared_memory_size",
+    "is_revoke_command",
+    "COMMAND_HEADER",
     "now_ms",
     "noop",
     "__version__",
 ]
 
 __version__: str
+
+#: The response header an origin gives commands in (`Velvet-Rope-Command`).
+COMMAND_HEADER: str
+
+def is_revoke_command(value: str | bytes) -> bool:
+    """Whether a `Velvet-Rope-Command` value asks for a revocation (`revoke`, any case,
+    among comma-separated commands)."""
 
 def now_ms() -> int:
     """Milliseconds since the Unix epoch, from the system clock."""
@@ -67,6 +76,23 @@ class Engine:
     def admit_ticket(
         self, room: str, ticket: str | None = None, now_ms: int | None = None
     ) -> Decision: ...
+    def revoke(self, room: str, ticket: str | bytes, now_ms: int | None = None) -> str:
+        """Ends the session of the visitor holding `ticket`: `"revoked"`, `"already_revoked"`,
+        `"no_session"`, `"not_enabled"`, or `"refused_full"`, `"refused_unsent"`,
+        `"refused_busy"`, `"refused_clock_behind"` (nothing changed)."""
+    def revoke_request(
+        self,
+        room: str,
+        cookie_header: str | bytes | None = None,
+        ticket_header: str | bytes | None = None,
+        issued: str | bytes | None = None,
+        now_ms: int | None = None,
+    ) -> str:
+        """Ends the session of a request's visitor (the ticket its decision `issued`, else the
+        room's ticket in `cookie_header`, else, with `ticket_header = true`, `ticket_header`);
+        the outcome's name, as `revoke` answers."""
+    def clear_cookie(self, room: str) -> str:
+        """The `Set-Cookie` value that clears `room`'s ticket cookie."""
     def tick(self, now_ms: int | None = None) -> None: ...
     def reload(self, config: str | os.PathLike[str]) -> None: ...
     def stats(self, room: str) -> RoomStats: ...

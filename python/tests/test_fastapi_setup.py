@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import HTMLResponse
 
 from velvet_rope import Engine, UnknownRoomError
@@ -83,3 +83,22 @@ def test_install_sets_the_ticket_once_whatever_the_endpoint_returns() -> None:
         # Several Cookie headers, the ticket in the second: read, nothing more to set.
         status, headers, _ = call(app, path, [(b"cookie", b"a=1"), (b"cookie", ticket)])
         assert status == 200 and not [v for k, v in headers if k == b"set-cookie"], (path, headers)
+
+
+def test_a_decorated_endpoint_gets_its_own_request_and_response() -> None:
+    """FastAPI gives the request and the response to one parameter each: an endpoint taking
+    them itself gets them (not the decorator's own), and the ticket still joins the
+    response."""
+    engine = Engine(ROOM)
+    app = FastAPI()
+
+    @app.get("/mine")
+    @waiting_room(engine, "shop", tick=False)
+    async def mine(request: Request, response: Response) -> dict[str, str]:
+        response.headers["x-mine"] = "1"
+        return {"path": request.url.path}
+
+    status, headers, body = call(app, "/mine")
+    assert (status, body) == (200, b'{"path":"/mine"}'), body
+    assert (b"x-mine", b"1") in headers
+    assert len([v for k, v in headers if k == b"set-cookie"]) == 1

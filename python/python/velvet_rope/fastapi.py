@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import typing
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -178,6 +179,23 @@ class Admission:
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
+
+def _parameter_of(
+    endpoint: Callable[..., Any], params: list[inspect.Parameter], kind: type
+) -> str | None:
+    """The name of the endpoint's parameter that FastAPI gives the request (`kind` Request)
+    or the response (`kind` Response), if it has one."""
+    try:
+        hints = typing.get_type_hints(endpoint)
+    except Exception:  # annotations that do not resolve: read as written
+        hints = {}
+    for p in params:
+        annotation = hints.get(p.name, p.annotation)
+        if isinstance(annotation, type) and issubclass(annotation, kind):
+            return p.name
+    return None
+
+
 _REQUEST = "__velvet_rope_request"
 _RESPONSE = "__velvet_rope_response"
 
@@ -192,11 +210,16 @@ def waiting_room(engine: Engine, room: str, *, tick: bool = True) -> Callable[[F
 
     def decorate(endpoint: F) -> F:
         signature = inspect.signature(endpoint)
+        params = list(signature.parameters.values())
+        # FastAPI hands the request and its response to one parameter each: the endpoint's
+        # own, when it has them (a second would get nothing), else ours.
+        own_request = _parameter_of(endpoint, params, Request)
+        own_response = _parameter_of(endpoint, params, Response)
 
         @functools.wraps(endpoint)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            request: Request = kwargs.pop(_REQUEST)
-            response: Response = kwargs.pop(_RESPONSE)
+            request: Request = kwargs[own_request] if own_request else kwargs.pop(_REQUEST)
+            response: Response = kwargs[own_response] if own_response else kwargs.pop(_RESPONSE)
             decision = _decide(engine, room, request)
             if not decision.admitted:
                 return _page_response(engine, room, decision, request)
@@ -207,12 +230,17 @@ def waiting_room(engine: Engine, room: str, *, tick: bool = True) -> Callable[[F
             return result
 
         # FastAPI reads the signature: the endpoint's own parameters, plus the request and a
-        # response to carry the ticket (keyword-only, under names no endpoint uses).
-        extra = [
-            inspect.Parameter(_REQUEST, inspect.Parameter.KEYWORD_ONLY, annotation=Request),
-            inspect.Parameter(_RESPONSE, inspect.Parameter.KEYWORD_ONLY, annotation=Response),
-        ]
-        params = list(signature.parameters.values())
+        # response to carry the ticket (keyword-only, under names no endpoint uses) unless
+        # the endpoint takes them itself.
+        extra = []
+        if own_request is None:
+            extra.append(
+                inspect.Parameter(_REQUEST, inspect.Parameter.KEYWORD_ONLY, annotation=Request)
+            )
+        if own_response is None:
+            extra.append(
+                inspect.Parameter(_RESPONSE, inspect.Parameter.KEYWORD_ONLY, annotation=Response)
+            )
         var_kw = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
         rest = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
         setattr(wrapper, "__signature__", signature.replace(parameters=[*rest, *extra, *var_kw]))

@@ -45,9 +45,12 @@ class Jar:
 
     def update(self, r: Response) -> None:
         for sc in r.all("Set-Cookie"):
-            pair = sc.split(";", 1)[0]
+            pair, _, attrs = sc.partition(";")
             name, _, value = pair.strip().partition("=")
-            self.cookies[name] = value
+            if re.search(r"(?:^|;)\s*max-age\s*=\s*0\s*(?:;|$)", attrs, re.IGNORECASE):
+                self.cookies.pop(name, None)  # cleared, as a browser drops it
+            else:
+                self.cookies[name] = value
 
     def header(self) -> str:
         return "; ".join(f"{k}={v}" for k, v in self.cookies.items())

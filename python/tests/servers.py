@@ -23,17 +23,20 @@ def free_port() -> int:
 class Server:
     """A server command (uvicorn, gunicorn) serving a test app from `tests.apps`."""
 
-    def __init__(self, kind: str, state: pathlib.Path, config: pathlib.Path = CONFIG) -> None:
+    def __init__(self, kind: str, state: pathlib.Path, config: pathlib.Path = CONFIG,
+                 app: str | None = None) -> None:
+        """`app`: the module of `tests.apps` serving (default: `fastapi_app` under uvicorn,
+        `flask_app` under gunicorn)."""
         self.kind = kind
         self.port = free_port()
         if kind == "uvicorn":
-            argv = [sys.executable, "-m", "uvicorn", "tests.apps.fastapi_app:app",
+            argv = [sys.executable, "-m", "uvicorn", f"tests.apps.{app or 'fastapi_app'}:app",
                     "--host", "127.0.0.1", "--port", str(self.port), "--workers", "2",
                     "--log-level", "warning"]
         else:
             argv = [sys.executable, "-m", "gunicorn", "--workers", "2",
                     "--bind", f"127.0.0.1:{self.port}", "--log-level", "warning",
-                    "tests.apps.flask_app:app"]
+                    f"tests.apps.{app or 'flask_app'}:app"]
         env = dict(os.environ, VR_CONFIG=str(config), VR_STATE=str(state),
                    PYTHONPATH=str(HERE.parent))
         self.log = state.with_suffix(".log")

@@ -21,6 +21,13 @@ get the room's waiting page (HTML, or JSON when the client asks for it) with its
 `Refresh` or `Retry-After`, `Cache-Control: no-store` and the ticket. The engine is ticked once
 a second from a task on the event loop, started with the application (lifespan startup, or the
 first request) and stopped at lifespan shutdown.
+
+Origin commands: the app ends a visitor's session by answering with the header
+`Velvet-Rope-Command: revoke` (in a room with `enabled_origin_commands = ["revoke"]`). The
+header never reaches the client (it is removed from every response, decided or not); for an
+admitted request, the visitor's ticket is revoked (its seat freed at once, the ticket refused
+from then on) and the response clears the ticket cookie instead of setting it. Refusals are
+logged to the `velvet_rope` logger.
 """
 
 from __future__ import annotations
@@ -28,11 +35,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
+from ._commands import KEY, LOG, asks_revoke, has_command, record, revoke, split_asgi
 from ._routing import ROUTES, RoomRouter
 from ._ticker import LoopTicker
-from ._velvet_rope import Engine
+from ._velvet_rope import Decision, Engine
 
-__all__ = ["WaitingRoom", "peer_of", "target_of", "ticket_headers"]
+__all__ = ["WaitingRoom", "admitted_start", "peer_of", "stripping", "target_of", "ticket_headers"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -86,6 +94,102 @@ def ticket_headers(decision: Any) -> list[tuple[bytes, bytes]]:
     return out
 
 
+def _headers_of(message: Message) -> list[Any] | tuple[Any, ...]:
+    """A response start's headers, as a list or tuple (read more than once here); one given
+    as another iterable is replaced by a list of it in `message`."""
+    headers = message.get("headers") or ()
+    if not isinstance(headers, (list, tuple)):
+        headers = list(headers)
+        message["headers"] = headers
+    return headers
+
+
+def _strip_commands(scope: Scope, message: Message) -> Message:
+    """A response start without its `Velvet-Rope-Command` headers (left in the scope for the
+    front doors around this one). Never raises."""
+    try:
+        headers = _headers_of(message)
+        if not has_command(headers):
+            return message
+        split = split_asgi(headers)
+        assert split is not None
+        record(scope, split[1])
+        message = dict(message)
+        message["headers"] = split[0]
+    except Exception:
+        LOG.exception("velvet-rope: cannot read the response's headers for origin commands")
+    return message
+
+
+def stripping(scope: Scope, send: Send) -> Send:
+    """`send` that removes `Velvet-Rope-Command` headers from the response (for a request no
+    room admitted: the command does nothing, but never reaches the client)."""
+
+    # A plain function returning `send`'s awaitable: no coroutine of its own per message.
+    def send_stripped(message: Message) -> Awaitable[None]:
+        if message["type"] == "http.response.start":
+            message = _strip_commands(scope, message)
+        return send(message)
+
+    return send_stripped
+
+
+def admitted_start(
+    engine: Engine,
+    scope: Scope,
+    message: Message,
+    room: str,
+    decision: Decision,
+    extra: list[tuple[bytes, bytes]],
+) -> Message:
+    """The response start of a request `room` admitted: `extra` (its ticket headers) added,
+    and the origin's commands carried out and removed. A revoked session's response clears
+    the ticket cookie instead of setting it. Never raises."""
+    try:
+        headers = message.get("headers", ())
+        # What every admitted response pays: a look at each header's name's length.
+        if headers.__class__ is list and KEY not in scope:
+            for name, _ in headers:
+                if len(name) == 19 and name.lower() == b"velvet-rope-command":
+                    break
+            else:
+                if not extra:
+                    return message
+                message = dict(message)
+                message["headers"] = headers + extra
+                return message
+        return _carry_out(engine, scope, message, room, decision, extra)
+    except Exception:
+        LOG.exception("velvet-rope: room %r: cannot carry out the origin's commands", room)
+        return _strip_commands(scope, message)
+
+
+def _carry_out(
+    engine: Engine,
+    scope: Scope,
+    message: Message,
+    room: str,
+    decision: Decision,
+    extra: list[tuple[bytes, bytes]],
+) -> Message:
+    """`admitted_start` for a response with commands (its own, or an inner front door's)."""
+    headers = _headers_of(message)
+    inner = scope.get(KEY)  # removed by a front door inside this one
+    split = split_asgi(headers)
+    kept, values = split if split is not None else (list(headers), [])
+    if values:
+        record(scope, values)
+    if asks_revoke([*values, *(inner or ())]) and revoke(
+        engine, room, decision, _cookie(scope), _header(scope, b"velvet-rope-ticket")
+    ):
+        out = [*kept, (b"set-cookie", engine.clear_cookie(room).encode("latin-1"))]
+    else:
+        out = [*kept, *extra]
+    message = dict(message)
+    message["headers"] = out
+    return message
+
+
 class WaitingRoom:
     """ASGI middleware putting a velvet-rope room in front of `app`.
 
@@ -127,7 +231,7 @@ class WaitingRoom:
             return
         room = self.router.room_for(scope["path"])
         if room is None:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, stripping(scope, send))
             return
         # No rules, no header tickets: the `Cookie` header is all the room reads (one call).
         decision = None if room == ROUTES else self.engine.admit_plain(room, _cookie(scope))
@@ -139,23 +243,20 @@ class WaitingRoom:
                 peer=peer_of(scope),
                 room=None if room == ROUTES else room,
             )
-            if placed is None:
-                await self.app(scope, receive, send)
+            if placed is None or placed[1].bypassed:
+                await self.app(scope, receive, stripping(scope, send))
                 return
             room, decision = placed
         if decision.admitted:
-            if decision.set_cookie is None:
-                await self.app(scope, receive, send)
-                return
-            extra = ticket_headers(decision)
+            engine = self.engine
+            extra = [] if decision.set_cookie is None else ticket_headers(decision)
 
-            async def send_with_ticket(message: Message) -> None:
+            def send_admitted(message: Message) -> Awaitable[None]:
                 if message["type"] == "http.response.start":
-                    message = dict(message)
-                    message["headers"] = [*message.get("headers", ()), *extra]
-                await send(message)
+                    message = admitted_start(engine, scope, message, room, decision, extra)
+                return send(message)
 
-            await self.app(scope, receive, send_with_ticket)
+            await self.app(scope, receive, send_admitted)
             return
         page = self.engine.render_page(
             room,
@@ -165,7 +266,7 @@ class WaitingRoom:
             ticket=_header(scope, b"velvet-rope-ticket"),
         )
         if page is None:  # admit decisions have no page; cannot happen here
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, stripping(scope, send))
             return
         body = page.body.encode()
         headers = [(k.lower().encode(), v.encode("latin-1")) for k, v in page.headers]

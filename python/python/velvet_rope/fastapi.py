@@ -25,6 +25,13 @@ the endpoint returns a `Response`. `Admission` used in an app without `install` 
 `RuntimeError` on its first request rather than losing tickets. Both forms read every
 `Cookie` header of the request.
 
+Origin commands: an endpoint ends the visitor's session by answering with the header
+`Velvet-Rope-Command: revoke` (in a room with `enabled_origin_commands = ["revoke"]`): the
+visitor's ticket is revoked and the response clears the ticket cookie instead of setting it.
+The header never reaches the client: `install`'s middleware removes it from every response of
+the app, and the decorator from its endpoint's. Refusals are logged to the `velvet_rope`
+logger.
+
 For a whole application, `velvet_rope.asgi.WaitingRoom` is the simpler choice. Both forms
 tick the engine from a daemon thread (one per engine).
 """
@@ -40,9 +47,21 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, Request, Response
 from starlette.responses import Response as StarletteResponse
 
+from ._commands import LOG, asks_revoke, record, revoke, split_wsgi
 from ._ticker import ThreadTicker
 from ._velvet_rope import Decision, Engine
-from .asgi import ASGIApp, Message, Receive, Scope, Send, peer_of, target_of, ticket_headers
+from .asgi import (
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    admitted_start,
+    peer_of,
+    stripping,
+    target_of,
+    ticket_headers,
+)
 from .errors import UnknownRoomError
 
 __all__ = ["Admission", "Queued", "install", "waiting_room"]
@@ -109,14 +128,17 @@ async def _queued_handler(request: Request, exc: Exception) -> Response:
     raise exc
 
 
-#: The scope key under which `_Tickets` keeps the ticket headers to add to the response.
-_TICKETS = "velvet_rope.set_cookie"
+#: The scope key under which `_Tickets` keeps, for each `Admission` that admitted the request,
+#: its engine, room, decision and the ticket headers to add to the response.
+_TICKETS = "velvet_rope.admitted"
 
 
 class _Tickets:
     """ASGI middleware (added by `install`): gives each HTTP request a list, in its scope, for
     `Admission` to put the ticket's `Set-Cookie` in, and adds what it holds to the response's
-    headers, whatever made the response."""
+    headers, whatever made the response. It carries out and removes the app's
+    `Velvet-Rope-Command` headers (in the rooms that admitted the request; removed from every
+    response)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -125,14 +147,21 @@ class _Tickets:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        tickets: list[tuple[bytes, bytes]] = []
-        scope[_TICKETS] = tickets
+        admitted: list[tuple[Engine, str, Decision, list[tuple[bytes, bytes]]]] = []
+        scope[_TICKETS] = admitted
+        strip = stripping(scope, send)
 
         async def send_with_tickets(message: Message) -> None:
-            if message["type"] == "http.response.start" and tickets:
-                message = dict(message)
-                message["headers"] = [*message.get("headers", ()), *tickets]
-            await send(message)
+            if message["type"] != "http.response.start":
+                await send(message)
+            elif not admitted:
+                await strip(message)
+            else:
+                # Each admitting room adds its tickets and carries out the commands (the first
+                # removes them from the headers and leaves them in the scope for the others).
+                for engine, room, decision, extra in admitted:
+                    message = admitted_start(engine, scope, message, room, decision, extra)
+                await send(message)
 
         await self.app(scope, receive, send_with_tickets)
 
@@ -163,8 +192,8 @@ class Admission:
             _ticking(engine)
 
     async def __call__(self, request: Request) -> Decision:
-        tickets = request.scope.get(_TICKETS)
-        if tickets is None:
+        admitted = request.scope.get(_TICKETS)
+        if admitted is None:
             raise RuntimeError(
                 "velvet_rope.fastapi.Admission needs velvet_rope.fastapi.install(app) on the "
                 "application, before it starts: without it, the tickets of admitted visitors "
@@ -172,9 +201,35 @@ class Admission:
             )
         decision = _decide(self.engine, self.room, request)
         if decision.admitted:
-            tickets.extend(ticket_headers(decision))
+            if not decision.bypassed:
+                admitted.append((self.engine, self.room, decision, ticket_headers(decision)))
             return decision
         raise Queued(_page_response(self.engine, self.room, decision, request))
+
+
+def _commands(
+    engine: Engine, room: str, decision: Decision, request: Request, response: Response
+) -> bool:
+    """Carries out and removes the `Velvet-Rope-Command` headers an endpoint of
+    `waiting_room` answered with; whether the visitor's session ended. Never raises."""
+    try:
+        split = split_wsgi(response.headers.items())
+        if split is None:
+            return False
+        del response.headers["velvet-rope-command"]  # every line, any case
+        record(request.scope, split[1])  # for the front doors around the app
+        if decision.bypassed or not asks_revoke(split[1]):
+            return False
+        return revoke(
+            engine,
+            room,
+            decision,
+            "; ".join(request.headers.getlist("cookie")) or None,
+            request.headers.get("velvet-rope-ticket"),
+        )
+    except Exception:
+        LOG.exception("velvet-rope: room %r: cannot carry out the origin's commands", room)
+        return False
 
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
@@ -225,7 +280,10 @@ def waiting_room(engine: Engine, room: str, *, tick: bool = True) -> Callable[[F
                 return _page_response(engine, room, decision, request)
             result = await endpoint(*args, **kwargs)
             target = result if isinstance(result, StarletteResponse) else response
-            for name, value in ticket_headers(decision):
+            extra = ticket_headers(decision)
+            if _commands(engine, room, decision, request, target):
+                extra = [(b"set-cookie", engine.clear_cookie(room).encode("latin-1"))]
+            for name, value in extra:
                 target.headers.append(name.decode(), value.decode("latin-1"))
             return result
 

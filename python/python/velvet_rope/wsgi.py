@@ -8,7 +8,8 @@ engine = Engine(pathlib.Path("velvet-rope.toml"), shared_memory="/run/velvet-rop
 app.wsgi_app = WaitingRoom(app.wsgi_app, engine, room="shop")      # Flask
 ```
 
-Each request under a room is decided before the app sees it, as in `velvet_rope.asgi`. The
+Each request under a room is decided before the app sees it, as in `velvet_rope.asgi`, and the
+app's `Velvet-Rope-Command` response headers are carried out and removed as there. The
 engine is ticked once a second by a daemon thread, started with the middleware (and again in
 each worker a pre-fork server forks from a preloaded app), stopped by `close()` or at exit.
 With several worker processes, give the engine `shared_memory=` so that they share exact
@@ -20,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ._commands import KEY, LOG, asks_revoke, record, revoke, split_wsgi
 from ._routing import ROUTES, RoomRouter, status_line
 from ._ticker import ThreadTicker
-from ._velvet_rope import Engine
+from ._velvet_rope import Decision, Engine
 from .asgi import ticket_headers
 
 __all__ = ["WaitingRoom"]
@@ -76,6 +78,75 @@ def _request_headers(environ: dict[str, Any]) -> list[tuple[str, str]]:
     return headers
 
 
+def _strip_commands(
+    environ: dict[str, Any], headers: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """`headers` without their `Velvet-Rope-Command` lines (left in the environ for the front
+    doors around this one)."""
+    try:
+        for name, _ in headers:
+            if len(name) == 19 and name.lower() == "velvet-rope-command":
+                break
+        else:
+            return headers
+        split = split_wsgi(headers)
+        if split is None:
+            return headers
+        record(environ, split[1])
+        return split[0]
+    except Exception:
+        LOG.exception("velvet-rope: cannot read the response's headers for origin commands")
+        return headers
+
+
+def _stripping(environ: dict[str, Any], start_response: StartResponse) -> StartResponse:
+    """`start_response` that removes `Velvet-Rope-Command` headers (for a request no room
+    admitted: the command does nothing, but never reaches the client)."""
+
+    def start_stripped(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+        return start_response(status, _strip_commands(environ, headers), *exc)
+
+    return start_stripped
+
+
+def _admitted_headers(
+    engine: Engine,
+    environ: dict[str, Any],
+    headers: list[tuple[str, str]],
+    room: str,
+    decision: Decision,
+    extra: list[tuple[str, str]],
+) -> list[tuple[str, str]]:
+    """The response headers of a request `room` admitted: `extra` (its ticket headers) added,
+    and the origin's commands carried out and removed (a revoked session's response clears the
+    ticket cookie instead of setting it). Never raises."""
+    try:
+        inner = environ.get(KEY)  # removed by a front door inside this one
+        if inner is None:
+            # What every admitted response pays: a look at each header's name's length.
+            for name, _ in headers:
+                if len(name) == 19 and name.lower() == "velvet-rope-command":
+                    break
+            else:
+                return [*headers, *extra] if extra else headers
+        split = split_wsgi(headers)
+        kept, values = split if split is not None else (list(headers), [])
+        if values:
+            record(environ, values)
+        if asks_revoke([*values, *(inner or ())]) and revoke(
+            engine,
+            room,
+            decision,
+            environ.get("HTTP_COOKIE"),
+            environ.get("HTTP_VELVET_ROPE_TICKET"),
+        ):
+            return [*kept, ("Set-Cookie", engine.clear_cookie(room))]
+        return [*kept, *extra]
+    except Exception:
+        LOG.exception("velvet-rope: room %r: cannot carry out the origin's commands", room)
+        return _strip_commands(environ, headers)
+
+
 class WaitingRoom:
     """WSGI middleware putting a velvet-rope room in front of `app` (arguments as in
     `velvet_rope.asgi.WaitingRoom`)."""
@@ -101,7 +172,7 @@ class WaitingRoom:
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         room = self.router.room_for(_path_bytes(environ))
         if room is None:
-            return self.app(environ, start_response)
+            return self.app(environ, _stripping(environ, start_response))
         # No rules, no header tickets: the `Cookie` header is all the room reads (one call).
         decision = None if room == ROUTES else self.engine.admit_plain(
             room, environ.get("HTTP_COOKIE")
@@ -114,20 +185,20 @@ class WaitingRoom:
                 peer=environ.get("REMOTE_ADDR") or None,
                 room=None if room == ROUTES else room,
             )
-            if placed is None:
-                return self.app(environ, start_response)
+            if placed is None or placed[1].bypassed:
+                return self.app(environ, _stripping(environ, start_response))
             room, decision = placed
         if decision.admitted:
             extra = [
                 (_CASED[k], v.decode("latin-1")) for k, v in ticket_headers(decision)
             ]
-            if not extra:
-                return self.app(environ, start_response)
+            engine = self.engine
 
-            def start_with_ticket(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
-                return start_response(status, [*headers, *extra], *exc)
+            def start_admitted(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+                headers = _admitted_headers(engine, environ, headers, room, decision, extra)
+                return start_response(status, headers, *exc)
 
-            return self.app(environ, start_with_ticket)
+            return self.app(environ, start_admitted)
         page = self.engine.render_page(
             room,
             decision,
@@ -136,7 +207,7 @@ class WaitingRoom:
             ticket=environ.get("HTTP_VELVET_ROPE_TICKET"),
         )
         if page is None:  # admit decisions have no page; cannot happen here
-            return self.app(environ, start_response)
+            return self.app(environ, _stripping(environ, start_response))
         body = page.body.encode()
         start_response(
             status_line(page.status), [*page.headers, ("Content-Length", str(len(body)))]

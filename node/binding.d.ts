@@ -85,6 +85,12 @@ export interface DecisionObject {
 /** Decides one request given the ticket cookie's value itself. */
 export declare function engineAdmitTicket(engine: number, room: string, ticket?: string | undefined | null, nowMs?: number | undefined | null): DecisionObject | null
 
+/**
+ * The `Set-Cookie` value that clears `room`'s ticket cookie (`Max-Age=0`, the cookie's own
+ * path and attributes): for the response that ended the visitor's session.
+ */
+export declare function engineClearCookie(engine: number, room: string): string
+
 /** The engine's sync loop's status (null without a `[cluster]` table). */
 export declare function engineClusterStatus(engine: number): ClusterStatusObject | null
 
@@ -119,6 +125,24 @@ export declare function engineReload(engine: number, config: string, isPath: boo
  * picks the event in force and its countdown.
  */
 export declare function engineRenderPage(engine: number, room: string, decision: DecisionObject, accept?: string | undefined | null, acceptLanguage?: string | undefined | null, nowMs?: number | undefined | null, ticket?: string | undefined | null): PageObject | null
+
+/**
+ * Ends the session of the visitor holding `ticket` (a ticket value of `room`, as in its
+ * cookie): its seat is freed at once and the ticket refused from then on. The outcome's
+ * name: `"revoked"`, `"already_revoked"`, `"no_session"`, `"not_enabled"`, or
+ * `"refused_full"`, `"refused_unsent"`, `"refused_busy"`, `"refused_clock_behind"` (nothing
+ * changed). It may wait (up to 20 ms) for another process's revocation lock.
+ */
+export declare function engineRevoke(engine: number, room: string, ticket: string, nowMs?: number | undefined | null): string
+
+/**
+ * Ends the session of a request's visitor, for a response carrying
+ * `Velvet-Rope-Command: revoke`: the ticket is `issued` (the one the request's decision
+ * handed out) if given, else the room's ticket in `cookie` (the request's whole `Cookie`
+ * header), else, in a room with `ticket_header = true`, `ticket_header` (its
+ * `Velvet-Rope-Ticket` header). The outcome's name, as `engineRevoke` answers.
+ */
+export declare function engineRevokeRequest(engine: number, room: string, cookie?: string | undefined | null, ticketHeader?: string | undefined | null, issued?: string | undefined | null, nowMs?: number | undefined | null): string
 
 /**
  * The admit function of `room` of `engine` (`UnknownRoomError` if the engine has no such
@@ -170,6 +194,12 @@ export declare function gaugeTryAcquire(gauge: number, n: number): boolean
 
 /** Whole units of a lease's capacity. */
 export declare function gaugeUnits(capacity: number): number
+
+/**
+ * Whether a `Velvet-Rope-Command` response header value asks for a revocation: `revoke`, any
+ * case, among comma-separated commands.
+ */
+export declare function isRevokeCommand(value: string): boolean
 
 /** A lease: what a client may use, until when. */
 export interface LeaseObject {
@@ -261,7 +291,10 @@ export interface RoomStatsObject {
   admissionRate: number
   /** Bytes of counters the room takes. */
   memoryBytes: number
-  /** Refused tickets: bad_encoding, unknown_key, bad_tag, wrong_room, expired, from_future. */
+  /**
+   * Refused tickets: bad_encoding, unknown_key, bad_tag, wrong_room, expired, from_future,
+   * revoked.
+   */
   ticketRejections: TicketRejectionsObject
 }
 
@@ -303,4 +336,6 @@ export interface TicketRejectionsObject {
   expired: number
   /** Stamped in the future beyond the tolerated skew. */
   fromFuture: number
+  /** Revoked by the origin (`Velvet-Rope-Command: revoke`). */
+  revoked: number
 }

@@ -286,6 +286,72 @@ pub fn engine_admit_ticket(
     Ok(steady_or_object(d))
 }
 
+/// Ends the session of the visitor holding `ticket` (a ticket value of `room`, as in its
+/// cookie): its seat is freed at once and the ticket refused from then on. The outcome's
+/// name: `"revoked"`, `"already_revoked"`, `"no_session"`, `"not_enabled"`, or
+/// `"refused_full"`, `"refused_unsent"`, `"refused_busy"`, `"refused_clock_behind"` (nothing
+/// changed). It may wait (up to 20 ms) for another process's revocation lock.
+#[napi]
+pub fn engine_revoke(
+    engine: u32,
+    room: String,
+    ticket: String,
+    now_ms: Option<f64>,
+) -> napi::Result<String, &'static str> {
+    let now = or_now(now_ms)?;
+    // The engine itself, not a guard of its slot: the call may wait.
+    let e = ENGINES.get(engine)?;
+    let r = e.revoke(&room, &latin1(&ticket), now).map_err(to_js)?;
+    Ok(r.as_str().to_owned())
+}
+
+/// Ends the session of a request's visitor, for a response carrying
+/// `Velvet-Rope-Command: revoke`: the ticket is `issued` (the one the request's decision
+/// handed out) if given, else the room's ticket in `cookie` (the request's whole `Cookie`
+/// header), else, in a room with `ticket_header = true`, `ticket_header` (its
+/// `Velvet-Rope-Ticket` header). The outcome's name, as `engineRevoke` answers.
+#[napi]
+pub fn engine_revoke_request(
+    engine: u32,
+    room: String,
+    cookie: Option<String>,
+    ticket_header: Option<String>,
+    issued: Option<String>,
+    now_ms: Option<f64>,
+) -> napi::Result<String, &'static str> {
+    let now = or_now(now_ms)?;
+    let cookie = cookie.as_deref().map(latin1);
+    let header = ticket_header.as_deref().map(latin1);
+    let issued = issued.as_deref().filter(|t| !t.is_empty()).map(latin1);
+    let e = ENGINES.get(engine)?;
+    let r = e
+        .revoke_request(
+            room.as_bytes(),
+            cookie.as_deref(),
+            header.as_deref(),
+            issued.as_deref(),
+            now,
+        )
+        .map_err(to_js)?;
+    Ok(r.as_str().to_owned())
+}
+
+/// The `Set-Cookie` value that clears `room`'s ticket cookie (`Max-Age=0`, the cookie's own
+/// path and attributes): for the response that ended the visitor's session.
+#[napi]
+pub fn engine_clear_cookie(engine: u32, room: String) -> napi::Result<String, &'static str> {
+    ENGINES
+        .with(engine, |e| e.clear_cookie(&room))?
+        .map_err(to_js)
+}
+
+/// Whether a `Velvet-Rope-Command` response header value asks for a revocation: `revoke`, any
+/// case, among comma-separated commands.
+#[napi]
+pub fn is_revoke_command(value: String) -> bool {
+    velvet_rope::is_revoke_command(&latin1(&value))
+}
+
 /// Folds the counters into a new snapshot; never waits. False (and nothing done) for a
 /// handle no longer live (a timer that outlived its engine).
 #[napi]
@@ -327,7 +393,8 @@ pub struct RoomStatsObject {
     pub admission_rate: f64,
     /// Bytes of counters the room takes.
     pub memory_bytes: f64,
-    /// Refused tickets: bad_encoding, unknown_key, bad_tag, wrong_room, expired, from_future.
+    /// Refused tickets: bad_encoding, unknown_key, bad_tag, wrong_room, expired, from_future,
+    /// revoked.
     pub ticket_rejections: TicketRejectionsObject,
 }
 
@@ -346,6 +413,8 @@ pub struct TicketRejectionsObject {
     pub expired: f64,
     /// Stamped in the future beyond the tolerated skew.
     pub from_future: f64,
+    /// Revoked by the origin (`Velvet-Rope-Command: revoke`).
+    pub revoked: f64,
 }
 
 /// A room's figures.
@@ -369,6 +438,7 @@ pub fn engine_stats(engine: u32, room: String) -> napi::Result<RoomStatsObject, 
             wrong_room: r.wrong_room as f64,
             expired: r.expired as f64,
             from_future: r.from_future as f64,
+            revoked: r.revoked as f64,
         },
     })
 }

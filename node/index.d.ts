@@ -43,6 +43,35 @@ export interface RequestLike {
   socket?: { remoteAddress?: string | undefined } | null
 }
 
+/**
+ * What a revocation did: the session ended now (`revoked`) or before (`already_revoked`);
+ * no valid admission ticket to revoke (`no_session`); the room does not accept the command
+ * (`not_enabled`: its `enabled_origin_commands` lack `"revoke"`); or refused, nothing
+ * changed (`refused_full`: `max_revocations` kept already; `refused_unsent`: the cluster's
+ * outbox is full; `refused_busy`: another process held the lock; `refused_clock_behind`).
+ */
+export type Revocation =
+  | 'revoked'
+  | 'already_revoked'
+  | 'no_session'
+  | 'not_enabled'
+  | 'refused_full'
+  | 'refused_unsent'
+  | 'refused_busy'
+  | 'refused_clock_behind'
+
+/** What `engine.revokeRequest` reads of a request. */
+export interface RevokeRequestOptions {
+  /** The request's whole `Cookie` header. */
+  cookie?: string | null
+  /** The request's `Velvet-Rope-Ticket` header (read in rooms with `ticket_header = true`). */
+  ticketHeader?: string | null
+  /** The ticket the request's own decision handed out (`decision.ticket`): revoked first. */
+  issued?: string | null
+  /** The clock, milliseconds since the Unix epoch (tests). */
+  nowMs?: number
+}
+
 /** A request a room decided: the room, and its decision. */
 export interface Placed {
   room: string
@@ -91,6 +120,20 @@ export declare class Engine {
   readonly handle: number
   /** Decides one request given the ticket cookie's value itself. */
   admitTicket(room: string, ticket?: string | null, nowMs?: number): Decision
+  /**
+   * Ends the session of the visitor holding `ticket` (the value of `room`'s ticket, as in its
+   * cookie): its seat is freed at once and the ticket refused from then on, in every process
+   * sharing the counters. Throws `UnknownRoomError` for a room not configured.
+   */
+  revoke(room: string, ticket: string, nowMs?: number): Revocation
+  /**
+   * Ends the session of a request's visitor, for a response carrying `Velvet-Rope-Command:
+   * revoke` (what the middleware calls): the ticket `issued` if given, else the room's ticket
+   * in `cookie`, else (rooms with `ticket_header = true`) `ticketHeader`.
+   */
+  revokeRequest(room: string, request?: RevokeRequestOptions): Revocation
+  /** The `Set-Cookie` value that clears `room`'s ticket cookie (`Max-Age=0`). */
+  clearCookie(room: string): string
   /** Folds the counters into a new snapshot (about once a second: see `startTicking`). */
   tick(nowMs?: number): void
   /** Ticks every `intervalMs` on an `unref`'d timer until `stopTicking` (idempotent). */
@@ -244,14 +287,28 @@ export interface ExpressRequest {
   app?: { get(setting: string): unknown }
 }
 
-/** A response as the Express middleware writes it. */
+/**
+ * A response as the Express middleware writes it (Node's `ServerResponse` headers too: the
+ * middleware watches them go out, for `Velvet-Rope-Command`).
+ */
 export interface ExpressResponse {
   append(name: string, value: string): unknown
   status(code: number): unknown
   send(body: string): unknown
+  writeHead(...args: any[]): unknown
+  getHeader(name: string): unknown
+  setHeader(name: string, value: string | readonly string[]): unknown
+  removeHeader(name: string): unknown
 }
 
-/** Express middleware: `app.use(velvetRope.express(engine, { room: 'shop' }))`. */
+/**
+ * Express middleware: `app.use(velvetRope.express(engine, { room: 'shop' }))`. A route ends
+ * its visitor's session by answering with `Velvet-Rope-Command: revoke` (in a room with
+ * `enabled_origin_commands = ["revoke"]`): the visitor's ticket is revoked and the response
+ * clears the ticket cookie. The header never reaches the client (removed from every response
+ * that passes the middleware). Refusals and failures are process warnings (codes
+ * `VELVET_ROPE_REVOKE_REFUSED`, `VELVET_ROPE_REVOKE_FAILED`).
+ */
 export declare function express(
   engine: Engine,
   options: RoutingOptions
@@ -268,12 +325,21 @@ export interface FastifyOptions extends RoutingOptions {
  * `{ config: { velvetRope: { room: 'checkout' } } }` or `{ config: { velvetRope: false } }`.
  * Registered before any route exists, it gives each route a hook of its own; registered after
  * routes (without `await`), one hook for the whole application that reads each request's
- * route options. A request no route matches (a 404) is not decided.
+ * route options. A request no route matches (a 404) is not decided. Origin commands as with
+ * `express` (an `onSend` hook removes `Velvet-Rope-Command` from every reply); refusals and
+ * failures go to `request.log.warn`.
  */
 export declare function fastify(instance: unknown, options: FastifyOptions, done: (err?: Error) => void): void
 
 /** Bytes of a state file for this configuration (text). */
 export declare function sharedMemorySize(config: string): number
+/** The response header an origin gives commands in: `Velvet-Rope-Command`. */
+export declare const COMMAND_HEADER: 'Velvet-Rope-Command'
+/**
+ * Whether a `Velvet-Rope-Command` value (or several, as Node gives repeated headers) asks for
+ * a revocation: `revoke`, any case, among comma-separated commands.
+ */
+export declare function isRevokeCommand(value: string | readonly string[] | null | undefined): boolean
 /** Milliseconds since the Unix epoch, from the system clock. */
 export declare function nowMs(): number
 /** Does nothing: the floor of a call into the native module (for benchmarks). */

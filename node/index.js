@@ -181,6 +181,44 @@ class Engine {
     } catch (e) { throw convert(e) }
   }
 
+  /**
+   * Ends the session of the visitor holding `ticket` (the value of `room`'s ticket, as in its
+   * cookie): its seat is freed at once and the ticket refused from then on, in every process
+   * sharing the counters. Returns the outcome's name: `'revoked'`, `'already_revoked'`,
+   * `'no_session'`, `'not_enabled'` (the room's `enabled_origin_commands` lack `"revoke"`),
+   * or `'refused_full'`, `'refused_unsent'`, `'refused_busy'`, `'refused_clock_behind'`
+   * (nothing changed). Throws `UnknownRoomError` for a room not configured.
+   */
+  revoke (room, ticket, nowMs) {
+    try {
+      return native.engineRevoke(this.#h, room, ticket, nowMs)
+    } catch (e) { throw convert(e) }
+  }
+
+  /**
+   * Ends the session of a request's visitor, for a response carrying `Velvet-Rope-Command:
+   * revoke` (what the middleware calls): the ticket is `issued` (the one the request's own
+   * decision handed out, `decision.ticket`) if given, else the room's ticket in `cookie` (the
+   * request's whole `Cookie` header), else, in a room with `ticket_header = true`,
+   * `ticketHeader` (its `Velvet-Rope-Ticket` header). The outcome's name, as `revoke`.
+   */
+  revokeRequest (room, { cookie, ticketHeader, issued, nowMs } = {}) {
+    try {
+      return native.engineRevokeRequest(this.#h, room, cookie ?? undefined,
+        ticketHeader ?? undefined, issued ?? undefined, nowMs)
+    } catch (e) { throw convert(e) }
+  }
+
+  /**
+   * The `Set-Cookie` value that clears `room`'s ticket cookie (`Max-Age=0`, the cookie's own
+   * path and attributes): for the response that ended the visitor's session.
+   */
+  clearCookie (room) {
+    try {
+      return native.engineClearCookie(this.#h, room)
+    } catch (e) { throw convert(e) }
+  }
+
   /** Folds the counters into a new snapshot (about once a second: see `startTicking`). */
   tick (nowMs) {
     try {
@@ -288,6 +326,8 @@ module.exports = {
   express: middleware.express,
   fastify: middleware.fastify,
   sharedMemorySize,
+  isRevokeCommand: middleware.isRevokeCommand,
+  COMMAND_HEADER: middleware.COMMAND_HEADER,
   nowMs: native.nowMs,
   noop: native.noop,
   VelvetRopeError: errors.VelvetRopeError,

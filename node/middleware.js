@@ -13,6 +13,17 @@
  * the `Velvet-Rope-Ticket` header, and the client is the socket's peer or, behind
  * `settings.trusted_proxies`, the address `X-Forwarded-For` gives. A room without rules or
  * header tickets is decided on its `Cookie` header alone (the fast path).
+ *
+ * Origin commands: a route ends the visitor's session by answering with the header
+ * `Velvet-Rope-Command: revoke` (in a room with `enabled_origin_commands = ["revoke"]`). The
+ * header never reaches the client (it is removed from every response that passes the
+ * middleware, decided or not); for a request a room admitted (not a bypass), the visitor's
+ * ticket is revoked (`engine.revokeRequest`: the ticket this request's decision issued, else
+ * the one it brought) and, when the session ended, the response clears the ticket cookie
+ * instead of setting it and loses the `Velvet-Rope-Ticket` header the middleware added.
+ * Refusals and failures are reported (Express: `process.emitWarning`, code
+ * `VELVET_ROPE_REVOKE_REFUSED` or `VELVET_ROPE_REVOKE_FAILED`; Fastify: `request.log.warn`);
+ * the response goes out whatever happens.
  */
 
 const native = require('./binding.js')
@@ -121,6 +132,158 @@ function cookieOf (req) {
   return cookie
 }
 
+/** The response header an origin gives commands in. */
+const COMMAND_HEADER = 'Velvet-Rope-Command'
+const COMMAND = 'velvet-rope-command'
+const ENDED = new Set(['revoked', 'already_revoked'])
+
+/**
+ * Whether a `Velvet-Rope-Command` value asks for a revocation (`revoke`, any case, among
+ * comma-separated commands); an array (several header lines) if any of its values does.
+ */
+function isRevokeCommand (value) {
+  if (Array.isArray(value)) return value.some(isRevokeCommand)
+  return value !== undefined && value !== null && native.isRevokeCommand(String(value))
+}
+
+/**
+ * Revokes the session of the visitor of a request `room` admitted with decision `d` (its
+ * origin asked): whether it ended, now or before. Never throws; refusals and failures go to
+ * `report(message, code, error)`.
+ */
+function revokeFor (engine, room, d, req, report) {
+  let outcome
+  try {
+    outcome = engine.revokeRequest(room, {
+      cookie: cookieOf(req),
+      ticketHeader: headerOf(req, 'velvet-rope-ticket'),
+      issued: d.ticket ?? undefined
+    })
+  } catch (e) {
+    report(`velvet-rope: room \`${room}\`: the origin's revoke command failed: ${e && e.message}`,
+      'VELVET_ROPE_REVOKE_FAILED', e)
+    return false
+  }
+  if (ENDED.has(outcome)) return true
+  if (outcome.startsWith('refused')) {
+    report(`velvet-rope: room \`${room}\`: the origin's revoke command was refused (${outcome}): ` +
+      'the session goes on until it ends by itself', 'VELVET_ROPE_REVOKE_REFUSED')
+  }
+  return false
+}
+
+/** Express's reports: process warnings (printed once per code unless handled). */
+function emitWarning (message, code) {
+  try {
+    process.emitWarning(message, { code })
+  } catch {}
+}
+
+/** `list` (a header's value or values) without the first `value` in it, as an array. */
+function without (list, value) {
+  const out = list === undefined || list === null ? [] : [].concat(list)
+  const i = value ? out.indexOf(value) : -1
+  if (i >= 0) out.splice(i, 1)
+  return out
+}
+
+/**
+ * The headers a `writeHead` call was given (an object, a flat `[name, value, ...]` array or
+ * an array of pairs) without their `Velvet-Rope-Command`: `[headers, values]`, `values`
+ * null (and `headers` as given) when there were none. A copy: the caller's object may be
+ * shared between responses.
+ */
+function stripGiven (given) {
+  let values = null
+  if (Array.isArray(given)) {
+    const pairs = given.length > 0 && Array.isArray(given[0])
+    const out = []
+    const step = pairs ? 1 : 2
+    for (let i = 0; i < given.length; i += step) {
+      const name = pairs ? given[i][0] : given[i]
+      const value = pairs ? given[i][1] : given[i + 1]
+      if (typeof name === 'string' && name.length === 19 && name.toLowerCase() === COMMAND) {
+        values = (values || []).concat(value)
+      } else if (pairs) {
+        out.push(given[i])
+      } else {
+        out.push(name, value)
+      }
+    }
+    return values === null ? [given, null] : [out, values]
+  }
+  for (const name of Object.keys(given)) {
+    if (name.length === 19 && name.toLowerCase() === COMMAND) {
+      if (values === null) given = { ...given }
+      values = (values || []).concat(given[name])
+      delete given[name]
+    }
+  }
+  return [given, values]
+}
+
+/** A name's key in an object of headers (any case), or undefined. */
+function keyOf (headers, name) {
+  for (const key of Object.keys(headers)) if (key.toLowerCase() === name) return key
+  return undefined
+}
+
+/**
+ * What Express's response does before its headers go out (`res.writeHead`, which Node calls
+ * itself when the app does not): `Velvet-Rope-Command` removed, from the response's headers
+ * and from those given to `writeHead`; for a request `room` admitted with `d` (else null),
+ * a revoke among them carried out. `args` are `writeHead`'s, changed in place.
+ */
+function commandsOut (engine, res, args, room, d) {
+  let values = null
+  const own = res.getHeader(COMMAND)
+  if (own !== undefined) {
+    values = [].concat(own)
+    res.removeHeader(COMMAND)
+  }
+  const last = args.length - 1
+  const given = last >= 1 && args[last] !== null && typeof args[last] === 'object' ? args[last] : null
+  if (given !== null) {
+    const [stripped, found] = stripGiven(given)
+    if (found !== null) {
+      args[last] = stripped
+      values = (values || []).concat(found)
+    }
+  }
+  if (values === null || room === null || !isRevokeCommand(values)) return
+  if (!revokeFor(engine, room, d, res.req, emitWarning)) return
+  const clear = engine.clearCookie(room)
+  const headers = args[last] !== null && typeof args[last] === 'object' && last >= 1 ? args[last] : null
+  const key = headers !== null && !Array.isArray(headers) ? keyOf(headers, 'set-cookie') : undefined
+  if (key !== undefined) {
+    // Given to writeHead, they replace the response's own: the clearing cookie joins them.
+    args[last] = { ...headers, [key]: without(headers[key], d.setCookie).concat(clear) }
+  } else {
+    res.setHeader('Set-Cookie', without(res.getHeader('set-cookie'), d.setCookie).concat(clear))
+  }
+  if (d.ticketHeader && d.ticket && res.getHeader('velvet-rope-ticket') === d.ticket) {
+    res.removeHeader('Velvet-Rope-Ticket')
+  }
+}
+
+/**
+ * Watches an Express response's headers as they go out (see `commandsOut`): `room` and `d`
+ * of a request a room admitted, or null and null.
+ */
+function watchExpress (engine, res, room, d) {
+  const writeHead = res.writeHead
+  res.writeHead = function velvetRopeWriteHead (...args) {
+    res.writeHead = writeHead
+    try {
+      commandsOut(engine, this, args, room, d)
+    } catch (e) {
+      emitWarning(`velvet-rope: cannot carry out the origin's commands: ${e && e.message}`,
+        'VELVET_ROPE_REVOKE_FAILED')
+    }
+    return writeHead.apply(this, args)
+  }
+}
+
 /**
  * Express middleware: `app.use(velvetRope.express(engine, { room: 'shop' }))`. Paths are
  * compared as the app's router compares them: case-insensitively unless the app sets `case
@@ -158,28 +321,36 @@ function express (engine, options = {}) {
     const target = req.originalUrl || req.url
     let room = null
     if (routes) {
-      if (skip !== null && skip(target)) return next()
+      if (skip !== null && skip(target)) return pass(res, next)
     } else {
       room = everyPath ? roomFor() : roomFor(target)
-      if (room === null) return next()
+      if (room === null) return pass(res, next)
       if (!room.readsRequest) {
         const d = room.admit(cookieOf(req))
         if (d.admitted) {
           if (d.setCookie) res.append('Set-Cookie', d.setCookie)
+          watchExpress(engine, res, room.name, d)
           return next()
         }
         return sendPage(res, room.name, d)
       }
     }
     const placed = engine.decideRequest(req, { room: room === null ? undefined : room.name, target })
-    if (placed === null) return next()
+    if (placed === null) return pass(res, next)
     const d = placed.decision
-    if (d.bypassed) return next()
+    if (d.bypassed) return pass(res, next)
     if (d.admitted) {
       for (const [name, value] of ticketHeaders(d)) res.append(name, value)
+      watchExpress(engine, res, placed.room, d)
       return next()
     }
     sendPage(res, placed.room, d)
+  }
+
+  /** On to the app for a request no room decides: its commands are only removed. */
+  function pass (res, next) {
+    watchExpress(engine, res, null, null)
+    return next()
   }
 
   function sendPage (res, room, d) {
@@ -232,6 +403,10 @@ function fastify (instance, options, done) {
   done()
 }
 
+/** Where the Fastify plugin keeps, on a request a room admitted, the room and its decision. */
+const kRoom = Symbol('velvet-rope room')
+const kDecision = Symbol('velvet-rope decision')
+
 /** The Fastify plugin's work (see `fastify`). */
 function setUp (instance, options) {
   const { engine } = options
@@ -262,6 +437,8 @@ function setUp (instance, options) {
       const d = room.admit(cookieOf(request.raw))
       if (d.admitted) {
         if (d.setCookie) reply.header('set-cookie', d.setCookie)
+        request[kRoom] = room.name
+        request[kDecision] = d
         return next()
       }
       return sendPage(room.name, d, request, reply)
@@ -276,9 +453,42 @@ function setUp (instance, options) {
     if (d.bypassed) return next()
     if (d.admitted) {
       for (const [name, value] of ticketHeaders(d)) reply.header(name, value)
+      request[kRoom] = placed.room
+      request[kDecision] = d
       return next()
     }
     sendPage(placed.room, d, request, reply)
+  }
+
+  /**
+   * Before any reply goes out: `Velvet-Rope-Command` removed; for a request a room admitted,
+   * a revoke among its values carried out (the reply then clears the ticket cookie instead of
+   * setting it).
+   */
+  function commands (request, reply, payload, done) {
+    const values = reply.getHeader(COMMAND)
+    if (values === undefined) return done(null, payload)
+    try {
+      reply.removeHeader(COMMAND)
+      if (!reply.raw.headersSent) reply.raw.removeHeader(COMMAND)
+      const room = request[kRoom]
+      const d = request[kDecision]
+      if (room !== null && isRevokeCommand(values) &&
+          revokeFor(engine, room, d, request.raw, (message, code, e) => {
+            request.log.warn({ room, code, err: e }, message)
+          })) {
+        const cookies = without(reply.getHeader('set-cookie'), d.setCookie)
+        cookies.push(engine.clearCookie(room))
+        reply.removeHeader('set-cookie')
+        for (const c of cookies) reply.header('set-cookie', c)
+        if (d.ticketHeader && d.ticket && reply.getHeader('velvet-rope-ticket') === d.ticket) {
+          reply.removeHeader('velvet-rope-ticket')
+        }
+      }
+    } catch (e) {
+      request.log.warn({ err: e }, "velvet-rope: cannot carry out the origin's commands")
+    }
+    done(null, payload)
   }
 
   function sendPage (room, d, request, reply) {
@@ -332,6 +542,10 @@ function setUp (instance, options) {
       decide(room, request, reply, next)
     })
   }
+  // Every reply, decided or not (a bypass, a route without a room, a 404), loses the command.
+  instance.decorateRequest(kRoom, null)
+  instance.decorateRequest(kDecision, null)
+  instance.addHook('onSend', commands)
   instance.addHook('onClose', (_instance, closed) => {
     engine.stopTicking()
     closed()
@@ -341,4 +555,4 @@ function setUp (instance, options) {
 fastify[Symbol.for('skip-override')] = true
 fastify[Symbol.for('fastify.display-name')] = 'velvet-rope'
 
-module.exports = { express, fastify, router, cookieOf, ticketHeaders }
+module.exports = { express, fastify, router, cookieOf, ticketHeaders, isRevokeCommand, COMMAND_HEADER }

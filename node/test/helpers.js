@@ -21,7 +21,12 @@ class Jar {
     for (const line of setCookies) {
       const [pair] = line.split(';', 1)
       const eq = pair.indexOf('=')
-      this.cookies[pair.slice(0, eq).trim()] = pair.slice(eq + 1).trim()
+      const name = pair.slice(0, eq).trim()
+      if (/;\s*max-age\s*=\s*0\s*(;|$)/i.test(line)) {
+        delete this.cookies[name] // cleared, as a browser drops it
+      } else {
+        this.cookies[name] = pair.slice(eq + 1).trim()
+      }
     }
   }
 }
@@ -88,9 +93,12 @@ function rawGet (port, target, headers = []) {
   })
 }
 
-/** Starts `test/apps/server.js` (a two-worker cluster); resolves once both workers listen. */
-function startServer (kind, statePath) {
-  const child = spawn(process.execPath, [path.join(__dirname, 'apps', 'server.js'), kind, statePath], {
+/**
+ * Starts `test/apps/server.js` (or another app of `test/apps`: a two-worker cluster); resolves
+ * once both workers listen.
+ */
+function startServer (kind, statePath, app = 'server.js') {
+  const child = spawn(process.execPath, [path.join(__dirname, 'apps', app), kind, statePath], {
     stdio: ['ignore', 'pipe', 'pipe']
   })
   let log = ''

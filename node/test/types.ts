@@ -37,6 +37,13 @@ async function leases (): Promise<number> {
 }
 void leases
 
+const revoked: velvetRope.Revocation = engine.revokeRequest('shop', { cookie: 'a=1', ticketHeader: null, issued: d.ticket })
+const ended: boolean = revoked === 'revoked' || engine.revoke('shop', 'ticket', 1_800_000_000_000) === 'already_revoked'
+const clear: string = engine.clearCookie('shop')
+const asks: boolean = velvetRope.isRevokeCommand(['x', 'revoke']) && velvetRope.COMMAND_HEADER === 'Velvet-Rope-Command'
+void ended
+void clear
+void asks
 const middleware = velvetRope.express(engine, { rooms: { '/shop': 'shop' }, bypass: ['/health'], caseSensitive: true })
 void middleware
 const e: Error = new CapacityError()

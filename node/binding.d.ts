@@ -130,7 +130,7 @@ export declare function engineRenderPage(engine: number, room: string, decision:
  * Ends the session of the visitor holding `ticket` (a ticket value of `room`, as in its
  * cookie): its seat is freed at once and the ticket refused from then on. The outcome's
  * name: `"revoked"`, `"already_revoked"`, `"no_session"`, `"not_enabled"`, or
- * `"refused_full"`, `"refused_unsent"`, `"refused_busy"`, `"refused_clock_behind"` (nothing
+ * `"refused_full"`, `"refused_unsent"`, `"refused_busy"` (nothing
  * changed). It may wait (up to 20 ms) for another process's revocation lock.
  */
 export declare function engineRevoke(engine: number, room: string, ticket: string, nowMs?: number | undefined | null): string

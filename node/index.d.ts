@@ -48,7 +48,7 @@ export interface RequestLike {
  * no valid admission ticket to revoke (`no_session`); the room does not accept the command
  * (`not_enabled`: its `enabled_origin_commands` lack `"revoke"`); or refused, nothing
  * changed (`refused_full`: `max_revocations` kept already; `refused_unsent`: the cluster's
- * outbox is full; `refused_busy`: another process held the lock; `refused_clock_behind`).
+ * outbox is full; `refused_busy`: another process held the lock).
  */
 export type Revocation =
   | 'revoked'
@@ -58,7 +58,6 @@ export type Revocation =
   | 'refused_full'
   | 'refused_unsent'
   | 'refused_busy'
-  | 'refused_clock_behind'
 
 /** What `engine.revokeRequest` reads of a request. */
 export interface RevokeRequestOptions {

@@ -186,7 +186,7 @@ class Engine {
    * cookie): its seat is freed at once and the ticket refused from then on, in every process
    * sharing the counters. Returns the outcome's name: `'revoked'`, `'already_revoked'`,
    * `'no_session'`, `'not_enabled'` (the room's `enabled_origin_commands` lack `"revoke"`),
-   * or `'refused_full'`, `'refused_unsent'`, `'refused_busy'`, `'refused_clock_behind'`
+   * or `'refused_full'`, `'refused_unsent'`, `'refused_busy'`
    * (nothing changed). Throws `UnknownRoomError` for a room not configured.
    */
   revoke (room, ticket, nowMs) {

@@ -289,7 +289,7 @@ pub fn engine_admit_ticket(
 /// Ends the session of the visitor holding `ticket` (a ticket value of `room`, as in its
 /// cookie): its seat is freed at once and the ticket refused from then on. The outcome's
 /// name: `"revoked"`, `"already_revoked"`, `"no_session"`, `"not_enabled"`, or
-/// `"refused_full"`, `"refused_unsent"`, `"refused_busy"`, `"refused_clock_behind"` (nothing
+/// `"refused_full"`, `"refused_unsent"`, `"refused_busy"` (nothing
 /// changed). It may wait (up to 20 ms) for another process's revocation lock.
 #[napi]
 pub fn engine_revoke(

@@ -312,7 +312,7 @@ impl Engine {
     /// its cookie; `str` or `bytes`): its seat is freed at once and the ticket refused from
     /// then on. The outcome's name: `"revoked"`, `"already_revoked"`, `"no_session"`,
     /// `"not_enabled"` (the room's `enabled_origin_commands` lack `"revoke"`), or
-    /// `"refused_full"`, `"refused_unsent"`, `"refused_busy"`, `"refused_clock_behind"`
+    /// `"refused_full"`, `"refused_unsent"`, `"refused_busy"`
     /// (nothing changed). Raises `UnknownRoomError` for a room not configured.
     #[pyo3(signature = (room, ticket, now_ms = None))]
     fn revoke(

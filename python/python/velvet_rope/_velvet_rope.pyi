@@ -79,7 +79,7 @@ class Engine:
     def revoke(self, room: str, ticket: str | bytes, now_ms: int | None = None) -> str:
         """Ends the session of the visitor holding `ticket`: `"revoked"`, `"already_revoked"`,
         `"no_session"`, `"not_enabled"`, or `"refused_full"`, `"refused_unsent"`,
-        `"refused_busy"`, `"refused_clock_behind"` (nothing changed)."""
+        `"refused_busy"` (nothing changed)."""
     def revoke_request(
         self,
         room: str,

@@ -82,6 +82,9 @@ export interface DecisionObject {
   ticket?: string
 }
 
+/** Whether any room accepts origin commands (`enabled_origin_commands`). */
+export declare function engineAcceptsOriginCommands(engine: number): boolean
+
 /** Decides one request given the ticket cookie's value itself. */
 export declare function engineAdmitTicket(engine: number, room: string, ticket?: string | undefined | null, nowMs?: number | undefined | null): DecisionObject | null
 

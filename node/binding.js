@@ -839,6 +839,7 @@ module.exports.coordinatorFree = nativeBinding.coordinatorFree
 module.exports.coordinatorNew = nativeBinding.coordinatorNew
 module.exports.coordinatorRelease = nativeBinding.coordinatorRelease
 module.exports.coordinatorRequest = nativeBinding.coordinatorRequest
+module.exports.engineAcceptsOriginCommands = nativeBinding.engineAcceptsOriginCommands
 module.exports.engineAdmitTicket = nativeBinding.engineAdmitTicket
 module.exports.engineClearCookie = nativeBinding.engineClearCookie
 module.exports.engineClusterStatus = nativeBinding.engineClusterStatus

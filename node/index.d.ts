@@ -115,6 +115,8 @@ export declare class Engine {
   ): Placed | null
   /** Whether any room has `routes`. */
   readonly hasRoutes: boolean
+  /** Whether any room accepts origin commands (`enabled_origin_commands`). */
+  readonly acceptsOriginCommands: boolean
   /** The native handle (for the middleware). */
   readonly handle: number
   /** Decides one request given the ticket cookie's value itself. */

@@ -136,6 +136,14 @@ class Engine {
     } catch (e) { throw convert(e) }
   }
 
+  /**
+   * Whether any room accepts origin commands (`enabled_origin_commands`): the middleware looks
+   * at responses for `Velvet-Rope-Command` only then.
+   */
+  get acceptsOriginCommands () {
+    return native.engineAcceptsOriginCommands(this.#h)
+  }
+
   /** Whether any room has `routes` (else `decideRequest` without a room places nothing). */
   get hasRoutes () {
     return native.engineHasRoutes(this.#h)

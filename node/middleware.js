@@ -271,6 +271,8 @@ function commandsOut (engine, res, args, room, d) {
  * of a request a room admitted, or null and null.
  */
 function watchExpress (engine, res, room, d) {
+  // Responses are looked at for origin commands only when a room accepts them.
+  if (!engine.acceptsOriginCommands) return
   const writeHead = res.writeHead
   res.writeHead = function velvetRopeWriteHead (...args) {
     res.writeHead = writeHead

@@ -649,6 +649,12 @@ pub fn engine_decide_request(
     })
 }
 
+/// Whether any room accepts origin commands (`enabled_origin_commands`).
+#[napi]
+pub fn engine_accepts_origin_commands(engine: u32) -> napi::Result<bool, &'static str> {
+    ENGINES.with(engine, |e| e.accepts_origin_commands())
+}
+
 /// Whether any room has `routes`.
 #[napi]
 pub fn engine_has_routes(engine: u32) -> napi::Result<bool, &'static str> {

@@ -156,3 +156,28 @@ test('fastify: a refused or failing revocation is logged, and the reply goes out
   assert.ok(lines.some((l) => l.code === 'VELVET_ROPE_REVOKE_FAILED'), JSON.stringify(lines))
   await app.close()
 })
+
+test('express: without a room taking commands, responses pass untouched', async () => {
+  const express = require('express')
+  const engine = new Engine('[[rooms]]\nname = "plain"\ntotal_active_users = 10\n' +
+    'new_users_per_minute = 100000\n[rooms.cookie]\nsecure = false\n')
+  assert.equal(engine.acceptsOriginCommands, false)
+  assert.equal(new Engine(config()).acceptsOriginCommands, true)
+  const app = express()
+  app.use(velvetRope.express(engine, { room: 'plain' }))
+  app.get('/', (req, res) => res.set('Velvet-Rope-Command', 'revoke').send('origin'))
+  const server = app.listen(0, '127.0.0.1')
+  await new Promise((resolve) => server.once('listening', resolve))
+  try {
+    const port = server.address().port
+    const r = await get(port, '/')
+    assert.equal(r.header('velvet-rope-command'), 'revoke', 'the app\'s own header')
+    const cookie = r.setCookies[0].split(';')[0]
+    const again = await get(port, '/', undefined, { cookie })
+    assert.equal(again.header('velvet-rope-command'), 'revoke')
+    assert.equal(engine.admit('plain', cookie).ticketError, undefined)
+  } finally {
+    server.close()
+    engine.stopTicking()
+  }
+})

@@ -286,6 +286,13 @@ impl Engine {
             .map_err(to_py)
     }
 
+    /// Whether any room accepts origin commands (`enabled_origin_commands`): the middleware
+    /// looks at responses for `Velvet-Rope-Command` only then.
+    #[getter]
+    fn accepts_origin_commands(&self) -> bool {
+        self.inner.accepts_origin_commands()
+    }
+
     /// Whether any room has `routes` (else `decide_request` without `room` places nothing).
     #[getter]
     fn has_routes(&self) -> bool {

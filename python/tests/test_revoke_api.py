@@ -174,3 +174,29 @@ def test_wsgi_revokes_refuses_and_survives_failures(caplog: pytest.LogCaptureFix
     assert (status, body) == ("200 OK", b"origin")
     assert [k for k, _ in headers] == ["X-Origin", "Set-Cookie"]
     assert any(r.levelno == logging.ERROR and r.exc_info for r in caplog.records)
+
+
+def test_without_any_room_taking_commands_responses_pass_untouched() -> None:
+    """An engine none of whose rooms accepts origin commands does not look at responses (the
+    middleware's steady path passes `send` as it is): the header is the app's own business."""
+    e = Engine(
+        '[[rooms]]\nname = "plain"\ntotal_active_users = 10\nnew_users_per_minute = 100000\n'
+        "[rooms.cookie]\nsecure = false\n",
+        now_ms=T0,
+    )
+    assert not e.accepts_origin_commands
+    assert Engine(config(), now_ms=T0).accepts_origin_commands
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"velvet-rope-command", b"revoke")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    room = AsgiRoom(app, e, room="plain", tick=False)
+    # A new visitor (its ticket joins the response) and a returning one (nothing joins it).
+    _, headers, _ = call(room, "/")
+    assert (b"velvet-rope-command", b"revoke") in headers
+    cookie = dict(headers)[b"set-cookie"].split(b";")[0]
+    _, headers, _ = call(room, "/", [(b"cookie", cookie)])
+    assert headers == [(b"velvet-rope-command", b"revoke")]
+    assert e.admit("plain", cookie.decode()).ticket_error is None

@@ -93,6 +93,17 @@ impl Engine {
         Ok(!cfg.rules.is_empty() || cfg.ticket_header)
     }
 
+    /// Whether any room accepts origin commands (`enabled_origin_commands`): a front door
+    /// whose every response would otherwise be looked at for `Velvet-Rope-Command` may skip
+    /// that (and its cost) when none does.
+    pub fn accepts_origin_commands(&self) -> bool {
+        self.current
+            .load()
+            .rooms
+            .iter()
+            .any(|v| v.room.cfg.revocable())
+    }
+
     /// Whether any room has routes (else [`Engine::decide_request`] places nothing).
     pub fn has_routes(&self) -> bool {
         !self.current.load().front.routes.is_empty()

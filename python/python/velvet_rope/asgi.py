@@ -134,6 +134,19 @@ def stripping(scope: Scope, send: Send) -> Send:
     return send_stripped
 
 
+def _adding(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
+    """`send` that adds `extra` to the response's headers (an admitted request's ticket, in
+    an engine none of whose rooms accepts origin commands)."""
+
+    def send_with_ticket(message: Message) -> Awaitable[None]:
+        if message["type"] == "http.response.start":
+            message = dict(message)
+            message["headers"] = [*message.get("headers", ()), *extra]
+        return send(message)
+
+    return send_with_ticket
+
+
 def admitted_start(
     engine: Engine,
     scope: Scope,
@@ -230,8 +243,10 @@ class WaitingRoom:
             await self.app(scope, receive, send)
             return
         room = self.router.room_for(scope["path"])
+        # Responses are looked at for origin commands only when a room accepts them.
+        commands = self.engine.accepts_origin_commands
         if room is None:
-            await self.app(scope, receive, stripping(scope, send))
+            await self.app(scope, receive, stripping(scope, send) if commands else send)
             return
         # No rules, no header tickets: the `Cookie` header is all the room reads (one call).
         decision = None if room == ROUTES else self.engine.admit_plain(room, _cookie(scope))
@@ -244,12 +259,15 @@ class WaitingRoom:
                 room=None if room == ROUTES else room,
             )
             if placed is None or placed[1].bypassed:
-                await self.app(scope, receive, stripping(scope, send))
+                await self.app(scope, receive, stripping(scope, send) if commands else send)
                 return
             room, decision = placed
         if decision.admitted:
-            engine = self.engine
             extra = [] if decision.set_cookie is None else ticket_headers(decision)
+            if not commands:
+                await self.app(scope, receive, _adding(send, extra) if extra else send)
+                return
+            engine = self.engine
 
             def send_admitted(message: Message) -> Awaitable[None]:
                 if message["type"] == "http.response.start":

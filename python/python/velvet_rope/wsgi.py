@@ -171,8 +171,12 @@ class WaitingRoom:
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         room = self.router.room_for(_path_bytes(environ))
+        # Responses are looked at for origin commands only when a room accepts them.
+        commands = self.engine.accepts_origin_commands
         if room is None:
-            return self.app(environ, _stripping(environ, start_response))
+            return self.app(
+                environ, _stripping(environ, start_response) if commands else start_response
+            )
         # No rules, no header tickets: the `Cookie` header is all the room reads (one call).
         decision = None if room == ROUTES else self.engine.admit_plain(
             room, environ.get("HTTP_COOKIE")
@@ -186,16 +190,23 @@ class WaitingRoom:
                 room=None if room == ROUTES else room,
             )
             if placed is None or placed[1].bypassed:
-                return self.app(environ, _stripping(environ, start_response))
+                return self.app(
+                    environ, _stripping(environ, start_response) if commands else start_response
+                )
             room, decision = placed
         if decision.admitted:
+            if not commands and decision.set_cookie is None:
+                return self.app(environ, start_response)
             extra = [
                 (_CASED[k], v.decode("latin-1")) for k, v in ticket_headers(decision)
             ]
             engine = self.engine
 
             def start_admitted(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
-                headers = _admitted_headers(engine, environ, headers, room, decision, extra)
+                if commands:
+                    headers = _admitted_headers(engine, environ, headers, room, decision, extra)
+                else:
+                    headers = [*headers, *extra]
                 return start_response(status, headers, *exc)
 
             return self.app(environ, start_admitted)

@@ -285,13 +285,9 @@ impl SyncRound {
                     fault_point(FaultPoint::SyncGranted);
                     if let (Some(out), Some(cursor)) = (&outgoing, reply.rc) {
                         let ids: Vec<u64> = reply.rv.iter().filter_map(|t| id_value(t)).collect();
-                        let _ = self.engine.cluster_revocations_synced(
-                            &room.name,
-                            out,
-                            &ids,
-                            cursor,
-                            self.options.clock.now_ms(),
-                        );
+                        let _ = self
+                            .engine
+                            .cluster_revocations_synced(&room.name, out, &ids, cursor);
                     }
                     false
                 }

@@ -288,7 +288,7 @@ fn an_outbox_mark_past_what_was_written_changes_nothing() {
         ids: Vec::new(),
         cursor: [0, 0],
     };
-    e.cluster_revocations_synced("r", &stale, &[], [0, 0], T0 + 30)
+    e.cluster_revocations_synced("r", &stale, &[], [0, 0])
         .unwrap();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         e.revoke("r", t[0].as_bytes(), T0 + 40).unwrap()

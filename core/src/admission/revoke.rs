@@ -176,7 +176,6 @@ impl Engine {
         sent: &OutgoingRevocations,
         received: &[u64],
         cursor: [u64; 2],
-        now: Millis,
     ) -> Result<usize> {
         let snap = self.current.load();
         let r = &snap.room(room)?.room;
@@ -184,7 +183,6 @@ impl Engine {
             return Ok(0);
         };
         rv.mark_sent(sent.upto);
-        let _ = now;
         // Received first: a process that stops here reads the same entries again.
         let Some(added) = rv.receive(received, filing_bucket(r)) else {
             return Ok(0);

@@ -75,6 +75,12 @@ pub struct Scenario {
     pub trace: usize,
     /// A scheduled event of the room, if any (see [`SimEvent`]).
     pub event: Option<SimEvent>,
+    /// The chance that the origin ends an admitted visitor's session with its answer
+    /// (`Velvet-Rope-Command: revoke`; the room then has `enabled_origin_commands`). A
+    /// revoked visitor comes back without its ticket, or (a client that ignores the clearing
+    /// cookie, one in three) replays it: the host must refuse it, and the seat it freed
+    /// counts for nobody else. 0: no revocations (the seed's draws are as before).
+    pub revocations: f64,
 }
 
 /// A scheduled event of the simulated room: another `total_active_users` from `start_ms` to
@@ -122,6 +128,7 @@ impl Default for Scenario {
             random_faults: RandomFaults::WithinGuarantee,
             trace: 60,
             event: None,
+            revocations: 0.0,
         }
     }
 }
@@ -156,6 +163,8 @@ pub struct Outcome {
     pub admitted: u64,
     /// Visitors queued on arrival.
     pub queued: u64,
+    /// Sessions the origin revoked.
+    pub revoked: u64,
     /// Faults that happened (drawn or given).
     pub faults: Vec<String>,
     /// The most the room could hold over its limit given the faults beyond the guarantee

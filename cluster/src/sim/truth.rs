@@ -69,6 +69,18 @@ impl Truth {
         }
     }
 
+    /// Visitor `v`'s session was revoked: its seat is gone (the host counted it out).
+    pub(crate) fn revoked(&mut self, v: usize) {
+        if let Some((h, c)) = self.seat_of.get_mut(v).and_then(Option::take) {
+            if let Some(n) = self.seats[h].get_mut(&c) {
+                *n -= 1;
+                if *n == 0 {
+                    self.seats[h].remove(&c);
+                }
+            }
+        }
+    }
+
     /// Visitors holding a current seat, given each host's bucket now.
     pub(crate) fn active(&self, buckets: &[u64]) -> u64 {
         self.seats

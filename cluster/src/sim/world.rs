@@ -11,7 +11,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 use velvet_rope::admission::cluster::ClusterState;
 use velvet_rope::ticket::{Keyring, RoomId, TicketState};
-use velvet_rope::{Config, Engine, Outcome as Decided};
+use velvet_rope::{Config, Engine, Outcome as Decided, Revocation};
 
 use super::faults::{self, Fault, ProcessFault};
 use super::network::Network;
@@ -39,6 +39,9 @@ enum Task {
     Start,
     /// A sync round.
     Round,
+    /// An origin's revocation (the front door's call: it ticks the room, through fault
+    /// points).
+    Revoke,
 }
 
 struct Process {
@@ -120,6 +123,9 @@ struct Visitor {
     host: usize,
     cookie: Option<String>,
     mood: Mood,
+    /// The ticket cookie whose session the origin revoked, when this visitor replays it, and
+    /// when it was revoked.
+    revoked: Option<(String, u64)>,
 }
 
 /// The shared random source the processes draw from (ticket ids, nonces, incarnations).
@@ -472,6 +478,7 @@ impl World {
             _ => None,
         };
         match y {
+            Yield::Done if task == Some(Task::Revoke) => {}
             Yield::Done => {
                 if task == Some(Task::Start) {
                     self.started(h, p);
@@ -668,6 +675,7 @@ impl World {
             host,
             cookie: None,
             mood: Mood::Waiting { until: 0 },
+            revoked: None,
         });
         self.request(self.visitors.len() - 1);
         if self.rng.gen_bool(0.002) {
@@ -719,10 +727,31 @@ impl World {
             self.visitors[v].cookie = Some(c.split(';').next().unwrap_or_default().to_owned());
         }
         let first_request = cookie.is_none();
+        if let Some((old, at)) = self.visitors[v].revoked.take() {
+            // A replay of a revoked ticket at the host that revoked it: refused, always,
+            // unless the host restarted since with counters made anew (they forget
+            // revocations as they forget counts: the ticket is counted afresh).
+            let restarted = self.hosts[h].restarted.is_some_and(|r| r >= at);
+            // (Refused for another reason, say expired after a clock step, is refused too.)
+            if !restarted && cookie.as_deref() == Some(old.as_str()) && d.ticket_error.is_none() {
+                self.out.violation = Some(format!(
+                    "visitor {v}: host {h} took its revoked ticket back ({:?}, {:?})",
+                    d.outcome, d.ticket_error
+                ));
+                return;
+            }
+        }
         match d.outcome {
             Decided::Admit => {
                 if d.set_cookie.is_some() {
                     self.seat(v, h, &engine);
+                }
+                if self.s.revocations > 0.0
+                    && self.rng.gen_bool(self.s.revocations)
+                    && self.hosts[h].processes[p].busy.is_none()
+                {
+                    self.revoke(v, h, p, &engine, cookie.as_deref(), d.ticket());
+                    return;
                 }
                 let visits = match self.visitors[v].mood {
                     Mood::Admitted { visits } => visits,
@@ -751,6 +780,72 @@ impl World {
                     self.schedule(self.now + gap, Event::Request(v));
                 }
             }
+        }
+    }
+
+    /// The origin's answer to visitor `v`'s request at process `p` of host `h` ends its
+    /// session: the front door revokes its newest ticket (`issued`, else the one it carried)
+    /// and clears its cookie. It comes back later without a ticket, or replays the old one.
+    fn revoke(
+        &mut self,
+        v: usize,
+        h: usize,
+        p: usize,
+        engine: &Arc<Engine>,
+        carried: Option<&str>,
+        issued: Option<&str>,
+    ) {
+        let now = self.host_now(h);
+        let slot: Arc<Mutex<Option<Result<Revocation, String>>>> = Arc::default();
+        let work = {
+            let (engine, slot) = (engine.clone(), slot.clone());
+            let (carried, issued) = (carried.map(str::to_owned), issued.map(str::to_owned));
+            Box::new(move || {
+                let r = engine
+                    .revoke_request(
+                        ROOM.as_bytes(),
+                        carried.as_deref().map(str::as_bytes),
+                        None,
+                        issued.as_deref().map(str::as_bytes),
+                        now,
+                    )
+                    .map_err(|e| e.to_string());
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+            })
+        };
+        // The call runs on the process (its tick passes fault points: it may stop or crash
+        // there). Every fault point lies after the revocation was recorded and the seat
+        // counted out, so a call that did not return has revoked all the same.
+        self.dispatch(h, p, Task::Revoke, work);
+        let r = slot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or(Ok(Revocation::Revoked));
+        match r {
+            Ok(r) if r.ended() => {
+                self.truth.revoked(v);
+                self.out.revoked += 1;
+                self.note(format!(
+                    "visitor {v}: session revoked at host {h} ({})",
+                    r.as_str()
+                ));
+                let old = self.visitors[v].cookie.take();
+                if self.rng.gen_bool(1.0 / 3.0) {
+                    self.visitors[v].cookie = old.clone();
+                    self.visitors[v].revoked = old.map(|c| (c, self.now));
+                }
+                self.visitors[v].mood = Mood::Waiting {
+                    until: self.now + 20_000,
+                };
+                let gap = self.rng.gen_range(300..3000);
+                self.schedule(self.now + gap, Event::Request(v));
+            }
+            Ok(r) => self.note(format!(
+                "visitor {v}: revocation at host {h}: {}",
+                r.as_str()
+            )),
+            Err(e) => self.out.violation = Some(format!("visitor {v}: revoke failed: {e}")),
         }
     }
 
@@ -1059,7 +1154,7 @@ session_duration = {session}
 refresh_interval = 1
 max_live_waiters = 1024
 queue_buckets = 64
-[rooms.cookie]
+{commands}[rooms.cookie]
 secure = false
 {event}"#,
         bucket = s.bucket_secs,
@@ -1071,6 +1166,11 @@ secure = false
         total = s.total,
         minute = s.per_minute,
         session = s.session,
+        commands = if s.revocations > 0.0 {
+            "enabled_origin_commands = [\"revoke\"]\n"
+        } else {
+            ""
+        },
         event = s.event.map_or(String::new(), |e| {
             let at = |ms: u64| velvet_rope::config::Instant::from_millis(T0 + ms).to_rfc3339();
             format!(

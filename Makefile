@@ -70,6 +70,7 @@ test-nginx: redis-env
 	python3 bindings/nginx/tests/test_nginx_conformance.py
 	@echo "== make test: origin commands through nginx (Velvet-Rope-Command: revoke from a proxied origin)"
 	python3 bindings/nginx/tests/test_nginx_commands.py
+	python3 bindings/nginx/tests/test_nginx_commands_attacks.py
 	@echo "== make test: two nginx instances sharing one room through redis-server"
 	python3 bindings/nginx/tests/test_nginx_cluster.py
 	@echo "== make test: a ticket drop through nginx: a pre-queue of 300 and a shuffled start (about 40 s)"

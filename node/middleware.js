@@ -109,10 +109,20 @@ function ticketHeaders (d) {
   return out
 }
 
-/** A header of Node's request by its lower-case name (built lazily: off the admitted path). */
+/**
+ * The first line of a request header by its lower-case name, from the raw header list (as the
+ * decision read it: `req.headers` joins repeated lines with `, `, which opens no ticket).
+ */
 function headerOf (req, name) {
-  const v = req.headers[name]
-  return Array.isArray(v) ? v[0] : v
+  const raw = req.rawHeaders
+  if (!raw) {
+    const v = req.headers[name]
+    return Array.isArray(v) ? v[0] : v
+  }
+  for (let i = 0; i < raw.length; i += 2) {
+    if (raw[i].length === name.length && raw[i].toLowerCase() === name) return raw[i + 1]
+  }
+  return undefined
 }
 
 /**

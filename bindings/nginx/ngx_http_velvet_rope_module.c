@@ -748,6 +748,23 @@ ngx_http_velvet_rope_header_filter(ngx_http_request_t *r)
     /* The origin's commands are for the module, never for the client. */
     revoke = ngx_http_velvet_rope_take_command(r);
 
+#if (NGX_HTTP_CACHE)
+    if (revoke) {
+        if (r->upstream) {
+            /* A response carrying a command is about one visitor: never stored, or a cache
+             * hit would replay it on the next visitor's session. */
+            r->upstream->cacheable = 0;
+        }
+
+        if (r->cached) {
+            ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
+                          "velvet_rope: \"Velvet-Rope-Command: revoke\" in a cached "
+                          "response is ignored");
+            revoke = 0;
+        }
+    }
+#endif
+
     if (r != r->main) {
         /* A subrequest's headers never reach the client (an include, an auth check): its
          * origin's command is not about the client response, and its cookie could not be

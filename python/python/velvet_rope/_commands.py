@@ -17,7 +17,7 @@ from typing import Any
 
 from ._velvet_rope import Decision, Engine, is_revoke_command
 
-__all__ = ["KEY", "LOG", "asks_revoke", "has_command", "record", "revoke", "split_asgi", "split_wsgi"]
+__all__ = ["COMMAND_NAMES", "KEY", "LOG", "asks_revoke", "has_command", "record", "revoke", "split_asgi", "split_wsgi"]
 
 #: The package's logger.
 LOG = logging.getLogger("velvet_rope")
@@ -26,6 +26,9 @@ LOG = logging.getLogger("velvet_rope")
 _NAME = b"velvet-rope-command"
 _NAME_STR = "velvet-rope-command"
 _LEN = len(_NAME)
+#: Both spellings: ASGI says bytes, but apps give str names too (and h11 sends them).
+COMMAND_NAMES = frozenset({_NAME, _NAME_STR})
+_NAMES = COMMAND_NAMES
 
 #: The scope (ASGI) or environ (WSGI) key under which a front door that removed commands from
 #: a response leaves them for the front doors around it (a room deciding the same request).
@@ -39,9 +42,14 @@ def has_command(headers: Iterable[Any]) -> bool:
     """Whether ASGI `headers` (pairs of bytes, re-iterable) have a `Velvet-Rope-Command`
     line (any case). Allocates nothing: what every response pays."""
     for name, _ in headers:
-        if len(name) == _LEN and name.lower() == _NAME:
+        if len(name) == _LEN and name.lower() in _NAMES:
             return True
     return False
+
+
+def _as_bytes(value: Any) -> bytes:
+    """A header value as bytes (an app may give a str)."""
+    return value.encode("latin-1", "replace") if isinstance(value, str) else bytes(value)
 
 
 def split_asgi(headers: Iterable[Any]) -> tuple[list[Any], list[bytes]] | None:
@@ -51,10 +59,10 @@ def split_asgi(headers: Iterable[Any]) -> tuple[list[Any], list[bytes]] | None:
     kept: list[Any] = []
     for pair in headers:
         name = pair[0]
-        if len(name) == _LEN and name.lower() == _NAME:
+        if len(name) == _LEN and name.lower() in _NAMES:
             if found is None:
                 found = []
-            found.append(bytes(pair[1]))
+            found.append(_as_bytes(pair[1]))
         else:
             kept.append(pair)
     return None if found is None else (kept, found)

@@ -35,7 +35,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
-from ._commands import KEY, LOG, asks_revoke, has_command, record, revoke, split_asgi
+from ._commands import (
+    COMMAND_NAMES,
+    KEY,
+    LOG,
+    asks_revoke,
+    has_command,
+    record,
+    revoke,
+    split_asgi,
+)
 from ._routing import ROUTES, RoomRouter
 from ._ticker import LoopTicker
 from ._velvet_rope import Decision, Engine
@@ -118,6 +127,15 @@ def _strip_commands(scope: Scope, message: Message) -> Message:
         message["headers"] = split[0]
     except Exception:
         LOG.exception("velvet-rope: cannot read the response's headers for origin commands")
+        # Fail closed: whatever else went wrong, the command does not go out.
+        try:
+            message = dict(message)
+            message["headers"] = [
+                pair for pair in message.get("headers") or ()
+                if not (len(pair[0]) == 19 and pair[0].lower() in COMMAND_NAMES)
+            ]
+        except Exception:
+            LOG.exception("velvet-rope: cannot remove the origin's commands from the response")
     return message
 
 
@@ -163,7 +181,7 @@ def admitted_start(
         # What every admitted response pays: a look at each header's name's length.
         if headers.__class__ is list and KEY not in scope:
             for name, _ in headers:
-                if len(name) == 19 and name.lower() == b"velvet-rope-command":
+                if len(name) == 19 and name.lower() in COMMAND_NAMES:
                     break
             else:
                 if not extra:

@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""Attacks on origin commands through Debian's nginx, from an adversarial review (each
+failed before its fix):
+- a response cached by proxy_cache kept the command: every later visitor served the cached
+  copy had its own session revoked (the origin asked for one visitor's). A response carrying
+  a command is no longer stored, and a command in a cached response is not followed.
+
+Python standard library only; prints `N passed, M failed` last and exits 1 on any failure.
+"""
+
+import base64
+import http.server
+import os
+import re
+import signal
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_nginx as tn  # noqa: E402
+from test_nginx import Jar, get  # noqa: E402
+
+WATCHDOG_SECS = 120
+COMMAND = "Velvet-Rope-Command"
+
+
+def room(name, total):
+    return f"""
+[[rooms]]
+name = "{name}"
+total_active_users = {total}
+new_users_per_minute = 1000
+session_duration = 90
+refresh_interval = 1
+queueing_status_code = 202
+enabled_origin_commands = ["revoke"]
+[rooms.cookie]
+secure = false
+"""
+
+
+def rooms_config(secret):
+    return f"""
+[[tickets.keys]]
+id = 1
+secret = "{secret}"
+""" + room("cached", 3)
+
+
+def nginx_config(prefix, port, origin_port):
+    origin = f"proxy_pass http://127.0.0.1:{origin_port};"
+    return f"""
+load_module {tn.MODULE};
+user root;
+worker_processes 2;
+error_log {prefix}/logs/error.log info;
+pid {prefix}/logs/nginx.pid;
+events {{ worker_connections 256; }}
+http {{
+    access_log off;
+    client_body_temp_path {prefix}/tmp/body;
+    proxy_temp_path       {prefix}/tmp/proxy;
+    fastcgi_temp_path     {prefix}/tmp/fastcgi;
+    uwsgi_temp_path       {prefix}/tmp/uwsgi;
+    scgi_temp_path        {prefix}/tmp/scgi;
+    proxy_cache_path      {prefix}/tmp/cache keys_zone=pages:1m;
+    default_type text/plain;
+
+    velvet_rope_config {prefix}/conf/velvet-rope.toml;
+
+    server {{
+        listen 127.0.0.1:{port} reuseport;
+
+        location /cached/ {{ velvet_rope cached; proxy_cache pages; proxy_cache_valid 200 1m;
+                             {origin} }}
+        location = /vr-status {{ velvet_rope_status; }}
+    }}
+}}
+"""
+
+
+class Origin(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # The origin revokes the first visitor that logs out only: a second revocation can only
+    # come from a copy of that first answer.
+    logouts = 0
+
+    def do_GET(self):
+        body = f"{tn.ORIGIN} {self.path}\n".encode()
+        status = 200
+        extra = [("Cache-Control", "max-age=60")]
+        if self.path.startswith("/cached/logout"):
+            Origin.logouts += 1
+            if Origin.logouts == 1:
+                extra.append((COMMAND, "revoke"))
+        self.send_response(status)
+        for k, v in extra:
+            self.send_header(k, v)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class OriginServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class Nginx(tn.Nginx):
+    def __init__(self):
+        self.prefix = tn.tempfile.mkdtemp(prefix="velvet-rope-nginx-cmd-attacks-")
+        self.port = tn.free_port()
+        self.proc = None
+        self.origin = OriginServer(("127.0.0.1", 0), Origin)
+        threading.Thread(target=self.origin.serve_forever, daemon=True).start()
+        for d in ("conf", "logs", "tmp"):
+            os.makedirs(os.path.join(self.prefix, d), exist_ok=True)
+        secret = base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
+        self.write("conf/velvet-rope.toml", rooms_config(secret))
+        self.conf = self.write("conf/nginx.conf", nginx_config(
+            self.prefix, self.port, self.origin.server_address[1]))
+
+    def start(self):
+        """As test_nginx's, but proxy_cache adds a cache manager and loader to the workers."""
+        self.stderr = open(os.path.join(self.prefix, "logs", "stderr.log"), "w")
+        self.proc = tn.subprocess.Popen(
+            [tn.NGINX, "-p", self.prefix, "-c", self.conf, "-g", "daemon off;"],
+            stdout=self.stderr, stderr=tn.subprocess.STDOUT)
+        ok = tn.wait_until(lambda: self.proc.poll() is not None or self.listening(), 10)
+        if self.proc.poll() is not None or not ok:
+            raise RuntimeError(f"nginx did not start: {self.log_tail()}")
+        if not tn.wait_until(lambda: len(tn.children(self.proc.pid)) >= 2, 5):
+            raise RuntimeError("nginx did not start its workers")
+
+
+def cleared(resp, name):
+    return [c for c in resp.all("Set-Cookie")
+            if c.startswith(f"__vr_{name}=;") and re.search(r"(?i)max-age=0(\D|$)", c)]
+
+
+class Suite:
+    def __init__(self, ngx):
+        self.ngx = ngx
+        self.port = ngx.port
+
+    def visitor(self, name):
+        jar = Jar()
+        r = get(self.port, f"/{name}/page", jar)
+        assert r.admitted and f"__vr_{name}" in jar.cookies, r
+        return jar
+
+    def revoked(self, name, jar):
+        """Whether the jar's ticket is refused now (stats: revocations made)."""
+        time.sleep(1.3)
+        return self.ngx.room_stats(name)["revocations"]["made"]
+
+    def test_a_cached_revoke_is_not_replayed_on_other_visitors(self):
+        first, second = self.visitor("cached"), self.visitor("cached")
+        r = get(self.port, "/cached/logout", first)
+        assert r.admitted and r.header(COMMAND) is None and cleared(r, "cached"), r
+        assert self.revoked("cached", first) == 1
+        # The second visitor is served the cached copy: its session is not the origin's
+        # business of that first response.
+        r = get(self.port, "/cached/logout", second)
+        assert r.admitted, r
+        made = self.revoked("cached", second)
+        assert made == 1 and not cleared(r, "cached"), \
+            f"the cached command revoked another visitor (made {made}, {r.all('Set-Cookie')})"
+
+    def test_stops_cleanly(self):
+        assert self.ngx.stop() == 0
+        bad = [line for line in self.ngx.log().splitlines()
+               if re.search(r"\[(alert|crit|emerg)\]|exited on signal", line)]
+        assert not bad, "error log:\n" + "\n".join(bad[:10])
+
+
+ORDER = [
+    "test_a_cached_revoke_is_not_replayed_on_other_visitors",
+    "test_stops_cleanly",
+]
+
+
+def main():
+    tn.ensure_nginx()
+    if not os.path.exists(tn.MODULE):
+        print(f"module not built: {tn.MODULE} (run bindings/nginx/build.sh)")
+        print("0 passed, 1 failed")
+        return 1
+    ngx = Nginx()
+    passed = failed = 0
+
+    def on_watchdog(signum, frame):
+        raise tn.Watchdog(f"watchdog: the suite ran over {WATCHDOG_SECS} s")
+
+    signal.signal(signal.SIGALRM, on_watchdog)
+    signal.alarm(WATCHDOG_SECS)
+    try:
+        ngx.start()
+        suite = Suite(ngx)
+        for name in ORDER:
+            try:
+                getattr(suite, name)()
+                passed += 1
+                print(f"ok   {name}", flush=True)
+            except Exception as e:
+                failed += 1
+                print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+    finally:
+        signal.alarm(0)
+        try:
+            ngx.stop()
+        except Exception:
+            pass
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -75,3 +75,18 @@ def test_asgi_a_str_header_value_does_not_let_the_command_through() -> None:
     sent = run(AsgiRoom(app, e, room="r", tick=False), [(b"cookie", f"__vr_r={held}".encode())])
     assert b"velvet-rope-command" not in names(sent[0]["headers"]), \
         f"the command reached the client: {sent[0]['headers']}"
+
+
+def test_asgi_bytearray_header_names_are_commands_too() -> None:
+    """A bytearray name (unhashable: a set lookup would raise) is compared all the same."""
+    e = Engine(CONFIG)
+    held = e.admit("r", None, velvet_rope.now_ms()).ticket
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(bytearray(b"Velvet-Rope-Command"), b"revoke")]})
+        await send({"type": "http.response.body", "body": b"origin"})
+
+    sent = run(AsgiRoom(app, e, room="r", tick=False), [(b"cookie", f"__vr_r={held}".encode())])
+    assert b"velvet-rope-command" not in [n.lower() for n in names(sent[0]["headers"])]
+    assert e.revoke("r", held) == "already_revoked"

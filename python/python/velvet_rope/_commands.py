@@ -17,7 +17,17 @@ from typing import Any
 
 from ._velvet_rope import Decision, Engine, is_revoke_command
 
-__all__ = ["COMMAND_NAMES", "KEY", "LOG", "asks_revoke", "has_command", "record", "revoke", "split_asgi", "split_wsgi"]
+__all__ = [
+    "KEY",
+    "LOG",
+    "asks_revoke",
+    "has_command",
+    "is_command_name",
+    "record",
+    "revoke",
+    "split_asgi",
+    "split_wsgi",
+]
 
 #: The package's logger.
 LOG = logging.getLogger("velvet_rope")
@@ -26,9 +36,15 @@ LOG = logging.getLogger("velvet_rope")
 _NAME = b"velvet-rope-command"
 _NAME_STR = "velvet-rope-command"
 _LEN = len(_NAME)
-#: Both spellings: ASGI says bytes, but apps give str names too (and h11 sends them).
-COMMAND_NAMES = frozenset({_NAME, _NAME_STR})
-_NAMES = COMMAND_NAMES
+
+
+def is_command_name(name: Any) -> bool:
+    """Whether a header name is `Velvet-Rope-Command` (any case): bytes as ASGI says, and
+    str or bytearray as apps give them too (h11 sends str names)."""
+    if len(name) != _LEN:
+        return False
+    low = name.lower()
+    return bool(low == _NAME or low == _NAME_STR)
 
 #: The scope (ASGI) or environ (WSGI) key under which a front door that removed commands from
 #: a response leaves them for the front doors around it (a room deciding the same request).
@@ -42,7 +58,7 @@ def has_command(headers: Iterable[Any]) -> bool:
     """Whether ASGI `headers` (pairs of bytes, re-iterable) have a `Velvet-Rope-Command`
     line (any case). Allocates nothing: what every response pays."""
     for name, _ in headers:
-        if len(name) == _LEN and name.lower() in _NAMES:
+        if len(name) == _LEN and is_command_name(name):
             return True
     return False
 
@@ -59,7 +75,7 @@ def split_asgi(headers: Iterable[Any]) -> tuple[list[Any], list[bytes]] | None:
     kept: list[Any] = []
     for pair in headers:
         name = pair[0]
-        if len(name) == _LEN and name.lower() in _NAMES:
+        if is_command_name(name):
             if found is None:
                 found = []
             found.append(_as_bytes(pair[1]))

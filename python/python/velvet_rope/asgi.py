@@ -36,11 +36,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMappi
 from typing import Any
 
 from ._commands import (
-    COMMAND_NAMES,
     KEY,
     LOG,
     asks_revoke,
     has_command,
+    is_command_name,
     record,
     revoke,
     split_asgi,
@@ -132,7 +132,7 @@ def _strip_commands(scope: Scope, message: Message) -> Message:
             message = dict(message)
             message["headers"] = [
                 pair for pair in message.get("headers") or ()
-                if not (len(pair[0]) == 19 and pair[0].lower() in COMMAND_NAMES)
+                if not is_command_name(pair[0])
             ]
         except Exception:
             LOG.exception("velvet-rope: cannot remove the origin's commands from the response")
@@ -181,7 +181,7 @@ def admitted_start(
         # What every admitted response pays: a look at each header's name's length.
         if headers.__class__ is list and KEY not in scope:
             for name, _ in headers:
-                if len(name) == 19 and name.lower() in COMMAND_NAMES:
+                if len(name) == 19 and is_command_name(name):
                     break
             else:
                 if not extra:

@@ -136,9 +136,9 @@ def test_a_revoke_command_ends_the_session_and_frees_exactly_its_seat(server: Se
     revoke_scenario(server.port, "/rv", "rv")
 
 
+# FastAPI's own forms run under uvicorn only (the gunicorn app is Flask's).
+@pytest.mark.parametrize("server", ["uvicorn"], indirect=True)
 def test_the_fastapi_dependency_and_decorator_revoke_too(server: Server) -> None:
-    if server.kind != "uvicorn":
-        pytest.skip("FastAPI's own forms: under uvicorn")
     revoke_scenario(server.port, "/dep", "dep_rv")
     revoke_scenario(server.port, "/deco", "deco_rv")
 

@@ -43,6 +43,7 @@ pub mod error;
 pub mod fork_safe_lock;
 mod hash;
 pub mod lease;
+mod needle;
 pub mod page;
 mod random;
 pub mod request;

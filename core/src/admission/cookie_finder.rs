@@ -22,14 +22,10 @@
 //! a value in double quotes is what they hold (a `;` ends it even inside quotes, since
 //! servers split on `;` first).
 //!
-//! A substring search for `name=` (so a header of many cookies is skipped 16 bytes at a time)
-//! followed by a check that the match starts a cookie. On x86-64 the search is memchr's SSE2
-//! "packed pair" searcher, which is inlined into the caller: measured in nginx, what a request
-//! pays for the module is mostly instruction fetches, and memchr's general `memmem` (runtime
-//! CPU dispatch to out-of-line AVX2 routines) took 19 of the admit path's 90 code lines. Other
-//! targets, and headers too short for a vector, use memchr's general searcher.
+//! A substring search for `name=` (so a header of many cookies is skipped 16 bytes at a time,
+//! see [`Needle`]) followed by a check that the match starts a cookie.
 
-use memchr::memmem;
+use crate::needle::Needle;
 
 /// Finds `name`'s value in a `Cookie` header (`a=b; c=d`).
 pub fn find_cookie<'h>(header: &'h str, name: &str) -> Option<&'h str> {
@@ -46,23 +42,14 @@ pub fn find_cookie_bytes<'h>(header: &'h [u8], name: &str) -> Option<&'h [u8]> {
 #[derive(Clone)]
 pub(crate) struct CookieFinder {
     /// `name=`.
-    needle: Box<[u8]>,
-    /// Any target, any haystack length.
-    general: memmem::Finder<'static>,
-    /// x86-64 (SSE2 is part of its baseline), haystacks of at least its minimum length.
-    #[cfg(target_arch = "x86_64")]
-    sse2: Option<memchr::arch::x86_64::sse2::packedpair::Finder>,
+    needle: Needle,
 }
 
 impl CookieFinder {
     /// A finder for the cookie called `name`.
     pub(crate) fn new(name: &str) -> Self {
-        let needle: Box<[u8]> = format!("{name}=").into_bytes().into();
         Self {
-            general: memmem::Finder::new(&needle).into_owned(),
-            #[cfg(target_arch = "x86_64")]
-            sse2: memchr::arch::x86_64::sse2::packedpair::Finder::new(&needle),
-            needle,
+            needle: Needle::new(format!("{name}=").as_bytes()),
         }
     }
 
@@ -127,11 +114,11 @@ impl CookieFinder {
     fn find_rest<'h>(&self, header: &'h [u8]) -> Option<&'h [u8]> {
         let mut from = 0;
         let mut after_comma = None;
-        while let Some(pos) = self.find_needle(&header[from..]) {
+        while let Some(pos) = self.needle.find(&header[from..]) {
             let at = from + pos;
             match boundary(header, at) {
                 Boundary::Start | Boundary::Semicolon => {
-                    return Some(&header[at + self.needle.len()..]);
+                    return Some(&header[at + self.needle.bytes().len()..]);
                 }
                 Boundary::Comma(comma) => {
                     if after_comma.is_none() && !in_quotes(header, comma) {
@@ -143,24 +130,7 @@ impl CookieFinder {
             }
             from = at + 1;
         }
-        after_comma.map(|at| &header[at + self.needle.len()..])
-    }
-
-    #[inline]
-    fn find_needle(&self, haystack: &[u8]) -> Option<usize> {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(sse2) = &self.sse2 {
-            if haystack.len() >= sse2.min_haystack_len() {
-                return sse2.find(haystack, &self.needle);
-            }
-        }
-        self.find_needle_general(haystack)
-    }
-
-    /// Out of line: on x86-64 only headers shorter than the needle plus a vector take it.
-    #[inline(never)]
-    fn find_needle_general(&self, haystack: &[u8]) -> Option<usize> {
-        self.general.find(haystack)
+        after_comma.map(|at| &header[at + self.needle.bytes().len()..])
     }
 }
 
@@ -238,7 +208,7 @@ fn delimits(b: u8) -> bool {
 /// surrounding blanks; or, when it starts with `"`, what the quotes hold (up to the next `"`
 /// before any `;`).
 #[inline]
-fn value_at_start(rest: &[u8]) -> &[u8] {
+pub(crate) fn value_at_start(rest: &[u8]) -> &[u8] {
     let v = rest.trim_ascii_start();
     if v.first() == Some(&b'"') {
         let body = &v[1..];
@@ -253,7 +223,7 @@ fn value_at_start(rest: &[u8]) -> &[u8] {
 
 /// The first `;` or `,` in `haystack`.
 #[inline]
-fn separator(haystack: &[u8]) -> Option<usize> {
+pub(crate) fn separator(haystack: &[u8]) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     if let Some(two) = memchr::arch::x86_64::sse2::memchr::Two::new(b';', b',') {
         return two.find(haystack);

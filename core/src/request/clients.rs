@@ -9,6 +9,43 @@ use ipnet::IpNet;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CidrSet {
     blocks: Box<[IpNet]>,
+    /// The same blocks as masks over a 128-bit key (see [`AddressKey`]): a test is an AND
+    /// and a comparison, where `IpNet::contains` builds each block's masks per call.
+    keys: Box<[Block]>,
+}
+
+/// One block, compiled: a key of its family is in it when `key & mask == net`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Block {
+    net: u128,
+    mask: u128,
+    v4: bool,
+}
+
+/// An address as one number and its family: IPv6 as itself, IPv4 (and IPv4-mapped IPv6, see
+/// [`canonical`]) in the low 32 bits. Worked out once per request, then tested against every
+/// block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AddressKey {
+    value: u128,
+    v4: bool,
+}
+
+impl AddressKey {
+    /// `addr`'s key.
+    #[inline]
+    pub(crate) fn of(addr: IpAddr) -> Self {
+        match canonical(addr) {
+            IpAddr::V4(v4) => Self {
+                value: u128::from(u32::from(v4)),
+                v4: true,
+            },
+            IpAddr::V6(v6) => Self {
+                value: u128::from(v6),
+                v4: false,
+            },
+        }
+    }
 }
 
 impl CidrSet {
@@ -31,6 +68,7 @@ impl CidrSet {
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
+            keys: blocks.iter().map(block_of).collect(),
             blocks: blocks.into(),
         })
     }
@@ -44,8 +82,34 @@ impl CidrSet {
     /// the IPv4 address).
     #[inline]
     pub fn contains(&self, addr: IpAddr) -> bool {
-        let addr = canonical(addr);
-        self.blocks.iter().any(|b| b.contains(&addr))
+        self.contains_key(AddressKey::of(addr))
+    }
+
+    /// [`CidrSet::contains`] for an address whose key was worked out already.
+    #[inline]
+    pub(crate) fn contains_key(&self, key: AddressKey) -> bool {
+        self.keys
+            .iter()
+            .any(|b| b.v4 == key.v4 && key.value & b.mask == b.net)
+    }
+}
+
+/// `net`, compiled.
+fn block_of(net: &IpNet) -> Block {
+    match net {
+        IpNet::V4(v4) => Block {
+            net: u128::from(u32::from(v4.network())),
+            mask: u128::from(u32::from(v4.netmask())),
+            v4: true,
+        },
+        IpNet::V6(v6) => {
+            let mask = u128::from(v6.netmask());
+            Block {
+                net: u128::from(v6.network()) & mask,
+                mask,
+                v4: false,
+            }
+        }
     }
 }
 
@@ -152,6 +216,51 @@ mod tests {
         let e = CidrSet::parse(&["10.0.0.0/33"]).unwrap_err();
         assert!(e.contains("10.0.0.0/33"), "{e}");
         assert!(CidrSet::parse(&["example.com"]).is_err());
+    }
+
+    proptest::proptest! {
+        /// The compiled blocks answer as `ipnet` does, the families kept apart (an IPv6
+        /// address whose low 32 bits look like a block's IPv4 address is not in it; `::/0`
+        /// holds no IPv4 client), IPv4-mapped addresses as IPv4.
+        #[test]
+        fn compiled_blocks_agree_with_ipnet(
+            v4 in proptest::prelude::any::<[u8; 4]>(),
+            v6 in proptest::prelude::any::<[u8; 16]>(),
+            net4 in proptest::prelude::any::<[u8; 4]>(),
+            net6 in proptest::prelude::any::<[u8; 16]>(),
+            len4 in 0u8..=32,
+            len6 in 0u8..=128,
+            near in proptest::prelude::any::<bool>(),
+        ) {
+            let mut v4 = std::net::Ipv4Addr::from(v4);
+            let mut v6 = std::net::Ipv6Addr::from(v6);
+            if near {
+                // Inside or next to the blocks, where the masks decide.
+                v4 = std::net::Ipv4Addr::from(u32::from_be_bytes(net4) ^ 1);
+                v6 = std::net::Ipv6Addr::from(u128::from_be_bytes(net6) ^ 1);
+            }
+            let blocks = [
+                IpNet::V4(ipnet::Ipv4Net::new(net4.into(), len4).unwrap().trunc()),
+                IpNet::V6(ipnet::Ipv6Net::new(net6.into(), len6).unwrap().trunc()),
+            ];
+            let texts: Vec<String> = blocks.iter().map(ToString::to_string).collect();
+            let set = CidrSet::parse(&texts).unwrap();
+            for addr in [IpAddr::V4(v4), IpAddr::V6(v6), IpAddr::V6(v4.to_ipv6_mapped())] {
+                let want = set.blocks.iter().any(|b| b.contains(&canonical(addr)));
+                proptest::prop_assert_eq!(set.contains(addr), want, "{} in {:?}", addr, texts);
+            }
+        }
+    }
+
+    #[test]
+    fn families_stay_apart() {
+        let v4 = CidrSet::parse(&["10.0.0.0/8"]).unwrap();
+        assert!(!v4.contains(ip("::a00:1")));
+        assert!(!v4.contains(ip("8000::a00:1")));
+        let all6 = CidrSet::parse(&["::/0"]).unwrap();
+        assert!(!all6.contains(ip("10.0.0.1")) && all6.contains(ip("2001:db8::1")));
+        let all4 = CidrSet::parse(&["0.0.0.0/0"]).unwrap();
+        assert!(all4.contains(ip("10.0.0.1")) && !all4.contains(ip("2001:db8::1")));
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! Header and cookie value patterns: `*` matches any run of bytes, everything else itself.
 
+use crate::needle::Needle;
+
 /// Longest pattern, in bytes.
 pub(crate) const MAX_PATTERN: usize = 1024;
 
 /// A compiled pattern: the literal pieces between its `*`s, the first anchored at the start
 /// of the value unless the pattern starts with `*`, the last at its end unless it ends with
 /// one; the pieces between are found in order with a vectorised substring search (so
-/// `*Googlebot*` over a long `User-Agent` is one `memmem`, not a backtracking walk).
+/// `*Googlebot*` over a long `User-Agent` is one substring search, not a backtracking walk).
 #[derive(Clone)]
 pub(crate) struct Glob {
     /// The pattern as given.
@@ -18,7 +20,7 @@ pub(crate) struct Glob {
     /// What the value must end with (empty when the pattern ends with `*`).
     tail: Box<[u8]>,
     /// The pieces between, in order, each with its search.
-    middle: Box<[memchr::memmem::Finder<'static>]>,
+    middle: Box<[Needle]>,
 }
 
 impl std::fmt::Debug for Glob {
@@ -67,7 +69,7 @@ impl Glob {
             middle: middle
                 .iter()
                 .filter(|p| !p.is_empty())
-                .map(|p| memchr::memmem::Finder::new(p.as_bytes()).into_owned())
+                .map(|p| Needle::new(p.as_bytes()))
                 .collect(),
         })
     }
@@ -88,7 +90,7 @@ impl Glob {
         let mut rest = &value[self.head.len()..value.len() - self.tail.len()];
         for piece in self.middle.iter() {
             match piece.find(rest) {
-                Some(at) => rest = &rest[at + piece.needle().len()..],
+                Some(at) => rest = &rest[at + piece.bytes().len()..],
                 None => return false,
             }
         }

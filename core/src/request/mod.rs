@@ -47,6 +47,7 @@ use std::cell::OnceCell;
 use std::net::IpAddr;
 
 pub(crate) mod clients;
+pub(crate) mod cookie_names;
 pub(crate) mod glob;
 pub(crate) mod host;
 pub(crate) mod routes;

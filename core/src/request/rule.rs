@@ -8,11 +8,13 @@
 //! a known client in its blocks. A rule that holds traffic back (`queue`, `reject`) matches
 //! when any reading does, a malformed host or path, and an unknown client or host included.
 
+use std::cell::OnceCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::admission::cookie_finder::CookieFinder;
 use crate::config::{PathCase, RuleAction, RuleConfig};
-use crate::request::clients::CidrSet;
+use crate::request::clients::{AddressKey, CidrSet};
+use crate::request::cookie_names::{CookieNames, CookieValues};
 use crate::request::glob::Glob;
 use crate::request::host::{HostPattern, HostSeen};
 use crate::request::Prepared;
@@ -21,11 +23,23 @@ use crate::routing::{CaseRule, Route, Router};
 /// Most rules one room may hold.
 pub const MAX_RULES: usize = 256;
 
-/// One query condition: a parameter's name, and its value when one is required.
+/// One query condition: a parameter's name, and its value when one is required, both
+/// percent-decoded (`+` as a space) once, when the rule compiles.
 #[derive(Debug)]
 struct QueryTerm {
     name: Box<[u8]>,
     value: Option<Box<[u8]>>,
+}
+
+impl QueryTerm {
+    /// The term for `name` and `value` as written in the configuration.
+    fn new(name: &[u8], value: Option<&[u8]>) -> Self {
+        let decode = |raw: &[u8]| -> Box<[u8]> { Decoded { bytes: raw, at: 0 }.collect() };
+        Self {
+            name: decode(name),
+            value: value.map(decode),
+        }
+    }
 }
 
 /// One compiled rule.
@@ -34,7 +48,8 @@ pub(crate) struct Rule {
     pub(crate) name: Box<str>,
     /// What it does.
     pub(crate) action: RuleAction,
-    methods: Box<[Box<[u8]>]>,
+    /// Its methods, as bits over the set's `methods` (0: any method).
+    methods: u64,
     hosts: Box<[HostPattern]>,
     /// Its path prefixes: for a rule that lets pass, as bypass prefixes of a router with a
     /// default room (matched when the router bypasses); otherwise as room prefixes (matched
@@ -43,7 +58,9 @@ pub(crate) struct Rule {
     query: Box<[QueryTerm]>,
     /// Header conditions: the name's index in the set's `names`, and the value's pattern.
     headers: Box<[(usize, Glob)]>,
-    cookies: Box<[(CookieFinder, Glob)]>,
+    /// Cookie conditions: the name's index in the set's `cookie_names` (`None`: past the
+    /// names one pass reads), its search, and the value's pattern.
+    cookies: Box<[(Option<usize>, CookieFinder, Glob)]>,
     clients: CidrSet,
 }
 
@@ -65,6 +82,9 @@ const INDEXED_HEADERS: usize = 64;
 /// The index of `Cookie` among a rule set's header names.
 const COOKIE: usize = 0;
 
+/// Most distinct methods a room's rules may name.
+pub const MAX_METHODS: usize = 64;
+
 /// A room's rules, in order, with a count of the requests each matched.
 #[derive(Debug)]
 pub(crate) struct RuleSet {
@@ -77,6 +97,12 @@ pub(crate) struct RuleSet {
     by_len: [u16; 64],
     /// Whether any rule reads a header or a cookie.
     reads_headers: bool,
+    /// The methods the rules name, each once: a request's method is compared with them
+    /// once, and each rule tests a bit.
+    methods: Box<[Box<[u8]>]>,
+    /// The cookies the rules read, each once: one pass over the `Cookie` header finds them
+    /// all.
+    cookie_names: CookieNames,
 }
 
 impl Default for RuleSet {
@@ -88,8 +114,28 @@ impl Default for RuleSet {
             names: Box::default(),
             by_len: [0; 64],
             reads_headers: false,
+            methods: Box::default(),
+            cookie_names: CookieNames::default(),
         }
     }
+}
+
+/// What every rule set compiles into: the names and methods its rules share.
+struct Shared {
+    /// Header names, lower case (`cookie` first).
+    headers: Vec<Box<[u8]>>,
+    methods: Vec<Box<[u8]>>,
+    cookie_names: CookieNames,
+}
+
+/// What the rules read of one request, worked out once (the cookies on first use).
+struct Seen<'h> {
+    /// The bit of the request's method among the set's methods (0: none of them).
+    method: u64,
+    client: Option<AddressKey>,
+    /// The values of the rules' cookies in the request's one `Cookie` header; `None` when
+    /// the pass cannot answer (several headers, or a `,` in one): search name by name.
+    cookies: OnceCell<Option<CookieValues<'h>>>,
 }
 
 /// Which of a request's headers carry each name a rule set reads.
@@ -109,7 +155,7 @@ impl HeaderIndex {
             let mut candidates = by_len[n.len().min(63)];
             while candidates != 0 {
                 let j = candidates.trailing_zeros() as usize;
-                if n.eq_ignore_ascii_case(&names[j]) {
+                if eq_lower(n, &names[j]) {
                     masks[j] |= 1 << i;
                 }
                 candidates &= candidates - 1;
@@ -132,9 +178,7 @@ impl HeaderIndex {
     ) -> bool {
         if self.scan {
             let name = &names[j];
-            return headers
-                .iter()
-                .any(|(n, v)| n.len() == name.len() && n.eq_ignore_ascii_case(name) && f(v));
+            return headers.iter().any(|(n, v)| eq_lower(n, name) && f(v));
         }
         let mut mask = self.masks[j];
         while mask != 0 {
@@ -146,6 +190,17 @@ impl HeaderIndex {
         }
         false
     }
+}
+
+/// Whether the header name `name` is `lower` (lower case) in any case: a byte equals, or is
+/// the upper case of a lower-case letter (cheaper than lowering both sides byte by byte).
+#[inline]
+fn eq_lower(name: &[u8], lower: &[u8]) -> bool {
+    name.len() == lower.len()
+        && name
+            .iter()
+            .zip(lower)
+            .all(|(&a, &b)| a == b || (a | 0x20 == b && b.is_ascii_lowercase()))
 }
 
 impl RuleSet {
@@ -163,9 +218,13 @@ impl RuleSet {
         }
         let mut out = Vec::with_capacity(rules.len());
         let mut names = std::collections::HashSet::new();
-        let mut headers: Vec<Box<[u8]>> = vec![b"cookie"[..].into()];
+        let mut shared = Shared {
+            headers: vec![b"cookie"[..].into()],
+            methods: Vec::new(),
+            cookie_names: CookieNames::default(),
+        };
         for (i, cfg) in rules.iter().enumerate() {
-            let rule = Rule::compile(cfg, case, &mut headers).map_err(|(field, why)| {
+            let rule = Rule::compile(cfg, case, &mut shared).map_err(|(field, why)| {
                 let name = cfg
                     .name
                     .as_deref()
@@ -203,12 +262,14 @@ impl RuleSet {
             rules: out.into(),
             by_len: {
                 let mut by_len = [0u16; 64];
-                for (j, name) in headers.iter().enumerate() {
+                for (j, name) in shared.headers.iter().enumerate() {
                     by_len[name.len().min(63)] |= 1 << j;
                 }
                 by_len
             },
-            names: headers.into(),
+            names: shared.headers.into(),
+            methods: shared.methods.into(),
+            cookie_names: shared.cookie_names,
         })
     }
 
@@ -229,22 +290,44 @@ impl RuleSet {
     /// The first rule `request` matches, counted, with its index.
     #[inline]
     pub(crate) fn first_match(&self, request: &Prepared<'_, '_>) -> Option<(usize, &Rule)> {
+        let req = request.request;
         let index = HeaderIndex::new(
-            if self.reads_headers {
-                request.request.headers
-            } else {
-                &[]
-            },
+            if self.reads_headers { req.headers } else { &[] },
             &self.names,
             &self.by_len,
         );
+        let seen = Seen {
+            method: self
+                .methods
+                .iter()
+                .position(|m| **m == *req.method)
+                .map_or(0, |i| 1 << i),
+            client: req.client.map(AddressKey::of),
+            cookies: OnceCell::new(),
+        };
         let (i, rule) = self
             .rules
             .iter()
             .enumerate()
-            .find(|(_, r)| r.matches(request, &index, &self.names))?;
+            .find(|(_, r)| r.matches(request, &seen, self, &index))?;
         self.hits[i].fetch_add(1, Ordering::Relaxed);
         Some((i, rule))
+    }
+
+    /// The values of the rules' cookies, when one pass over the request's one `Cookie`
+    /// header answers for them (see [`CookieNames::read`]).
+    #[inline]
+    fn cookie_values<'h>(
+        &self,
+        headers: &[(&[u8], &'h [u8])],
+        index: &HeaderIndex,
+    ) -> Option<CookieValues<'h>> {
+        let mask = index.masks[COOKIE];
+        if index.scan || mask.count_ones() != 1 {
+            return None;
+        }
+        self.cookie_names
+            .read(headers[mask.trailing_zeros() as usize].1)
     }
 
     /// Each rule's name, action and the requests it matched so far (in this process).
@@ -261,27 +344,36 @@ impl Rule {
     fn compile(
         cfg: &RuleConfig,
         case: PathCase,
-        names: &mut Vec<Box<[u8]>>,
+        shared: &mut Shared,
     ) -> Result<Self, (String, String)> {
         fn field(f: &'static str) -> impl Fn(String) -> (String, String) {
             move |why| (f.to_owned(), why)
         }
-        let methods = cfg
-            .methods
-            .iter()
-            .map(|m| {
-                if m.is_empty()
-                    || !m
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-                {
-                    Err(format!("`{m}` is not a method (a token such as `GET`)"))
-                } else {
-                    Ok(m.as_bytes().into())
+        let mut methods = 0u64;
+        for m in &cfg.methods {
+            if m.is_empty()
+                || !m
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+            {
+                return Err(field("methods")(format!(
+                    "`{m}` is not a method (a token such as `GET`)"
+                )));
+            }
+            let i = match shared.methods.iter().position(|k| **k == *m.as_bytes()) {
+                Some(i) => i,
+                None if shared.methods.len() < MAX_METHODS => {
+                    shared.methods.push(m.as_bytes().into());
+                    shared.methods.len() - 1
                 }
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(field("methods"))?;
+                None => {
+                    return Err(field("methods")(format!(
+                        "`{m}`: a room's rules may name at most {MAX_METHODS} methods"
+                    )))
+                }
+            };
+            methods |= 1 << i;
+        }
         let hosts = cfg
             .hosts
             .iter()
@@ -318,13 +410,9 @@ impl Rule {
                 if q.is_empty() || q.contains(['&', '#']) || q.chars().any(char::is_control) {
                     return Err(format!("`{q}` is not a parameter (`name` or `name=value`)"));
                 }
-                let (name, value) = match q.split_once('=') {
-                    Some((n, v)) => (n, Some(v.as_bytes().into())),
-                    None => (q.as_str(), None),
-                };
-                Ok(QueryTerm {
-                    name: name.as_bytes().into(),
-                    value,
+                Ok(match q.split_once('=') {
+                    Some((n, v)) => QueryTerm::new(n.as_bytes(), Some(v.as_bytes())),
+                    None => QueryTerm::new(q.as_bytes(), None),
                 })
             })
             .collect::<Result<Vec<_>, _>>()
@@ -338,6 +426,7 @@ impl Rule {
             let glob =
                 Glob::new(pattern).map_err(|e| ("headers".to_owned(), format!("`{name}`: {e}")))?;
             let lower: Box<[u8]> = name.to_ascii_lowercase().into_bytes().into();
+            let names = &mut shared.headers;
             let j = match names.iter().position(|n| *n == lower) {
                 Some(j) => j,
                 None if names.len() < MAX_HEADER_NAMES => {
@@ -364,6 +453,7 @@ impl Rule {
                     return Err(format!("`{name}` is not a cookie name"));
                 }
                 Ok((
+                    shared.cookie_names.index(name),
                     CookieFinder::new(name),
                     Glob::new(pattern).map_err(|e| format!("`{name}`: {e}"))?,
                 ))
@@ -374,7 +464,7 @@ impl Rule {
         Ok(Self {
             name: "".into(),
             action: cfg.action,
-            methods: methods.into(),
+            methods,
             hosts: hosts.into(),
             paths,
             query: query.into(),
@@ -386,21 +476,23 @@ impl Rule {
 
     /// Whether `request` meets every condition (see the module documentation for how a
     /// request read more than one way is matched).
-    fn matches(
+    #[inline(always)]
+    fn matches<'h>(
         &self,
-        request: &Prepared<'_, '_>,
+        request: &Prepared<'_, 'h>,
+        seen: &Seen<'h>,
+        set: &RuleSet,
         index: &HeaderIndex,
-        names: &[Box<[u8]>],
     ) -> bool {
         let loose = self.action.loosens();
         let req = request.request;
         // The cheap conditions first: most rules fail on one of them.
-        if !self.methods.is_empty() && !self.methods.iter().any(|m| **m == *req.method) {
+        if self.methods != 0 && self.methods & seen.method == 0 {
             return false;
         }
         if !self.clients.is_empty() {
-            let hit = match req.client {
-                Some(addr) => self.clients.contains(addr),
+            let hit = match seen.client {
+                Some(key) => self.clients.contains_key(key),
                 None => !loose,
             };
             if !hit {
@@ -433,15 +525,22 @@ impl Rule {
                 return false;
             }
         }
+        let names = &set.names;
         for (j, glob) in self.headers.iter() {
             if !index.any(req.headers, names, *j, |v| glob.matches(v.trim_ascii())) {
                 return false;
             }
         }
-        for (finder, glob) in self.cookies.iter() {
-            let found = index.any(req.headers, names, COOKIE, |h| {
-                finder.find(h).is_some_and(|v| glob.matches(v))
-            });
+        for (slot, finder, glob) in self.cookies.iter() {
+            let values = seen
+                .cookies
+                .get_or_init(|| set.cookie_values(req.headers, index));
+            let found = match (slot, values) {
+                (Some(j), Some(values)) => values[*j].is_some_and(|v| glob.matches(v)),
+                _ => index.any(req.headers, names, COOKIE, |h| {
+                    finder.find(h).is_some_and(|v| glob.matches(v))
+                }),
+            };
             if !found {
                 return false;
             }
@@ -481,7 +580,8 @@ impl Rule {
 fn query_has(query: &[u8], term: &QueryTerm, every: bool) -> bool {
     let mut seen = false;
     for piece in query.split(|&b| b == b'&') {
-        let (name, value) = match memchr::memchr(b'=', piece) {
+        // Parameters are short: a byte loop, not a vectorised search's set-up.
+        let (name, value) = match piece.iter().position(|&b| b == b'=') {
             Some(at) => (&piece[..at], Some(&piece[at + 1..])),
             None => (piece, None),
         };
@@ -503,17 +603,34 @@ fn query_has(query: &[u8], term: &QueryTerm, every: bool) -> bool {
     seen
 }
 
-/// Whether `raw`, percent-decoded (and `+` as a space), equals `want` decoded the same way.
+/// Whether `raw`, percent-decoded (and `+` as a space), equals `want` (decoded already).
+///
+/// Decoding never lengthens: a `raw` shorter than `want` differs, and one of the same length
+/// equals only byte for byte, with `+` as a space and no `%` starting an escape (an escape
+/// would shorten it), which is settled without decoding. Only a longer `raw` is decoded.
+#[inline]
 fn decoded_eq(raw: &[u8], want: &[u8]) -> bool {
-    let mut a = Decoded { bytes: raw, at: 0 };
-    let mut b = Decoded { bytes: want, at: 0 };
-    loop {
-        match (a.next(), b.next()) {
-            (None, None) => return true,
-            (x, y) if x == y => {}
-            _ => return false,
-        }
+    if raw.len() < want.len() {
+        return false;
     }
+    if raw.len() == want.len() {
+        return raw
+            .iter()
+            .zip(want)
+            .enumerate()
+            .all(|(i, (&r, &w))| match r {
+                b'+' => w == b' ',
+                b'%' => w == b'%' && !escape_at(raw, i),
+                r => r == w,
+            });
+    }
+    Decoded { bytes: raw, at: 0 }.eq(want.iter().copied())
+}
+
+/// Whether the `%` at `at` starts an escape (two hex digits follow it).
+fn escape_at(raw: &[u8], at: usize) -> bool {
+    raw.get(at + 1..at + 3)
+        .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
 }
 
 /// Bytes percent-decoded one at a time (a `%` not followed by two hex digits is itself).
@@ -558,10 +675,7 @@ mod tests {
 
     #[test]
     fn query_terms_compare_decoded() {
-        let t = |n: &str, v: Option<&str>| QueryTerm {
-            name: n.as_bytes().into(),
-            value: v.map(|v| v.as_bytes().into()),
-        };
+        let t = |n: &str, v: Option<&str>| QueryTerm::new(n.as_bytes(), v.map(str::as_bytes));
         assert!(query_has_any(b"a=1&preview", &t("preview", None)));
         assert!(query_has_any(b"a=1&preview=", &t("preview", None)));
         assert!(query_has_any(b"%70review=1", &t("preview", Some("1"))));
@@ -571,6 +685,69 @@ mod tests {
         assert!(!query_has_any(b"previewx=1", &t("preview", None)));
         assert!(!query_has_any(b"", &t("preview", None)));
         assert!(query_has_any(b"x=%zz", &t("x", Some("%zz"))));
+        assert!(query_has_any(b"x=%4", &t("x", Some("%4"))));
+        assert!(!query_has_any(b"x=%41", &t("x", Some("%41x"))));
+        assert!(query_has_any(b"x=%41", &t("x", Some("A"))));
+    }
+
+    proptest::proptest! {
+        /// Header names compare as `eq_ignore_ascii_case` with the lowered name does.
+        #[test]
+        fn eq_lower_is_ignoring_case(a in "[a-zA-Z_`@~^0-9-]{0,4}", b in "[a-z_`@~^0-9-]{0,4}") {
+            proptest::prop_assert_eq!(
+                eq_lower(a.as_bytes(), b.as_bytes()),
+                a.as_bytes().eq_ignore_ascii_case(b.as_bytes())
+            );
+        }
+
+        /// The shortcut agrees with decoding both sides.
+        #[test]
+        fn decoded_eq_agrees_with_decoding(raw in "[a%4+ 1f]{0,8}", want in "[a%4+ 1f]{0,8}") {
+            let want: Vec<u8> = Decoded { bytes: want.as_bytes(), at: 0 }.collect();
+            let slow = Decoded { bytes: raw.as_bytes(), at: 0 }.eq(want.iter().copied());
+            proptest::prop_assert_eq!(decoded_eq(raw.as_bytes(), &want), slow);
+        }
+    }
+
+    /// Cookie conditions past the names one pass reads, and headers the pass cannot
+    /// answer (a `,`, two `Cookie` lines), are searched name by name, with the same answers.
+    #[test]
+    fn cookie_conditions_past_the_pass_and_joined_headers() {
+        let rules: Vec<RuleConfig> = (0..crate::request::cookie_names::MAX_COOKIE_NAMES + 2)
+            .map(|i| {
+                toml::from_str(&format!(
+                    "name = \"c{i}\"\naction = \"bypass\"\ncookies = {{ \"c{i}\" = \"yes\" }}"
+                ))
+                .unwrap()
+            })
+            .collect();
+        let set = RuleSet::compile(&rules, PathCase::Sensitive, "rooms[0]").unwrap();
+        let first = |cookies: &[&str]| {
+            let headers: Vec<(&[u8], &[u8])> = cookies
+                .iter()
+                .map(|c| (&b"Cookie"[..], c.as_bytes()))
+                .collect();
+            let request = crate::request::Request {
+                method: b"GET",
+                target: b"/",
+                host: None,
+                headers: &headers,
+                client: None,
+            };
+            set.first_match(&Prepared::new(&request))
+                .map(|(_, r)| r.name.to_string())
+        };
+        let last = crate::request::cookie_names::MAX_COOKIE_NAMES + 1;
+        assert_eq!(
+            first(&[&format!("a=1; c{last}=yes")]),
+            Some(format!("c{last}"))
+        );
+        assert_eq!(first(&["a=1; c3=yes; c2=yes"]), Some("c2".into()));
+        assert_eq!(first(&["a=1; c3=no"]), None);
+        assert_eq!(first(&["a=1,c4=yes"]), Some("c4".into()));
+        assert_eq!(first(&["a=1", "c5=yes"]), Some("c5".into()));
+        assert_eq!(first(&["c6=yes,c1=yes"]), Some("c1".into()));
+        assert_eq!(first(&["c6=\"x,c1=yes\""]), None);
     }
 
     #[test]

@@ -1,0 +1,173 @@
+//! The values of every cookie a room's rules read, found in one pass over a `Cookie` header.
+//!
+//! A rule set that reads three cookies would otherwise search the header three times (one
+//! [`CookieFinder`] each), and most visitors carry none of them, so each search runs to the
+//! header's end. One pass cuts the header at each `;`, compares the name that starts each
+//! piece with the wanted ones (only those of its length), and takes the first value of each.
+//!
+//! The pass answers exactly as [`CookieFinder::find`] would for each name, or not at all:
+//! - a cookie found after `;` (or at the start) comes first there too, and the pass finds
+//!   those: `name=` after `;` and blanks is a piece that starts with `name=`, and the first
+//!   such piece is the leftmost such match;
+//! - a cookie after `,` counts there only when none follows a `;`. The pass does not read
+//!   those: for a header holding a `,` it answers nothing and the caller searches name by
+//!   name (browsers never send one: `,` is not a cookie-octet; joined `Cookie` lines are).
+
+#[cfg(doc)]
+use crate::admission::cookie_finder::CookieFinder;
+use crate::admission::cookie_finder::{separator, value_at_start};
+
+/// Most distinct cookie names read in one pass; a rule set reading more searches for each.
+pub(crate) const MAX_COOKIE_NAMES: usize = 16;
+
+/// The values found, by the name's index ([`CookieNames::read`]).
+pub(crate) type CookieValues<'h> = [Option<&'h [u8]>; MAX_COOKIE_NAMES];
+
+/// The cookie names a rule set reads.
+#[derive(Debug)]
+pub(crate) struct CookieNames {
+    names: Vec<Box<[u8]>>,
+    /// `by_len[n]`: bit `j` set when `names[j]` is `n` bytes long (the last entry: longer).
+    by_len: [u16; 64],
+}
+
+impl Default for CookieNames {
+    /// No names.
+    fn default() -> Self {
+        Self {
+            names: Vec::new(),
+            by_len: [0; 64],
+        }
+    }
+}
+
+impl CookieNames {
+    /// The index of `name`, added if new; `None` past [`MAX_COOKIE_NAMES`] names.
+    pub(crate) fn index(&mut self, name: &str) -> Option<usize> {
+        let name = name.as_bytes();
+        if let Some(j) = self.names.iter().position(|n| **n == *name) {
+            return Some(j);
+        }
+        if self.names.len() == MAX_COOKIE_NAMES {
+            return None;
+        }
+        self.by_len[name.len().min(63)] |= 1 << self.names.len();
+        self.names.push(name.into());
+        Some(self.names.len() - 1)
+    }
+
+    /// Each name's value in `header` (as [`CookieFinder::find`] finds it), or `None` when
+    /// a `,` comes before every name was found, and the names must be searched for one at a
+    /// time (a `,` after them changes nothing: a cookie after `;` comes first).
+    #[inline]
+    pub(crate) fn read<'h>(&self, header: &'h [u8]) -> Option<CookieValues<'h>> {
+        let mut values = [None; MAX_COOKIE_NAMES];
+        let mut missing: u32 = (1 << self.names.len()) - 1;
+        let mut at = 0;
+        while missing != 0 {
+            // Blanks after `;` (or at the start), as `CookieFinder` skips them.
+            while at < header.len() && matches!(header[at], b' ' | b'\t') {
+                at += 1;
+            }
+            // The cookie runs to the next `;` (searched for: a ticket's value is long).
+            let end = match separator(&header[at..]) {
+                Some(len) if header[at + len] == b',' => return None,
+                Some(len) => at + len,
+                None => header.len(),
+            };
+            // Its name runs to the first `=` (short: read a byte at a time).
+            if let Some(eq) = header[at..end].iter().position(|&b| b == b'=') {
+                let name = &header[at..at + eq];
+                let mut candidates = u32::from(self.by_len[name.len().min(63)]) & missing;
+                while candidates != 0 {
+                    let j = candidates.trailing_zeros() as usize;
+                    if *self.names[j] == *name {
+                        values[j] = Some(value_at_start(&header[at + eq + 1..]));
+                        missing &= !(1 << j);
+                        break;
+                    }
+                    candidates &= candidates - 1;
+                }
+            }
+            if end == header.len() {
+                break;
+            }
+            at = end + 1;
+        }
+        Some(values)
+    }
+}
+
+#[cfg(all(test, not(velvet_rope_loom)))]
+mod tests {
+    use super::*;
+    use crate::admission::cookie_finder::CookieFinder;
+
+    fn names(list: &[&str]) -> CookieNames {
+        let mut n = CookieNames::default();
+        for name in list {
+            n.index(name).unwrap();
+        }
+        n
+    }
+
+    #[test]
+    fn one_pass_finds_each_first_value() {
+        let n = names(&["staff", "beta", "a"]);
+        let v = n.read(b"xa=1; a=2; staff=\"st-1\";beta= 1 ; a=3").unwrap();
+        assert_eq!(v[0], Some(&b"st-1"[..]));
+        assert_eq!(v[1], Some(&b"1"[..]));
+        assert_eq!(v[2], Some(&b"2"[..]));
+        assert_eq!(n.read(b"a=1,staff=2"), None);
+        // Every name found before the `,`: it changes nothing.
+        let all = n.read(b"staff=1; beta=2; a=3; b=4,a=5").unwrap();
+        assert_eq!(all[2], Some(&b"3"[..]));
+        assert_eq!(n.read(b"").unwrap()[0], None);
+        assert_eq!(n.read(b"staff").unwrap()[0], None);
+        assert_eq!(n.read(b"staff=").unwrap()[0], Some(&b""[..]));
+    }
+
+    proptest::proptest! {
+        /// Agrees with `CookieFinder::find` name by name on headers made of the bytes that
+        /// matter (`;`, `,`, `=`, quotes, blanks, the names' letters).
+        #[test]
+        fn agrees_with_the_finder(header in "[ab;= \t\"x,]{0,40}") {
+            let list = ["a", "b", "ab", "ba"];
+            let n = names(&list);
+            if let Some(values) = n.read(header.as_bytes()) {
+                for (j, name) in list.iter().enumerate() {
+                    proptest::prop_assert_eq!(
+                        values[j],
+                        CookieFinder::new(name).find(header.as_bytes()),
+                        "{} in {:?}", name, header
+                    );
+                }
+            } else {
+                proptest::prop_assert!(header.contains(','));
+            }
+        }
+
+        /// The same with long values (a ticket among the cookies), where the pass searches
+        /// for the value's end.
+        #[test]
+        fn agrees_with_the_finder_on_long_values(
+            pieces in proptest::collection::vec(("[ab]{1,2}", "[x\"; ,]{0,3}", 0usize..40), 0..6),
+        ) {
+            let header: String = pieces
+                .iter()
+                .map(|(name, tail, long)| format!("{name}={}{tail};", "y".repeat(*long)))
+                .collect();
+            let list = ["a", "b", "ab", "ba"];
+            let n = names(&list);
+            if let Some(values) = n.read(header.as_bytes()) {
+                for (j, name) in list.iter().enumerate() {
+                    proptest::prop_assert_eq!(
+                        values[j],
+                        CookieFinder::new(name).find(header.as_bytes()),
+                        "{} in {:?}", name, header
+                    );
+                }
+            }
+        }
+    }
+}

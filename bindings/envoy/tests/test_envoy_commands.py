@@ -56,9 +56,9 @@ ROOMS = """
 [[tickets.keys]]
 id = 1
 secret = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"
-""" + (room("gate", GATE_LIMIT, REVOKE) + room("solo", 1, REVOKE) + room("duo", 1, REVOKE) + room("plain", 5)
-       + room("fresh", 1, REVOKE) + room("trail", 1, REVOKE) + room("site", 1, REVOKE)
-       + room("section", 1, REVOKE)
+""" + (room("gate", GATE_LIMIT, REVOKE) + room("solo", 1, REVOKE) + room("duo", 1, REVOKE)
+       + room("plain", 5) + room("fresh", 1, REVOKE) + room("trail", 1, REVOKE)
+       + room("site", 1, REVOKE) + room("section", 1, REVOKE)
        + room("api", 1, REVOKE + "\nticket_header = true")
        + room("ruled", 1, REVOKE) + """
 [[rooms.rules]]

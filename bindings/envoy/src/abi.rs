@@ -127,6 +127,12 @@ impl EnvoyHeader {
 pub const REQUEST_HEADER: u32 = 0;
 /// `envoy_dynamic_module_type_http_header_type`: the response's headers.
 pub const RESPONSE_HEADER: u32 = 2;
+/// `envoy_dynamic_module_type_http_header_type`: the response's trailers.
+pub const RESPONSE_TRAILER: u32 = 3;
+
+/// `envoy_dynamic_module_type_metadata_source_Dynamic`: the stream's dynamic metadata (one
+/// per stream, shared by all of its filters, kept until the stream is gone).
+pub const METADATA_DYNAMIC: u32 = 0;
 
 /// Header and body hooks' status: go on to the next filter.
 pub const CONTINUE: u32 = 0;
@@ -154,6 +160,10 @@ type SendResponse =
     unsafe extern "C" fn(FilterEnvoyPtr, u32, *mut ModuleHeader, usize, ModuleBuffer, ModuleBuffer);
 type Log = unsafe extern "C" fn(u32, ModuleBuffer);
 type GetAttributeString = unsafe extern "C" fn(FilterEnvoyPtr, u32, *mut EnvoyBuffer) -> bool;
+type SetDynamicMetadataString =
+    unsafe extern "C" fn(FilterEnvoyPtr, ModuleBuffer, ModuleBuffer, ModuleBuffer);
+type GetMetadataString =
+    unsafe extern "C" fn(FilterEnvoyPtr, u32, ModuleBuffer, ModuleBuffer, *mut EnvoyBuffer) -> bool;
 type SchedulerNew = unsafe extern "C" fn(ConfigEnvoyPtr) -> *mut c_void;
 type SchedulerCommit = unsafe extern "C" fn(*mut c_void, u64);
 type SchedulerDelete = unsafe extern "C" fn(*mut c_void);
@@ -175,6 +185,13 @@ pub struct Host {
     pub log: Log,
     /// `envoy_dynamic_module_callback_http_filter_get_attribute_string`.
     pub get_attribute_string: GetAttributeString,
+    /// `envoy_dynamic_module_callback_http_set_dynamic_metadata_string`: sets (or
+    /// overwrites) a string in the stream's dynamic metadata, under a namespace and a key.
+    pub set_dynamic_metadata_string: SetDynamicMetadataString,
+    /// `envoy_dynamic_module_callback_http_get_metadata_string`: a string of the stream's
+    /// metadata (with [`METADATA_DYNAMIC`], its dynamic metadata), lent until the hook returns
+    /// or the metadata is set; false when there is none, or it is not a string.
+    pub get_metadata_string: GetMetadataString,
     /// `envoy_dynamic_module_callback_http_filter_config_scheduler_new`.
     pub scheduler_new: SchedulerNew,
     /// `envoy_dynamic_module_callback_http_filter_config_scheduler_commit`.
@@ -229,6 +246,12 @@ pub fn resolve() -> Result<&'static Host, String> {
             )?),
             get_attribute_string: std::mem::transmute::<*mut c_void, GetAttributeString>(symbol(
                 "envoy_dynamic_module_callback_http_filter_get_attribute_string",
+            )?),
+            set_dynamic_metadata_string: std::mem::transmute::<*mut c_void, SetDynamicMetadataString>(
+                symbol("envoy_dynamic_module_callback_http_set_dynamic_metadata_string")?,
+            ),
+            get_metadata_string: std::mem::transmute::<*mut c_void, GetMetadataString>(symbol(
+                "envoy_dynamic_module_callback_http_get_metadata_string",
             )?),
             scheduler_new: std::mem::transmute::<*mut c_void, SchedulerNew>(symbol(
                 "envoy_dynamic_module_callback_http_filter_config_scheduler_new",

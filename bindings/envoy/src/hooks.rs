@@ -225,6 +225,28 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
     })
 }
 
+/// The upstream's response trailers: the origin's command taken off (and followed, unless
+/// it was on the headers).
+///
+/// # Safety
+/// As for `request_headers`.
+#[no_mangle]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
+    filter: FilterEnvoyPtr,
+    stream: *const c_void,
+) -> u32 {
+    guarded("response trailers", CONTINUE, || {
+        let Some(host) = abi::host() else {
+            return CONTINUE;
+        };
+        // SAFETY: as in `request_headers`.
+        let stream = unsafe { &mut *(stream as *mut Stream) };
+        // SAFETY: `filter` is this stream's live filter (this function's contract), and its
+        // configuration outlives it (Envoy destroys configurations after their streams).
+        unsafe { stream.on_response_trailers(host, filter) }
+    })
+}
+
 /// The stream is gone: its state goes back to the worker's pool.
 ///
 /// # Safety
@@ -282,7 +304,6 @@ pass! {
     envoy_dynamic_module_on_http_filter_request_body(f: FilterEnvoyPtr, s: *const c_void, e: bool) -> u32 = CONTINUE;
     envoy_dynamic_module_on_http_filter_request_trailers(f: FilterEnvoyPtr, s: *const c_void) -> u32 = CONTINUE;
     envoy_dynamic_module_on_http_filter_response_body(f: FilterEnvoyPtr, s: *const c_void, e: bool) -> u32 = CONTINUE;
-    envoy_dynamic_module_on_http_filter_response_trailers(f: FilterEnvoyPtr, s: *const c_void) -> u32 = CONTINUE;
     envoy_dynamic_module_on_http_filter_stream_complete(f: FilterEnvoyPtr, s: *const c_void) -> () = ();
     envoy_dynamic_module_on_http_filter_http_callout_done(f: FilterEnvoyPtr, s: *const c_void, id: u64, r: u32, h: *mut c_void, hn: usize, b: *mut c_void, bn: usize) -> () = ();
     envoy_dynamic_module_on_http_filter_http_stream_headers(f: FilterEnvoyPtr, s: *const c_void, id: u64, h: *mut c_void, hn: usize, e: bool) -> () = ();

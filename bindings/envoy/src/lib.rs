@@ -8,11 +8,13 @@
 //! Per request: the decision on the request's headers; the waiting page (HTML, or JSON when
 //! asked) as a local reply with its status, `Refresh` or `Retry-After` and `Set-Cookie`; a
 //! renewed ticket's `Set-Cookie` added to the upstream's response; the upstream's
-//! `Velvet-Rope-Command` taken off it, and its `revoke` followed (the session ended, the
-//! cookie cleared) in rooms that accept it. A room with rules or
-//! header tickets is decided on the whole request and Envoy's client address (see `stream`).
-//! A route turns the filter off with Envoy's own `FilterConfig { disabled: true }`. See
-//! README, "Envoy".
+//! `Velvet-Rope-Command` taken off it (a header or a trailer), and its `revoke` followed (the
+//! session ended, the cookie cleared unless the command came as a trailer) in rooms that
+//! accept it, by every room's filter on the stream (through the stream's dynamic metadata,
+//! see `stream`). A room with rules or header tickets is decided on the whole request and
+//! Envoy's client address (see `stream`). A route turns the filter off with Envoy's own
+//! `FilterConfig { disabled: true }` (nothing of the module runs there: README, "Envoy", says
+//! how such routes take the command off). See README, "Envoy".
 
 pub mod abi;
 pub mod filter_config;

@@ -27,16 +27,28 @@
 //! reusable buffer when it has several (an HTTP/1 client may send several lines; Envoy joins
 //! HTTP/2's split cookies itself).
 //!
-//! Origin commands: the upstream's `Velvet-Rope-Command` response header never reaches the
-//! client (taken off every response through the filter). `revoke` ends the session of a
-//! request the room admitted (not one a `bypass` rule passed), in a room whose
-//! `enabled_origin_commands` allow it: its ticket is refused from then on, its seat freed,
-//! and the response clears the room's cookie instead of carrying the filter's own ticket.
-//! The ticket revoked is the one the request's decision issued, else the one it brought: the
-//! request's `Cookie` and `Velvet-Rope-Ticket` headers are kept from the request (in such
-//! rooms only, in buffers the stream keeps for reuse).
+//! Origin commands: the upstream's `Velvet-Rope-Command` never reaches the client, as a
+//! response header or as a response trailer: the first of the stream's velvet-rope filters to
+//! see the response (the last in the chain: responses pass filters in reverse) takes it off.
+//! `revoke` ends the session of a request the room admitted (not one a `bypass` rule passed),
+//! in a room whose `enabled_origin_commands` allow it: its ticket is refused from then on,
+//! its seat freed, and the response clears the room's cookie instead of carrying the
+//! filter's own ticket (a `revoke` in a trailer comes after the headers went out: the session
+//! ends, but the cookie stays with the client until its ticket is refused). The ticket
+//! revoked is the one the request's decision issued, else the one it brought: the request's
+//! `Cookie` and `Velvet-Rope-Ticket` headers are kept from the request (in such rooms only,
+//! in buffers the stream keeps for reuse).
+//!
+//! Several rooms may decide one request (one filter each). The filter that takes a `revoke`
+//! off records it in the stream's dynamic metadata ([`METADATA_NAMESPACE`],
+//! [`METADATA_COMMAND`]), which every filter of the stream reads, whatever its place in the
+//! chain; a filter whose response carries no command follows the one recorded. So each room
+//! that decided the request ends its session, and the header still never passes the first
+//! filter. Looking the record up is a call into Envoy, made only when it can find something:
+//! the worker counts its streams that have one (`RECORDED`; a stream stays on its worker),
+//! so a response on a worker with none (the steady state) costs a thread-local load.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::net::{IpAddr, SocketAddr};
 
 use smallvec::SmallVec;
@@ -45,7 +57,8 @@ use velvet_rope::{Clock, CoarseSystemClock, Decision, Outcome, PageRequest, Revo
 
 use crate::abi::{
     self, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr, Host, ModuleBuffer, ModuleHeader,
-    ATTRIBUTE_SOURCE_ADDRESS, CONTINUE, REQUEST_HEADER, RESPONSE_HEADER, STOP_ITERATION,
+    ATTRIBUTE_SOURCE_ADDRESS, CONTINUE, METADATA_DYNAMIC, REQUEST_HEADER, RESPONSE_HEADER,
+    RESPONSE_TRAILER, STOP_ITERATION,
 };
 use crate::filter_config::FilterConfig;
 
@@ -65,6 +78,12 @@ pub struct Stream {
     /// origin's `revoke` in a room that accepts it.
     cookie: Kept,
     ticket_header: Kept,
+    /// This filter followed the origin's `revoke` (on the response's headers, or trailers): it
+    /// does not again.
+    followed: bool,
+    /// This filter recorded the origin's `revoke` in the stream's dynamic metadata, and
+    /// counts in [`RECORDED`] until the stream is destroyed.
+    recorded: bool,
 }
 
 /// Bytes of a request header kept for the response, in a buffer the stream keeps across
@@ -108,8 +127,23 @@ impl Kept {
 /// `Velvet-Rope-Command` as Envoy keeps header names (lower case).
 const COMMAND_HEADER_LOWER: &[u8] = b"velvet-rope-command";
 
+/// `Trailer` as Envoy keeps header names (lower case): the response's announcement of its
+/// trailers' names.
+const TRAILER_HEADER_LOWER: &[u8] = b"trailer";
+
 /// `Velvet-Rope-Ticket` as Envoy keeps header names (lower case).
 const TICKET_HEADER_LOWER: &[u8] = b"velvet-rope-ticket";
+
+/// The namespace of the stream's dynamic metadata in which a filter records the origin's
+/// command for the stream's other filters (an access log can show it:
+/// `%DYNAMIC_METADATA(velvet_rope:origin_command)%`).
+pub const METADATA_NAMESPACE: &[u8] = b"velvet_rope";
+
+/// The key of the recorded command in [`METADATA_NAMESPACE`].
+pub const METADATA_COMMAND: &[u8] = b"origin_command";
+
+/// The recorded command's value when the origin asked for `revoke` (the only one recorded).
+const RECORDED_REVOKE: &[u8] = b"revoke";
 
 /// Streams kept for reuse, per worker thread.
 const POOL_MAX: usize = 1024;
@@ -122,6 +156,18 @@ thread_local! {
     static JOINED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     /// A worker's buffer for the headers of a request with more than [`ON_STACK`].
     static MANY: RefCell<Vec<EnvoyHeader>> = const { RefCell::new(Vec::new()) };
+    /// The worker's live streams with the origin's `revoke` recorded in their dynamic metadata
+    /// (one count per recording filter, until its stream is destroyed): while none, a filter
+    /// does not look the record up. A stream's filters all run on its worker, and are all
+    /// destroyed after the last of them saw the response.
+    static RECORDED: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether a stream of this worker may have the origin's `revoke` recorded (see
+/// [`RECORDED`]); while the thread is torn down, assumed so.
+#[inline]
+fn any_recorded() -> bool {
+    RECORDED.try_with(|n| n.get() > 0).unwrap_or(true)
 }
 
 /// Headers read into a buffer on the stack (a browser sends 10 to 20).
@@ -140,6 +186,8 @@ impl Stream {
                 s.set_cookie = None;
                 s.ticket = None;
                 s.admitted = false;
+                s.followed = false;
+                s.recorded = false;
                 s
             }
             None => Box::new(Stream {
@@ -149,12 +197,19 @@ impl Stream {
                 admitted: false,
                 cookie: Kept::default(),
                 ticket_header: Kept::default(),
+                followed: false,
+                recorded: false,
             }),
         }
     }
 
     /// Returns a finished stream to the worker's pool.
     pub fn give_back(mut stream: Box<Stream>) {
+        if stream.recorded {
+            let _ = RECORDED.try_with(|n| n.set(n.get().saturating_sub(1)));
+        }
+        stream.recorded = false;
+        stream.followed = false;
         stream.set_cookie = None;
         stream.ticket = None;
         stream.admitted = false;
@@ -208,9 +263,9 @@ impl Stream {
         }
     }
 
-    /// The upstream's response headers are in: take the origin's command off them and
-    /// follow it, then add the new or renewed ticket, if any (or, the session revoked, the
-    /// cookie clearing it).
+    /// The upstream's response headers are in: take the origin's command off them (or find
+    /// the `revoke` another filter of the stream took off) and follow it, then add the new or
+    /// renewed ticket, if any (or, the session revoked, the cookie clearing it).
     ///
     /// # Safety
     /// `filter` is Envoy's live filter of this stream, and the stream's configuration outlives
@@ -218,8 +273,10 @@ impl Stream {
     pub unsafe fn on_response_headers(&mut self, host: &Host, filter: FilterEnvoyPtr) -> u32 {
         let mut set_cookie = self.set_cookie.take();
         let mut ticket = self.ticket.take();
-        // SAFETY: Envoy's live filter (this function's contract).
-        if unsafe { take_command(host, filter) } == Some(true) && self.admitted {
+        // SAFETY: Envoy's live filter of a stream whose response headers are in (this
+        // function's contract).
+        if unsafe { self.revoke_asked(host, filter, RESPONSE_HEADER) } {
+            self.followed = true;
             // SAFETY: the configuration outlives the stream (this function's contract).
             let config = unsafe { &*self.config };
             if let Some(clear) = self.revoke(config, set_cookie.as_deref()) {
@@ -239,13 +296,90 @@ impl Stream {
                 )
             };
         };
-        if let Some(c) = set_cookie {
-            add(b"set-cookie", &c);
+        if let Some(c) = &set_cookie {
+            add(b"set-cookie", c);
         }
         if let Some(t) = ticket {
             add(TICKET_HEADER_LOWER, &t);
         }
+        // Kept (moved back, not copied) for a `revoke` in the trailers: the ticket the
+        // decision issued is the one to end.
+        self.set_cookie = set_cookie;
         CONTINUE
+    }
+
+    /// The upstream's response trailers are in: take the origin's command off them (or find
+    /// the `revoke` another filter of the stream took off) and follow it, unless this filter
+    /// did on the headers. The headers went out: the cookie cannot be cleared, but the session
+    /// ends all the same (its ticket refused from then on, its seat freed).
+    ///
+    /// # Safety
+    /// `filter` is Envoy's live filter of this stream, and the stream's configuration outlives
+    /// it.
+    pub unsafe fn on_response_trailers(&mut self, host: &Host, filter: FilterEnvoyPtr) -> u32 {
+        // SAFETY: Envoy's live filter of a stream whose response trailers are in (this
+        // function's contract).
+        if unsafe { self.revoke_asked(host, filter, RESPONSE_TRAILER) } {
+            self.followed = true;
+            // SAFETY: the configuration outlives the stream (this function's contract).
+            let config = unsafe { &*self.config };
+            // What the headers set (a new ticket) is with the client: it ends with the
+            // session, refused from its next request on.
+            let _ = self.revoke(config, self.set_cookie.as_deref());
+        }
+        CONTINUE
+    }
+
+    /// Takes the origin's command off the response's `which` (headers or trailers), and says
+    /// whether this filter is to follow a `revoke` now: one in them (recorded for the stream's
+    /// other filters) or one another filter recorded, in a request the room admitted, unless
+    /// this filter already followed one.
+    ///
+    /// # Safety
+    /// `filter` is Envoy's live filter of a stream whose response `which` are in.
+    unsafe fn revoke_asked(&mut self, host: &Host, filter: FilterEnvoyPtr, which: u32) -> bool {
+        // SAFETY: this function's contract.
+        let asked = match unsafe { take_command(host, filter, which) } {
+            Some(true) => {
+                // SAFETY: this function's contract.
+                unsafe { self.record_revoke(host, filter) };
+                true
+            }
+            Some(false) => false,
+            // The usual response: nothing to follow unless the room admitted the request and
+            // another filter of the stream recorded a `revoke`, which is looked up only while
+            // a stream of this worker has one.
+            None => {
+                self.admitted
+                    && !self.followed
+                    && any_recorded()
+                    // SAFETY: this function's contract.
+                    && unsafe { revoke_recorded(host, filter) }
+            }
+        };
+        asked && self.admitted && !self.followed
+    }
+
+    /// Records the origin's `revoke` in the stream's dynamic metadata, where the stream's
+    /// other filters find it.
+    ///
+    /// # Safety
+    /// `filter` is Envoy's live filter of this stream, in a hook.
+    unsafe fn record_revoke(&mut self, host: &Host, filter: FilterEnvoyPtr) {
+        // SAFETY: Envoy's live filter (this function's contract); the buffers live for the
+        // call, which copies them.
+        unsafe {
+            (host.set_dynamic_metadata_string)(
+                filter,
+                ModuleBuffer::of(METADATA_NAMESPACE),
+                ModuleBuffer::of(METADATA_COMMAND),
+                ModuleBuffer::of(RECORDED_REVOKE),
+            )
+        };
+        if !self.recorded {
+            self.recorded = true;
+            let _ = RECORDED.try_with(|n| n.set(n.get() + 1));
+        }
     }
 
     /// The origin answered `revoke`: ends the session with the ticket the request's decision
@@ -297,35 +431,117 @@ fn ticket_of(set_cookie: &str) -> Option<&str> {
     (!ticket.is_empty()).then_some(ticket)
 }
 
-/// Takes every `Velvet-Rope-Command` header off the response: `None` when it has none, else
-/// whether one asks for `revoke`.
+/// Whether a filter of the stream recorded the origin's `revoke` in its dynamic metadata.
 ///
 /// # Safety
-/// `filter` is Envoy's live filter of a stream whose response headers are in.
-unsafe fn take_command(host: &Host, filter: FilterEnvoyPtr) -> Option<bool> {
+/// `filter` is Envoy's live filter of a stream, in a hook.
+unsafe fn revoke_recorded(host: &Host, filter: FilterEnvoyPtr) -> bool {
+    let mut out = EnvoyBuffer::EMPTY;
+    // SAFETY: Envoy's live filter (this function's contract); the names live for the call,
+    // and `out` is written by it.
+    let found = unsafe {
+        (host.get_metadata_string)(
+            filter,
+            METADATA_DYNAMIC,
+            ModuleBuffer::of(METADATA_NAMESPACE),
+            ModuleBuffer::of(METADATA_COMMAND),
+            &mut out,
+        )
+    };
+    // SAFETY: when found, Envoy's buffer of the value, valid while the hook runs and the
+    // metadata is not set.
+    found && unsafe { out.bytes() } == RECORDED_REVOKE
+}
+
+/// Takes every `Velvet-Rope-Command` off the response's `which` (its headers, or its
+/// trailers): `None` when they have none, else whether one asks for `revoke`. On the headers,
+/// a `Trailer` header announcing the command as a trailer loses that name too (the trailer
+/// itself is taken off when it comes).
+///
+/// # Safety
+/// `filter` is Envoy's live filter of a stream whose response `which` are in.
+unsafe fn take_command(host: &Host, filter: FilterEnvoyPtr, which: u32) -> Option<bool> {
     let scan = |headers: &[EnvoyHeader]| {
         let mut found = None;
-        for value in values(headers, COMMAND_HEADER_LOWER) {
-            let revoke = velvet_rope::is_revoke_command(value);
-            found = Some(found.unwrap_or(false) || revoke);
+        let mut announced = false;
+        // One pass; names are compared only where the lengths are the same.
+        for h in headers {
+            if h.key.length == COMMAND_HEADER_LOWER.len() {
+                // SAFETY: Envoy's buffers, valid while the hook that lent `headers` runs.
+                let (key, value) = unsafe { (h.key.bytes(), h.value.bytes()) };
+                if key.eq_ignore_ascii_case(COMMAND_HEADER_LOWER) {
+                    let revoke = velvet_rope::is_revoke_command(value);
+                    found = Some(found.unwrap_or(false) || revoke);
+                }
+            } else if which == RESPONSE_HEADER && h.key.length == TRAILER_HEADER_LOWER.len() {
+                // SAFETY: as above.
+                let (key, value) = unsafe { (h.key.bytes(), h.value.bytes()) };
+                announced |= key.eq_ignore_ascii_case(TRAILER_HEADER_LOWER)
+                    && names_command(value).next().is_some();
+            }
         }
-        found
+        // Rare (an origin sending the command as a trailer): the announcement without it,
+        // made while the headers' bytes are lent.
+        let trailer = announced.then(|| unannounced(values(headers, TRAILER_HEADER_LOWER)));
+        (found, trailer)
     };
     // SAFETY: Envoy's live filter (this function's contract). The headers' bytes are not
     // used past the scan: removing the header frees them.
-    let found = unsafe { with_headers(host, filter, RESPONSE_HEADER, scan) }.flatten();
+    let (found, trailer) = unsafe { with_headers(host, filter, which, scan) }.unwrap_or_default();
     if found.is_some() {
         // SAFETY: Envoy's live filter; the name lives for the call. No value: remove them all.
         unsafe {
             (host.set_header)(
                 filter,
-                RESPONSE_HEADER,
+                which,
                 ModuleBuffer::of(COMMAND_HEADER_LOWER),
                 ModuleBuffer::NONE,
             )
         };
     }
+    if let Some(rest) = trailer {
+        let value = if rest.is_empty() {
+            ModuleBuffer::NONE
+        } else {
+            ModuleBuffer::of(&rest)
+        };
+        // SAFETY: Envoy's live filter; the name and value live for the call, which copies.
+        // With no value, the header is removed.
+        unsafe {
+            (host.set_header)(
+                filter,
+                RESPONSE_HEADER,
+                ModuleBuffer::of(TRAILER_HEADER_LOWER),
+                value,
+            )
+        };
+    }
     found
+}
+
+/// The names of a `Trailer` header's value that are `Velvet-Rope-Command` (any case).
+fn names_command(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|name| name.eq_ignore_ascii_case(COMMAND_HEADER_LOWER))
+}
+
+/// The names of the `Trailer` header values `values` but `Velvet-Rope-Command`, joined with
+/// `, ` (empty when no other is left).
+fn unannounced<'v>(values: impl Iterator<Item = &'v [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for name in values
+        .flat_map(|v| v.split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|name| !name.is_empty() && !name.eq_ignore_ascii_case(COMMAND_HEADER_LOWER))
+    {
+        if !out.is_empty() {
+            out.extend_from_slice(b", ");
+        }
+        out.extend_from_slice(name);
+    }
+    out
 }
 
 /// Lends `f` the request's or the response's headers (`which`): all of them, read from Envoy
@@ -664,6 +880,21 @@ mod tests {
         assert_eq!(ticket_of("__vr_shop=abc"), Some("abc"));
         assert_eq!(ticket_of("__vr_shop=; Max-Age=0; Path=/"), None);
         assert_eq!(ticket_of("junk"), None);
+    }
+
+    #[test]
+    fn the_command_is_taken_out_of_a_trailer_announcement() {
+        let rest = |values: &[&str]| {
+            String::from_utf8(unannounced(values.iter().map(|v| v.as_bytes()))).unwrap()
+        };
+        assert_eq!(rest(&["Velvet-Rope-Command"]), "");
+        assert_eq!(
+            rest(&["grpc-status, velvet-rope-command ,grpc-message"]),
+            "grpc-status, grpc-message"
+        );
+        assert_eq!(rest(&["X-A", "VELVET-ROPE-COMMAND, X-B"]), "X-A, X-B");
+        assert_eq!(names_command(b"a, Velvet-Rope-Command").count(), 1);
+        assert_eq!(names_command(b"velvet-rope-commands, x").count(), 0);
     }
 
     #[test]

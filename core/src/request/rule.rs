@@ -579,11 +579,23 @@ impl Rule {
 /// disagree on which of `?k=no&k=yes` they read (the first, the last, all).
 fn query_has(query: &[u8], term: &QueryTerm, every: bool) -> bool {
     let mut seen = false;
-    for piece in query.split(|&b| b == b'&') {
-        // Parameters are short: a byte loop, not a vectorised search's set-up.
-        let (name, value) = match piece.iter().position(|&b| b == b'=') {
-            Some(at) => (&piece[..at], Some(&piece[at + 1..])),
-            None => (piece, None),
+    let mut at = 0;
+    while at <= query.len() {
+        // One parameter, `&` to `&`, and where its `=` is: one byte loop (parameters are
+        // short: no vectorised search's set-up).
+        let start = at;
+        let mut eq = None;
+        while at < query.len() && query[at] != b'&' {
+            if query[at] == b'=' && eq.is_none() {
+                eq = Some(at);
+            }
+            at += 1;
+        }
+        let piece_end = at;
+        at += 1;
+        let (name, value) = match eq {
+            Some(e) => (&query[start..e], Some(&query[e + 1..piece_end])),
+            None => (&query[start..piece_end], None),
         };
         if !decoded_eq(name, &term.name) {
             continue;
@@ -698,6 +710,38 @@ mod tests {
                 eq_lower(a.as_bytes(), b.as_bytes()),
                 a.as_bytes().eq_ignore_ascii_case(b.as_bytes())
             );
+        }
+
+        /// The one-loop parameter reading agrees with splitting on `&` then on the first `=`.
+        #[test]
+        fn query_has_agrees_with_splitting(
+            query in "[ab=&%+]{0,12}",
+            name in "[ab]{0,2}",
+            value in proptest::option::of("[ab=]{0,2}"),
+            every in proptest::prelude::any::<bool>(),
+        ) {
+            let term = QueryTerm::new(name.as_bytes(), value.as_deref().map(str::as_bytes));
+            let decode = |raw: &[u8]| -> Vec<u8> { Decoded { bytes: raw, at: 0 }.collect() };
+            let results: Vec<bool> = query
+                .as_bytes()
+                .split(|&b| b == b'&')
+                .filter_map(|piece| {
+                    let (n, v) = match piece.iter().position(|&b| b == b'=') {
+                        Some(at) => (&piece[..at], Some(&piece[at + 1..])),
+                        None => (piece, None),
+                    };
+                    (decode(n) == *term.name).then(|| match &term.value {
+                        None => true,
+                        Some(want) => v.is_some_and(|v| decode(v) == **want),
+                    })
+                })
+                .collect();
+            let want = if every {
+                !results.is_empty() && results.iter().all(|&h| h)
+            } else {
+                results.iter().any(|&h| h)
+            };
+            proptest::prop_assert_eq!(query_has(query.as_bytes(), &term, every), want);
         }
 
         /// The shortcut agrees with decoding both sides.

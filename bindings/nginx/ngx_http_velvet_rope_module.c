@@ -59,6 +59,12 @@
  *     its ticket is refused from then on by every worker, its seat freed at once, and the
  *     response clears the room's cookie instead of sending the module's own ticket. A
  *     subrequest's command is taken off and not followed: its headers are not the client's.
+ *     A command among the response's trailers (`add_trailer`, an upstream's) is taken off
+ *     and followed by a body filter on the last buffer; the header is out by then, so the
+ *     cookie stays (refused). An upstream response that nginx replaces before its header
+ *     goes out (`X-Accel-Redirect`, `proxy_intercept_errors` with an `error_page`) has its
+ *     command followed too, in the rooms that admitted the request until then, and the
+ *     final response clears their cookies (see ngx_http_velvet_rope_dropped_command).
  */
 
 #include <ngx_config.h>
@@ -184,7 +190,10 @@ static ngx_http_velvet_rope_ctx_t *ngx_http_velvet_rope_remember(
     ngx_http_request_t *r, ngx_str_t *room, vr_decision *d,
     ngx_http_velvet_rope_ctx_t *prev, ngx_uint_t send_cookie);
 static ngx_int_t ngx_http_velvet_rope_header_filter(ngx_http_request_t *r);
-static ngx_uint_t ngx_http_velvet_rope_take_command(ngx_http_request_t *r);
+static ngx_int_t ngx_http_velvet_rope_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
+static ngx_uint_t ngx_http_velvet_rope_take_command(ngx_list_t *headers);
+static ngx_int_t ngx_http_velvet_rope_dropped_command(ngx_http_request_t *r);
 static ngx_int_t ngx_http_velvet_rope_origin_revokes(ngx_http_request_t *r,
     ngx_http_velvet_rope_ctx_t *latest, ngx_http_velvet_rope_loc_conf_t *vlcf);
 static ngx_int_t ngx_http_velvet_rope_revoke_in(ngx_http_request_t *r,
@@ -309,6 +318,7 @@ ngx_module_t  ngx_http_velvet_rope_module = {
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
 /* One tick timer per worker process (init_process runs once per worker). */
 static ngx_event_t  ngx_http_velvet_rope_tick_event;
@@ -328,6 +338,15 @@ ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r)
     ngx_http_velvet_rope_ctx_t        *prev;
     ngx_http_velvet_rope_loc_conf_t   *vlcf;
     ngx_http_velvet_rope_main_conf_t  *vmcf;
+
+    /* The previous pass's upstream answered with a response nginx replaced (X-Accel-Redirect,
+     * an intercepted error's error_page): its command is followed before a content handler
+     * here makes an upstream of its own. A first pass has no upstream: one comparison. */
+    if (r->upstream != NULL && r->upstream->cleanup == NULL
+        && ngx_http_velvet_rope_dropped_command(r) != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     vlcf = ngx_http_get_module_loc_conf(r, ngx_http_velvet_rope_module);
 
@@ -746,7 +765,7 @@ ngx_http_velvet_rope_header_filter(ngx_http_request_t *r)
     ngx_http_velvet_rope_loc_conf_t  *vlcf;
 
     /* The origin's commands are for the module, never for the client. */
-    revoke = ngx_http_velvet_rope_take_command(r);
+    revoke = ngx_http_velvet_rope_take_command(&r->headers_out.headers);
 
 #if (NGX_HTTP_CACHE)
     if (revoke) {
@@ -777,6 +796,15 @@ ngx_http_velvet_rope_header_filter(ngx_http_request_t *r)
         }
 
         return ngx_http_next_header_filter(r);
+    }
+
+    /* This response replaces one of the request's upstream, whose command it must follow
+     * (an X-Accel-Redirect or an error page answered by `return` or by nginx itself). The
+     * upstream's own response finds it still running: one comparison more. */
+    if (r->upstream != NULL && r->upstream->cleanup == NULL
+        && ngx_http_velvet_rope_dropped_command(r) != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     latest = ngx_http_velvet_rope_get_ctx(r);
@@ -820,11 +848,49 @@ ngx_http_velvet_rope_header_filter(ngx_http_request_t *r)
 
 
 /*
- * Takes every `Velvet-Rope-Command` header (any case) off the response, as nginx deletes a
- * header line (hash 0: the header filters skip it). Whether one of them asks for `revoke`.
+ * Trailers are final with the response's last buffer: `add_trailer` makes its values then
+ * (its body filter runs before this one: config's ngx_module_order), and the upstream's
+ * trailers (grpc_pass) are copied just before it. A `Velvet-Rope-Command` among them is
+ * taken off as from the headers (the chunked and HTTP/2 filters skip it), and a `revoke`
+ * followed as the header filter does; the header is out, so the cookie is not cleared (the
+ * revoked ticket is refused from then on). A subrequest's trailers never reach the client.
+ */
+static ngx_int_t
+ngx_http_velvet_rope_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_chain_t  *cl;
+
+    /* Most responses have no trailers: one comparison. */
+    if (r->headers_out.trailers.part.nelts == 0 || in == NULL || r != r->main) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    for (cl = in; cl; cl = cl->next) {
+        if (cl->buf->last_buf) {
+            break;
+        }
+    }
+
+    if (cl != NULL
+        && ngx_http_velvet_rope_take_command(&r->headers_out.trailers)
+        && ngx_http_velvet_rope_origin_revokes(r, ngx_http_velvet_rope_get_ctx(r),
+               ngx_http_get_module_loc_conf(r, ngx_http_velvet_rope_module))
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_next_body_filter(r, in);
+}
+
+
+/*
+ * Takes every `Velvet-Rope-Command` line (any case) off a header list, as nginx deletes a
+ * header line (hash 0: the header filters, the trailer writers and `$upstream_http_`
+ * variables skip it). Whether one of them asks for `revoke`.
  */
 static ngx_uint_t
-ngx_http_velvet_rope_take_command(ngx_http_request_t *r)
+ngx_http_velvet_rope_take_command(ngx_list_t *headers)
 {
     ngx_uint_t        i, revoke;
     ngx_list_part_t  *part;
@@ -832,7 +898,7 @@ ngx_http_velvet_rope_take_command(ngx_http_request_t *r)
 
     revoke = 0;
 
-    for (part = &r->headers_out.headers.part; part; part = part->next) {
+    for (part = &headers->part; part; part = part->next) {
         h = part->elts;
 
         for (i = 0; i < part->nelts; i++) {
@@ -858,12 +924,49 @@ ngx_http_velvet_rope_take_command(ngx_http_request_t *r)
 
 
 /*
+ * The client request's upstream answered with a response nginx replaced before its header
+ * went out, so the header filter never saw it: an `X-Accel-Redirect` (the location it names
+ * answers), or an error `proxy_intercept_errors` hands to an `error_page` (likewise a
+ * response nginx refused as invalid). nginx finalized that upstream (u->cleanup is gone)
+ * and copied none of its other headers. Called while it is still r->upstream: from the
+ * next pass's precontent phase (before a content handler makes a new upstream), or from
+ * the header filter (a `return`, an error page nginx makes itself). A `revoke` among its
+ * headers (taken off them: followed once) ends the session in the rooms the request was
+ * admitted to until then, and the final response clears their cookies. Not for a cache
+ * hit (whose commands are not followed), nor once the header is out (post_action).
+ */
+static ngx_int_t
+ngx_http_velvet_rope_dropped_command(ngx_http_request_t *r)
+{
+    if (r != r->main || r->header_sent) {
+        return NGX_OK;
+    }
+
+#if (NGX_HTTP_CACHE)
+    if (r->cached) {
+        return NGX_OK;
+    }
+#endif
+
+    if (!ngx_http_velvet_rope_take_command(&r->upstream->headers_in.headers)) {
+        return NGX_OK;
+    }
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "velvet_rope: revoke in an upstream response nginx replaced");
+
+    return ngx_http_velvet_rope_origin_revokes(r, ngx_http_velvet_rope_get_ctx(r), NULL);
+}
+
+
+/*
  * The origin answered the client request `Velvet-Rope-Command: revoke`: ends the visitor's
  * session in each room the request was admitted to (not one a `bypass` rule passed it
  * through), with the ticket its decision there issued, else the one it brought (Cookie,
- * or Velvet-Rope-Ticket in a room taking header tickets); and in its location's room if
- * the request was not decided there (a steady admission in a room that does not remember
- * it, or a response nginx made before the room decided, such as `return`).
+ * or Velvet-Rope-Ticket in a room taking header tickets); and in its location's room
+ * (`vlcf`, NULL for none) if the request was not decided there (a steady admission in a
+ * room that does not remember it, or a response nginx made before the room decided, such
+ * as `return`).
  */
 static ngx_int_t
 ngx_http_velvet_rope_origin_revokes(ngx_http_request_t *r,
@@ -899,7 +1002,9 @@ ngx_http_velvet_rope_origin_revokes(ngx_http_request_t *r,
         }
     }
 
-    if (vlcf->room.len > 0 && ngx_http_velvet_rope_find_room(latest, &vlcf->room) == NULL) {
+    if (vlcf != NULL && vlcf->room.len > 0
+        && ngx_http_velvet_rope_find_room(latest, &vlcf->room) == NULL)
+    {
         return ngx_http_velvet_rope_revoke_in(r, vmcf, &vlcf->room, &cookie, ticket, NULL);
     }
 
@@ -910,8 +1015,9 @@ ngx_http_velvet_rope_origin_revokes(ngx_http_request_t *r,
 /*
  * Revokes the session in `room`. When it ended (now or before), the response clears the
  * room's cookie: in place of the ticket `ctx` (the request's decision in the room, if any)
- * would have sent, whose Velvet-Rope-Ticket goes too. Anything else is logged and the
- * response goes out as it is; only a failure to allocate is an error.
+ * would have sent, whose Velvet-Rope-Ticket goes too; unless the header is out (a
+ * trailer's command). Anything else is logged and the response goes out as it is; only a
+ * failure to allocate is an error.
  */
 static ngx_int_t
 ngx_http_velvet_rope_revoke_in(ngx_http_request_t *r,
@@ -971,6 +1077,11 @@ ngx_http_velvet_rope_revoke_in(ngx_http_request_t *r,
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "velvet_rope: room \"%V\": session ended by the origin (%s)", room,
                    ngx_http_velvet_rope_revocation_name(outcome));
+
+    if (r->header_sent) {
+        /* A trailer's command: the cookie went out with the header and stays, refused. */
+        return NGX_OK;
+    }
 
     /* The Set-Cookie value clearing the room's cookie (the engine says how long it is when
      * the stack buffer is too short). */
@@ -2296,6 +2407,9 @@ ngx_http_velvet_rope_postconfiguration(ngx_conf_t *cf)
 
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_velvet_rope_header_filter;
+
+    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_velvet_rope_body_filter;
 
     return NGX_OK;
 }

@@ -1,4 +1,4 @@
-"""Attacks on origin commands in the ASGI middleware, from an adversarial review: each test
+"""Attacks on origin commands in the ASGI middleware and FastAPI's forms, from an adversarial review: each test
 failed before its fix."""
 
 from __future__ import annotations
@@ -6,9 +6,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from fastapi import Depends, FastAPI, HTTPException
+
 import velvet_rope
 from velvet_rope import Engine
 from velvet_rope.asgi import WaitingRoom as AsgiRoom
+from velvet_rope.fastapi import Admission, install, waiting_room
+
+from .test_fastapi_setup import call
 
 
 CONFIG = (
@@ -90,3 +95,152 @@ def test_asgi_bytearray_header_names_are_commands_too() -> None:
     sent = run(AsgiRoom(app, e, room="r", tick=False), [(b"cookie", f"__vr_r={held}".encode())])
     assert b"velvet-rope-command" not in [n.lower() for n in names(sent[0]["headers"])]
     assert e.revoke("r", held) == "already_revoked"
+
+
+def trailing(headers: list[tuple[Any, Any]]) -> Any:
+    """An ASGI app answering 200 with `headers` as its HTTP trailers (the
+    `http.response.trailers` extension)."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "trailers": True,
+                    "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"origin"})
+        await send({"type": "http.response.trailers", "more_trailers": False,
+                    "headers": headers})
+
+    return app
+
+
+def trailers_of(sent: list[dict[str, Any]]) -> list[bytes]:
+    """The lower-case names of every trailer the client got (there must be some)."""
+    trailers = [m for m in sent if m["type"] == "http.response.trailers"]
+    assert trailers, f"the trailers were lost: {sent}"
+    return [n.lower() for m in trailers for n in names(m["headers"])]
+
+
+def test_asgi_command_in_trailers_never_reaches_the_client() -> None:
+    """ASGI's `http.response.trailers` extension: the trailers were not looked at, so the
+    command went out and the session went on. The headers are gone by then (the cookie
+    cannot be cleared), but the ticket is revoked all the same."""
+    e = Engine(CONFIG)
+    held = e.admit("r", None, velvet_rope.now_ms()).ticket
+    app = trailing([(b"velvet-rope-command", b"revoke"), (b"x-check", b"1")])
+    sent = run(AsgiRoom(app, e, room="r", tick=False), [(b"cookie", f"__vr_r={held}".encode())])
+    assert trailers_of(sent) == [b"x-check"], f"the command went out as a trailer: {sent}"
+    assert e.revoke("r", held) == "already_revoked", "the session was not revoked"
+
+
+def test_asgi_str_command_in_trailers_of_an_undecided_path_is_removed() -> None:
+    """A bypassed path (no room decides it): a trailer command does nothing, but is removed
+    all the same, whatever the case and type of its name."""
+    e = Engine(CONFIG)
+    app = trailing([("Velvet-Rope-Command", "revoke")])
+    sent = run(AsgiRoom(app, e, room="r", bypass=["/"], tick=False), [])
+    assert trailers_of(sent) == [], f"the command went out as a trailer: {sent}"
+
+
+def test_asgi_nested_rooms_both_follow_a_trailer_command() -> None:
+    """Two middleware, each admitting the request in its own room: the inner one removes the
+    trailer command and leaves it in the scope, and the outer one revokes its room too."""
+    config = CONFIG + CONFIG.replace('name = "r"', 'name = "s"')
+    e = Engine(config)
+    now = velvet_rope.now_ms()
+    r, s = e.admit("r", None, now).ticket, e.admit("s", None, now).ticket
+    app = trailing([(b"Velvet-Rope-Command", b"revoke")])
+    inner = AsgiRoom(app, e, room="r", tick=False)
+    outer = AsgiRoom(inner, e, room="s", tick=False)
+    sent = run(outer, [(b"cookie", f"__vr_r={r}; __vr_s={s}".encode())])
+    assert trailers_of(sent) == []
+    assert e.revoke("r", r) == "already_revoked", "the inner room's session goes on"
+    assert e.revoke("s", s) == "already_revoked", "the outer room's session goes on"
+
+
+def test_fastapi_install_follows_a_trailer_command() -> None:
+    """`install`'s middleware, for an `Admission` route whose response gets its trailers from
+    an ASGI middleware inside the app's: the command is removed and the session revoked."""
+    e = Engine(CONFIG)
+    app = FastAPI()
+
+    class Trailing:
+        """Sends the command as a trailer after the endpoint's response."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                await self.inner(scope, receive, send)
+                return
+
+            async def send_trailing(message: Any) -> None:
+                if message["type"] == "http.response.start":
+                    message = {**message, "trailers": True}
+                    await send(message)
+                    return
+                if message["type"] == "http.response.body" and not message.get("more_body"):
+                    await send(message)
+                    await send({"type": "http.response.trailers", "more_trailers": False,
+                                "headers": [(b"velvet-rope-command", b"revoke")]})
+                    return
+                await send(message)
+
+            await self.inner(scope, receive, send_trailing)
+
+    app.add_middleware(Trailing)  # inside install's middleware (added after it: outside)
+    install(app)
+
+    @app.get("/", dependencies=[Depends(Admission(e, "r", tick=False))])
+    async def page() -> dict[str, str]:
+        return {"ok": "yes"}
+
+    held = e.admit("r", None, velvet_rope.now_ms()).ticket
+    sent = run(app, [(b"cookie", f"__vr_r={held}".encode())])
+    assert sent[0]["status"] == 200, sent
+    assert trailers_of(sent) == [], f"the command went out as a trailer: {sent}"
+    assert e.revoke("r", held) == "already_revoked", "the session was not revoked"
+
+
+def test_fastapi_waiting_room_strips_the_command_from_an_http_exception() -> None:
+    """An endpoint under `waiting_room` that ends the session and answers with an error
+    (`HTTPException(headers=...)`, FastAPI's documented way to set headers on an error):
+    the decorator carried out commands only on a returned response, so the header reached
+    the client and the session went on. Now it is removed, the session revoked and its
+    cookie cleared, the exception's other headers kept."""
+    e = Engine(CONFIG)
+    app = FastAPI()
+
+    @app.get("/logout")
+    @waiting_room(e, "r", tick=False)
+    async def logout() -> dict[str, str]:
+        raise HTTPException(status_code=403, detail="banned",
+                            headers={"Velvet-Rope-Command": "revoke", "X-Why": "banned"})
+
+    held = e.admit("r", None, velvet_rope.now_ms()).ticket
+    status, headers, body = call(app, "/logout", [(b"cookie", f"__vr_r={held}".encode())])
+    assert status == 403 and b"banned" in body
+    low = [(n.lower(), v) for n, v in headers]
+    assert b"velvet-rope-command" not in [n for n, _ in low], \
+        f"the command reached the client: {headers}"
+    assert (b"x-why", b"banned") in low
+    assert e.revoke("r", held) == "already_revoked", "the session was not revoked"
+    cookies = [v.decode() for n, v in low if n == b"set-cookie"]
+    assert len(cookies) == 1 and cookies[0].startswith("__vr_r=;") \
+        and "max-age=0" in cookies[0].lower(), f"the cookie is not cleared: {cookies}"
+
+
+def test_fastapi_waiting_room_strips_other_commands_from_an_http_exception() -> None:
+    """A command that is not `revoke` (or any command of a bypassed request) is removed from
+    the exception's headers and the session goes on."""
+    e = Engine(CONFIG)
+    app = FastAPI()
+
+    @app.get("/oops")
+    @waiting_room(e, "r", tick=False)
+    async def oops() -> dict[str, str]:
+        raise HTTPException(status_code=409, headers={"velvet-rope-command": "later"})
+
+    held = e.admit("r", None, velvet_rope.now_ms()).ticket
+    status, headers, _ = call(app, "/oops", [(b"cookie", f"__vr_r={held}".encode())])
+    assert status == 409
+    assert b"velvet-rope-command" not in [n.lower() for n, _ in headers], headers
+    assert e.revoke("r", held) == "revoked", "the session was revoked"

@@ -4,6 +4,15 @@ failed before its fix):
 - a response cached by proxy_cache kept the command: every later visitor served the cached
   copy had its own session revoked (the origin asked for one visitor's). A response carrying
   a command is no longer stored, and a command in a cached response is not followed.
+- `Velvet-Rope-Command` as a response trailer (`add_trailer`) reached the client: the header
+  filter looked at the headers only. Now taken off the trailers, and `revoke` followed (the
+  header is out by then: the cookie stays, refused).
+- an origin answering `revoke` together with `X-Accel-Redirect` (a logout handing the goodbye
+  page to nginx): nginx never copies the upstream's other headers, so the session went on.
+  Now followed, whether the redirected location answers itself (`return`), proxies again
+  or is the room's too, and the final response clears the cookie (a redirect or an error
+  without a command changes nothing: guards, which passed before).
+- the same with `proxy_intercept_errors` and an `error_page`.
 
 Python standard library only; prints `N passed, M failed` last and exits 1 on any failure.
 """
@@ -13,6 +22,7 @@ import http.server
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -45,7 +55,7 @@ def rooms_config(secret):
 [[tickets.keys]]
 id = 1
 secret = "{secret}"
-""" + room("cached", 3)
+""" + "".join(room(name, 3) for name in ("cached", "tr", "xa", "xp", "xs", "ie", "ip"))
 
 
 def nginx_config(prefix, port, origin_port):
@@ -74,6 +84,20 @@ http {{
 
         location /cached/ {{ velvet_rope cached; proxy_cache pages; proxy_cache_valid 200 1m;
                              {origin} }}
+        location /tr/     {{ velvet_rope tr; {origin} }}
+        location = /tr/logout {{ velvet_rope tr; add_trailer {COMMAND} revoke; {origin} }}
+        location /free-tr/ {{ add_trailer {COMMAND} revoke; {origin} }}
+        # X-Accel-Redirect: to a location answering itself, or proxying again.
+        location /xa/     {{ velvet_rope xa; {origin} }}
+        location /xp/     {{ velvet_rope xp; {origin} }}
+        location /xs/     {{ velvet_rope xs; {origin} }}
+        location /bye/    {{ internal; return 200 "bye {tn.ORIGIN}\\n"; }}
+        location /byeproxy/ {{ internal; {origin} }}
+        # Intercepted errors: the error page answers itself, or is proxied.
+        location /ie/     {{ velvet_rope ie; proxy_intercept_errors on;
+                             error_page 403 = /bye/; {origin} }}
+        location /ip/     {{ velvet_rope ip; proxy_intercept_errors on;
+                             error_page 403 = /byeproxy/; {origin} }}
         location = /vr-status {{ velvet_rope_status; }}
     }}
 }}
@@ -94,6 +118,19 @@ class Origin(http.server.BaseHTTPRequestHandler):
             Origin.logouts += 1
             if Origin.logouts == 1:
                 extra.append((COMMAND, "revoke"))
+        elif self.path.startswith(("/xa/logout", "/xp/logout")):
+            bye = "/bye/" if self.path.startswith("/xa/") else "/byeproxy/"
+            extra = [("X-Accel-Redirect", bye), (COMMAND, "revoke")]
+        elif self.path.startswith("/xs/logout"):
+            extra = [("X-Accel-Redirect", "/xs/goodbye"), (COMMAND, "revoke")]
+        elif self.path.startswith("/xa/download"):
+            extra = [("X-Accel-Redirect", "/bye/")]
+        elif self.path.startswith(("/ie/logout", "/ip/logout")):
+            status = 403
+            extra = [(COMMAND, "revoke")]
+        elif self.path.startswith("/ie/forbidden"):
+            status = 403
+            extra = []
         self.send_response(status)
         for k, v in extra:
             self.send_header(k, v)
@@ -137,6 +174,22 @@ class Nginx(tn.Nginx):
             raise RuntimeError("nginx did not start its workers")
 
 
+def raw_get(port, path, cookie=None):
+    """The whole response, bytes as sent (HTTP/1.1, so trailers come with a chunked body)."""
+    lines = [f"GET {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "TE: trailers",
+             "Connection: close"]
+    if cookie:
+        lines.append(f"Cookie: {cookie}")
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        out = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+
+
 def cleared(resp, name):
     return [c for c in resp.all("Set-Cookie")
             if c.startswith(f"__vr_{name}=;") and re.search(r"(?i)max-age=0(\D|$)", c)]
@@ -171,6 +224,91 @@ class Suite:
         assert made == 1 and not cleared(r, "cached"), \
             f"the cached command revoked another visitor (made {made}, {r.all('Set-Cookie')})"
 
+    def test_a_trailer_never_carries_the_command_to_the_client(self):
+        jar = self.visitor("tr")
+        raw = raw_get(self.port, "/tr/logout", jar.header())
+        assert raw.startswith(b"HTTP/1.1 200"), raw[:200]
+        assert b"transfer-encoding: chunked" in raw.lower() and b"\r\n0\r\n" in raw, \
+            f"not a chunked response: {raw[:400]!r}"
+        assert b"velvet-rope-command" not in raw.lower(), \
+            f"the command reached the client:\n{raw.decode('latin-1')}"
+        made = self.revoked("tr", jar)
+        assert made == 1, f"the trailer's revoke was not followed (made {made})"
+
+    def test_x_accel_redirect_with_revoke_ends_the_session(self):
+        jar = self.visitor("xa")
+        r = get(self.port, "/xa/logout", jar)
+        assert r.status == 200 and r.body.startswith("bye"), r
+        assert r.header(COMMAND) is None, r
+        made = self.revoked("xa", jar)
+        assert made == 1, f"the origin's revoke was dropped with X-Accel-Redirect (made {made})"
+        assert cleared(r, "xa"), f"the cookie is not cleared: {r.all('Set-Cookie')}"
+
+    def test_x_accel_redirect_to_a_proxied_location_with_revoke_ends_the_session(self):
+        """The redirected location makes an upstream of its own, in place of the first."""
+        jar = self.visitor("xp")
+        r = get(self.port, "/xp/logout", jar)
+        assert r.admitted and "/byeproxy/" in r.body, r
+        assert r.header(COMMAND) is None, r
+        made = self.revoked("xp", jar)
+        assert made == 1, f"the origin's revoke was dropped with X-Accel-Redirect (made {made})"
+        assert cleared(r, "xp"), f"the cookie is not cleared: {r.all('Set-Cookie')}"
+
+    def test_x_accel_redirect_into_the_same_room_ends_the_session(self):
+        """The redirected location is the room's too: its decision stands (no new one), and
+        its response clears the cookie."""
+        jar = self.visitor("xs")
+        r = get(self.port, "/xs/logout", jar)
+        assert r.admitted and "/xs/goodbye" in r.body, r
+        assert r.header(COMMAND) is None, r
+        made = self.revoked("xs", jar)
+        assert made == 1, f"the origin's revoke was dropped with X-Accel-Redirect (made {made})"
+        assert cleared(r, "xs") and len(r.all("Set-Cookie")) == 1, \
+            f"the cookie is not cleared: {r.all('Set-Cookie')}"
+
+    def test_a_trailer_command_outside_any_room_is_taken_off(self):
+        raw = raw_get(self.port, "/free-tr/page")
+        assert raw.startswith(b"HTTP/1.1 200") and b"\r\n0\r\n" in raw, raw[:400]
+        assert b"velvet-rope-command" not in raw.lower(), raw.decode("latin-1")
+
+    def test_x_accel_redirect_without_a_command_keeps_the_session(self):
+        """(A guard: what the two checks above must leave alone.)"""
+        jar = self.visitor("xa")
+        before = self.revoked("xa", jar)
+        r = get(self.port, "/xa/download", jar)
+        assert r.status == 200 and r.body.startswith("bye"), r
+        assert not cleared(r, "xa"), r
+        assert self.revoked("xa", jar) == before, "a redirect without a command revoked"
+        assert get(self.port, "/xa/page", jar).admitted
+
+    def test_an_intercepted_error_with_revoke_ends_the_session(self):
+        jar = self.visitor("ie")
+        r = get(self.port, "/ie/logout", jar)
+        assert r.status == 200 and r.body.startswith("bye"), r
+        assert r.header(COMMAND) is None, r
+        made = self.revoked("ie", jar)
+        assert made == 1, f"the origin's revoke was dropped by proxy_intercept_errors (made {made})"
+        assert cleared(r, "ie"), f"the cookie is not cleared: {r.all('Set-Cookie')}"
+
+    def test_an_intercepted_error_proxied_anew_with_revoke_ends_the_session(self):
+        jar = self.visitor("ip")
+        r = get(self.port, "/ip/logout", jar)
+        assert r.admitted and "/byeproxy/" in r.body, r
+        assert r.header(COMMAND) is None, r
+        made = self.revoked("ip", jar)
+        assert made == 1, f"the origin's revoke was dropped by proxy_intercept_errors (made {made})"
+        assert cleared(r, "ip"), f"the cookie is not cleared: {r.all('Set-Cookie')}"
+
+    def test_an_intercepted_error_without_a_command_keeps_the_session(self):
+        """(A guard, likewise.)"""
+        jar = self.visitor("ie")
+        before = self.revoked("ie", jar)
+        r = get(self.port, "/ie/forbidden", jar)
+        assert r.status == 200 and r.body.startswith("bye"), r
+        assert not cleared(r, "ie"), r
+        assert self.revoked("ie", jar) == before, "an error without a command revoked"
+        assert get(self.port, "/ie/page", jar).admitted
+
     def test_stops_cleanly(self):
         assert self.ngx.stop() == 0
         bad = [line for line in self.ngx.log().splitlines()
@@ -180,6 +318,15 @@ class Suite:
 
 ORDER = [
     "test_a_cached_revoke_is_not_replayed_on_other_visitors",
+    "test_a_trailer_never_carries_the_command_to_the_client",
+    "test_x_accel_redirect_with_revoke_ends_the_session",
+    "test_x_accel_redirect_to_a_proxied_location_with_revoke_ends_the_session",
+    "test_x_accel_redirect_into_the_same_room_ends_the_session",
+    "test_a_trailer_command_outside_any_room_is_taken_off",
+    "test_x_accel_redirect_without_a_command_keeps_the_session",
+    "test_an_intercepted_error_with_revoke_ends_the_session",
+    "test_an_intercepted_error_proxied_anew_with_revoke_ends_the_session",
+    "test_an_intercepted_error_without_a_command_keeps_the_session",
     "test_stops_cleanly",
 ]
 

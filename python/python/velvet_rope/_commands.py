@@ -6,6 +6,8 @@ The middleware always removes that header from the response the client gets; for
 room decided and admitted, a `revoke` among its commands revokes the visitor's ticket
 (`Engine.revoke_request`: the ticket the request's decision issued, else the one it brought)
 and, when the session ended, the response clears the ticket cookie instead of setting it.
+A command among an ASGI response's trailers is removed and followed the same way, but comes
+after the headers: the ticket is revoked, and the cookie stays with the client (refused).
 Refusals are logged (logger `velvet_rope`, WARNING); nothing here raises into the server.
 """
 
@@ -20,6 +22,7 @@ from ._velvet_rope import Decision, Engine, is_revoke_command
 __all__ = [
     "KEY",
     "LOG",
+    "TRAILERS_KEY",
     "asks_revoke",
     "has_command",
     "is_command_name",
@@ -49,6 +52,10 @@ def is_command_name(name: Any) -> bool:
 #: The scope (ASGI) or environ (WSGI) key under which a front door that removed commands from
 #: a response leaves them for the front doors around it (a room deciding the same request).
 KEY = "velvet_rope.commands"
+
+#: The same for commands removed from a response's trailers (ASGI's `http.response.trailers`),
+#: apart: the front doors around act on them when the trailers pass, not with the headers.
+TRAILERS_KEY = "velvet_rope.trailer_commands"
 
 #: Outcomes that ended the session.
 _ENDED = frozenset({"revoked", "already_revoked"})
@@ -98,10 +105,13 @@ def split_wsgi(headers: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, str]
     return None if found is None else (kept, found)
 
 
-def record(holder: MutableMapping[str, Any], values: Iterable[str | bytes]) -> None:
-    """Leaves removed commands in the scope (or environ) for the front doors around this one."""
+def record(
+    holder: MutableMapping[str, Any], values: Iterable[str | bytes], key: str = KEY
+) -> None:
+    """Leaves removed commands in the scope (or environ) for the front doors around this one
+    (under `TRAILERS_KEY` for a response's trailers)."""
     try:
-        holder.setdefault(KEY, []).extend(values)
+        holder.setdefault(key, []).extend(values)
     except Exception:  # a read-only mapping: the outer front doors will not see them
         pass
 

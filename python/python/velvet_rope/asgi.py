@@ -26,8 +26,11 @@ Origin commands: the app ends a visitor's session by answering with the header
 `Velvet-Rope-Command: revoke` (in a room with `enabled_origin_commands = ["revoke"]`). The
 header never reaches the client (it is removed from every response, decided or not); for an
 admitted request, the visitor's ticket is revoked (its seat freed at once, the ticket refused
-from then on) and the response clears the ticket cookie instead of setting it. Refusals are
-logged to the `velvet_rope` logger.
+from then on) and the response clears the ticket cookie instead of setting it. The command may
+come among the response's trailers too (the `http.response.trailers` extension): it is removed
+from them and the ticket revoked all the same, but the headers are gone by then, so the cookie
+is not cleared (the client keeps a ticket that is refused: its next request arrives anew).
+Refusals are logged to the `velvet_rope` logger.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Any
 from ._commands import (
     KEY,
     LOG,
+    TRAILERS_KEY,
     asks_revoke,
     has_command,
     is_command_name,
@@ -49,13 +53,26 @@ from ._routing import ROUTES, RoomRouter
 from ._ticker import LoopTicker
 from ._velvet_rope import Decision, Engine
 
-__all__ = ["WaitingRoom", "admitted_start", "peer_of", "stripping", "target_of", "ticket_headers"]
+__all__ = [
+    "TRAILERS",
+    "WaitingRoom",
+    "admitted_start",
+    "admitted_trailers",
+    "peer_of",
+    "stripping",
+    "target_of",
+    "ticket_headers",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: The type of the messages carrying a response's trailers (ASGI's `http.response.trailers`
+#: extension): their headers are looked at for commands as a response start's are.
+TRAILERS = "http.response.trailers"
 
 
 def _cookie(scope: Scope) -> bytes | None:
@@ -104,7 +121,7 @@ def ticket_headers(decision: Any) -> list[tuple[bytes, bytes]]:
 
 
 def _headers_of(message: Message) -> list[Any] | tuple[Any, ...]:
-    """A response start's headers, as a list or tuple (read more than once here); one given
+    """A response start's (or trailers') headers, as a list or tuple (read more than once here); one given
     as another iterable is replaced by a list of it in `message`."""
     headers = message.get("headers") or ()
     if not isinstance(headers, (list, tuple)):
@@ -114,15 +131,15 @@ def _headers_of(message: Message) -> list[Any] | tuple[Any, ...]:
 
 
 def _strip_commands(scope: Scope, message: Message) -> Message:
-    """A response start without its `Velvet-Rope-Command` headers (left in the scope for the
-    front doors around this one). Never raises."""
+    """A response start (or trailers) without its `Velvet-Rope-Command` headers (left in the
+    scope for the front doors around this one). Never raises."""
     try:
         headers = _headers_of(message)
         if not has_command(headers):
             return message
         split = split_asgi(headers)
         assert split is not None
-        record(scope, split[1])
+        record(scope, split[1], TRAILERS_KEY if message["type"] == TRAILERS else KEY)
         message = dict(message)
         message["headers"] = split[0]
     except Exception:
@@ -140,12 +157,14 @@ def _strip_commands(scope: Scope, message: Message) -> Message:
 
 
 def stripping(scope: Scope, send: Send) -> Send:
-    """`send` that removes `Velvet-Rope-Command` headers from the response (for a request no
-    room admitted: the command does nothing, but never reaches the client)."""
+    """`send` that removes `Velvet-Rope-Command` headers from the response, and from its
+    trailers (for a request no room admitted: the command does nothing, but never reaches the
+    client)."""
 
     # A plain function returning `send`'s awaitable: no coroutine of its own per message.
     def send_stripped(message: Message) -> Awaitable[None]:
-        if message["type"] == "http.response.start":
+        kind = message["type"]
+        if kind == "http.response.start" or kind == TRAILERS:
             message = _strip_commands(scope, message)
         return send(message)
 
@@ -221,6 +240,31 @@ def _carry_out(
     return message
 
 
+def admitted_trailers(
+    engine: Engine, scope: Scope, message: Message, room: str, decision: Decision
+) -> Message:
+    """The trailers (`http.response.trailers`) of a response `room` admitted, its origin's
+    commands carried out and removed. They come after the response's headers: a revoked
+    session's ticket is refused from then on, but its cookie can no longer be cleared.
+    Never raises."""
+    try:
+        headers = _headers_of(message)
+        if TRAILERS_KEY not in scope and not has_command(headers):
+            return message
+        split = split_asgi(headers)
+        if split is not None:
+            record(scope, split[1], TRAILERS_KEY)
+            message = dict(message)
+            message["headers"] = split[0]
+        # This front door's commands and those an inner one removed (recorded alike).
+        if asks_revoke(scope.get(TRAILERS_KEY) or ()):
+            revoke(engine, room, decision, _cookie(scope), _header(scope, b"velvet-rope-ticket"))
+        return message
+    except Exception:
+        LOG.exception("velvet-rope: room %r: cannot carry out the origin's trailer commands", room)
+        return _strip_commands(scope, message)
+
+
 class WaitingRoom:
     """ASGI middleware putting a velvet-rope room in front of `app`.
 
@@ -288,8 +332,11 @@ class WaitingRoom:
             engine = self.engine
 
             def send_admitted(message: Message) -> Awaitable[None]:
-                if message["type"] == "http.response.start":
+                kind = message["type"]
+                if kind == "http.response.start":
                     message = admitted_start(engine, scope, message, room, decision, extra)
+                elif kind == TRAILERS:
+                    message = admitted_trailers(engine, scope, message, room, decision)
                 return send(message)
 
             await self.app(scope, receive, send_admitted)

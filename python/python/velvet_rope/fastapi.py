@@ -29,8 +29,10 @@ Origin commands: an endpoint ends the visitor's session by answering with the he
 `Velvet-Rope-Command: revoke` (in a room with `enabled_origin_commands = ["revoke"]`): the
 visitor's ticket is revoked and the response clears the ticket cookie instead of setting it.
 The header never reaches the client: `install`'s middleware removes it from every response of
-the app, and the decorator from its endpoint's. Refusals are logged to the `velvet_rope`
-logger.
+the app (and from its trailers, where it revokes all the same but cannot clear the cookie any
+more, see `velvet_rope.asgi`), and the decorator from its endpoint's, whether returned or
+raised with an `HTTPException` (whose headers then clear the cookie of a revoked session).
+Refusals are logged to the `velvet_rope` logger.
 
 For a whole application, `velvet_rope.asgi.WaitingRoom` is the simpler choice. Both forms
 tick the engine from a daemon thread (one per engine).
@@ -45,9 +47,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request, Response
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException
 from starlette.responses import Response as StarletteResponse
 
-from ._commands import LOG, asks_revoke, record, revoke, split_wsgi
+from ._commands import LOG, asks_revoke, is_command_name, record, revoke, split_wsgi
 from ._ticker import ThreadTicker
 from ._velvet_rope import Decision, Engine
 from .asgi import (
@@ -56,7 +60,9 @@ from .asgi import (
     Receive,
     Scope,
     Send,
+    TRAILERS,
     admitted_start,
+    admitted_trailers,
     peer_of,
     stripping,
     target_of,
@@ -137,8 +143,8 @@ class _Tickets:
     """ASGI middleware (added by `install`): gives each HTTP request a list, in its scope, for
     `Admission` to put the ticket's `Set-Cookie` in, and adds what it holds to the response's
     headers, whatever made the response. It carries out and removes the app's
-    `Velvet-Rope-Command` headers (in the rooms that admitted the request; removed from every
-    response)."""
+    `Velvet-Rope-Command` headers and trailers (in the rooms that admitted the request;
+    removed from every response)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -152,10 +158,15 @@ class _Tickets:
         strip = stripping(scope, send)
 
         async def send_with_tickets(message: Message) -> None:
-            if message["type"] != "http.response.start":
+            kind = message["type"]
+            if kind != "http.response.start" and kind != TRAILERS:
                 await send(message)
             elif not admitted:
                 await strip(message)
+            elif kind == TRAILERS:
+                for engine, room, decision, _ in admitted:
+                    message = admitted_trailers(engine, scope, message, room, decision)
+                await send(message)
             else:
                 # Each admitting room adds its tickets and carries out the commands (the first
                 # removes them from the headers and leaves them in the scope for the others).
@@ -208,15 +219,16 @@ class Admission:
 
 
 def _commands(
-    engine: Engine, room: str, decision: Decision, request: Request, response: Response
+    engine: Engine, room: str, decision: Decision, request: Request, headers: MutableHeaders
 ) -> bool:
-    """Carries out and removes the `Velvet-Rope-Command` headers an endpoint of
-    `waiting_room` answered with; whether the visitor's session ended. Never raises."""
+    """Carries out and removes the `Velvet-Rope-Command` lines of `headers`, those an
+    endpoint of `waiting_room` answered with; whether the visitor's session ended. Never
+    raises."""
     try:
-        split = split_wsgi(response.headers.items())
+        split = split_wsgi(headers.items())
         if split is None:
             return False
-        del response.headers["velvet-rope-command"]  # every line, any case
+        del headers["velvet-rope-command"]  # every line, any case
         record(request.scope, split[1])  # for the front doors around the app
         if decision.bypassed or not asks_revoke(split[1]):
             return False
@@ -230,6 +242,28 @@ def _commands(
     except Exception:
         LOG.exception("velvet-rope: room %r: cannot carry out the origin's commands", room)
         return False
+
+
+def _exception_commands(
+    engine: Engine, room: str, decision: Decision, request: Request, exc: HTTPException
+) -> None:
+    """Carries out and removes the `Velvet-Rope-Command` headers of an `HTTPException` an
+    endpoint of `waiting_room` raised (FastAPI's way to give an error response headers); a
+    revoked session's error response clears the ticket cookie. Never raises."""
+    try:
+        given = exc.headers
+        if not given or not any(is_command_name(name) for name in given):
+            return
+        # Starlette's headers keep repeated names (`Set-Cookie`) that a dict cannot, and the
+        # exception handlers read them with `.items()` as they read a dict.
+        headers = MutableHeaders(headers=given)
+        if _commands(engine, room, decision, request, headers):
+            headers.append("set-cookie", engine.clear_cookie(room))
+        exc.headers = headers
+    except Exception:
+        LOG.exception("velvet-rope: room %r: cannot carry out the origin's commands", room)
+        # Fail closed: whatever went wrong, the command does not go out.
+        exc.headers = {k: v for k, v in (exc.headers or {}).items() if not is_command_name(k)}
 
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
@@ -278,10 +312,14 @@ def waiting_room(engine: Engine, room: str, *, tick: bool = True) -> Callable[[F
             decision = _decide(engine, room, request)
             if not decision.admitted:
                 return _page_response(engine, room, decision, request)
-            result = await endpoint(*args, **kwargs)
+            try:
+                result = await endpoint(*args, **kwargs)
+            except HTTPException as exc:
+                _exception_commands(engine, room, decision, request, exc)
+                raise
             target = result if isinstance(result, StarletteResponse) else response
             extra = ticket_headers(decision)
-            if _commands(engine, room, decision, request, target):
+            if _commands(engine, room, decision, request, target.headers):
                 extra = [(b"set-cookie", engine.clear_cookie(room).encode("latin-1"))]
             for name, value in extra:
                 target.headers.append(name.decode(), value.decode("latin-1"))

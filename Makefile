@@ -9,7 +9,7 @@ VENV ?= .venv
 NPM ?= npm
 PY := $(VENV)/bin/python
 
-.PHONY: demo test soak redis-env test-rust test-loom test-c test-nginx test-envoy test-python python-env test-browser browser-env screenshots test-node node-env lint header bench bench-cluster bench-nginx bench-envoy bench-instructions bench-side-by-side bench-python bench-node fuzz clean
+.PHONY: demo test dist test-dist install install-c-built abi soak redis-env test-rust test-loom test-c test-nginx test-envoy test-python python-env test-browser browser-env screenshots test-node node-env lint header bench bench-cluster bench-nginx bench-envoy bench-instructions bench-side-by-side bench-python bench-node fuzz clean
 
 demo:
 	@echo "make demo: building the velvet-rope command (release build: a minute or two the first time)"
@@ -19,12 +19,15 @@ demo:
 	@echo "make demo: a ticket drop: a scheduled event with a pre-queue and a shuffled start"
 	./target/release/velvet-rope demo --event
 
-test: lint test-rust test-loom test-c test-nginx test-python test-browser test-envoy test-node
+test: lint test-rust test-loom test-c test-nginx test-python test-browser test-envoy test-node test-dist
 	@echo "make test: all suites passed"
 
 lint:
 	@echo "== make test: formatting and clippy (a cold build takes a few minutes; cargo shows progress)"
 	$(CARGO) fmt --all --check
+	@echo "== make test: one version everywhere (packaging/versions.py), the C ABI against its record (packaging/abi.py)"
+	python3 packaging/versions.py
+	python3 packaging/abi.py check
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
 
 # Debian's redis-server, for the cluster tier's tests (each starts its own on a free
@@ -48,6 +51,7 @@ test-loom:
 test-c:
 	@echo "== make test: the C ABI suite under AddressSanitizer and UndefinedBehaviorSanitizer"
 	$(CARGO) build --release -p velvet-rope-c
+	python3 packaging/abi.py check target/release/libvelvet_rope.so
 	gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fsanitize=address,undefined -g -O1 \
 		-Iinclude bindings/c/tests/c/test_velvet_rope.c target/release/libvelvet_rope.a \
 		-lpthread -ldl -lm -o target/test_velvet_rope
@@ -84,16 +88,18 @@ test-envoy: python-env redis-env
 	$(PY) -m pip install -q -r bindings/envoy/tests/requirements.txt
 	$(PY) -m pytest -q -p no:cacheprovider -W error bindings/envoy/tests -v
 
-# A virtual environment with the package built from source (`pip install ./python`) and the
-# pinned test tools; Debian's python3 needs python3-venv for it, installed when missing.
+# A virtual environment with the pinned test tools and the package: the very wheel `make dist`
+# ships (built from source here, linked with zig for manylinux_2_28), so the tests run what
+# users install. Debian's python3 needs python3-venv for it, installed when missing.
 python-env:
-	@echo "== the Python package: building it into $(VENV) (maturin from the package index; a minute the first time)"
+	@echo "== the Python package: building its wheel and installing it into $(VENV) (maturin and zig from the package index; minutes the first time)"
 	@python3 -c "import ensurepip, venv" 2>/dev/null || (echo "installing python3-venv (apt-get)" && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r python/tests/requirements.txt
-	$(PY) -m pip install -q ./python
+	VENV=$(VENV) packaging/dist-python.sh
+	$(PY) -m pip install -q --force-reinstall --no-deps dist/velvet_rope-*-manylinux_2_28_x86_64.whl
 
 # pytest (warnings are errors): the API in process, FastAPI under uvicorn and Flask under
 # gunicorn with two workers each; then the stubs against the module, and mypy --strict.
@@ -166,6 +172,43 @@ test-node: node-env redis-env
 	$(CARGO) fmt --manifest-path node/Cargo.toml --check
 	CARGO_TARGET_DIR=target $(CARGO) clippy --manifest-path node/Cargo.toml --release \
 		--target x86_64-unknown-linux-gnu -- -D warnings
+
+# Packages a user installs without a Rust toolchain, into dist/ (docs/compatibility.md): the
+# Python wheel and sdist, the npm packages, the nginx module's Debian package, the C library
+# with its header and pkg-config file, the Envoy module and the velvet-rope command.
+dist: node-env
+	@echo "== make dist: the Python wheel (manylinux_2_28, abi3) and sdist"
+	VENV=$(VENV) packaging/dist-python.sh
+	@echo "== make dist: the npm packages"
+	packaging/dist-node.sh
+	@echo "== make dist: the Debian package of the nginx module"
+	packaging/dist-deb.sh
+	@echo "== make dist: the C library, header and pkg-config file"
+	packaging/dist-c.sh
+	@echo "== make dist: the Envoy module and the velvet-rope command"
+	packaging/dist-bin.sh
+	@ls -l dist
+
+# Each artifact installed where a user would, with no Rust toolchain on PATH, admitting
+# exactly K (pip into a fresh venv, npm install, dpkg -i with Debian's nginx, pkg-config).
+test-dist: dist
+	@echo "== make test: the packages of dist/ installed without a Rust toolchain"
+	python3 packaging/tests/test_dist.py
+
+# The C library, header and velvet-rope.pc under PREFIX (DESTDIR for staging), as a
+# distribution would install them.
+PREFIX ?= /usr/local
+install:
+	$(CARGO) build --release -p velvet-rope-c
+	packaging/install-c.sh "$(PREFIX)" "$(DESTDIR)"
+
+# The same from a library built already (no cargo needed).
+install-c-built:
+	packaging/install-c.sh "$(PREFIX)" "$(DESTDIR)"
+
+# Records the C ABI (include/velvet_rope.abi) after a version bump (docs/compatibility.md).
+abi:
+	python3 packaging/abi.py record
 
 # Node benchmarks: calls against limiter and rate-limiter-flexible (mitata), then Fastify
 # requests/s with the plugin and without (and the A/A control); wrk installed when missing.
@@ -244,3 +287,4 @@ fuzz:
 
 clean:
 	$(CARGO) clean
+	rm -rf dist

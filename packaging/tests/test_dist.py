@@ -196,6 +196,50 @@ def test_wheel(tmp: Path) -> None:
         stop(proc)
 
 
+def other_pythons() -> list[Path]:
+    """CPython 3.10 and later beside the one running this (pyenv's, or on PATH): the wheel is
+    abi3, so each of them must take it."""
+    found = {}
+    for minor in range(10, 20):
+        name = f"python3.{minor}"
+        candidates = sorted(Path.home().glob(f".pyenv/versions/3.{minor}.*/bin/{name}"))
+        on_path = shutil.which(name)
+        if on_path:
+            candidates.append(Path(on_path))
+        for c in candidates:
+            if os.access(c, os.X_OK) and f"3.{minor}" != f"{sys.version_info[0]}.{sys.version_info[1]}":
+                found.setdefault(minor, c)
+    return [found[m] for m in sorted(found)]
+
+
+IN_PROCESS = f"""
+import velvet_rope
+engine = velvet_rope.Engine(open("velvet-rope.toml").read())
+admitted = sum(engine.admit("shop", None).outcome == "admit" for _ in range({VISITORS}))
+print(admitted)
+"""
+
+
+def test_wheel_on_every_python(tmp: Path) -> None:
+    """The abi3 wheel in a fresh venv of each other CPython 3.10+ found here, admitting in
+    process (the ASGI test runs on this interpreter)."""
+    wheel = one("velvet_rope-*-cp310-abi3-manylinux_2_28_x86_64.whl")
+    env = clean_env(tmp)
+    pythons = other_pythons()
+    if not pythons:
+        log("wheel: no other CPython 3.10+ on this machine (pyenv or PATH): only this one checked")
+        return
+    (tmp / "velvet-rope.toml").write_text(ROOM)
+    for python in pythons:
+        venv = tmp / f"venv-{python.name}"
+        run([str(python), "-m", "venv", str(venv)], env)
+        run([str(venv / "bin/pip"), "install", "-q", "--disable-pip-version-check", str(wheel)],
+            env)
+        out = run([str(venv / "bin/python"), "-c", IN_PROCESS], env, cwd=tmp).strip()
+        assert out == str(K), f"{python}: {out} admitted, expected {K}"
+        log(f"wheel under {python.name}: {out} of {VISITORS} admitted in process")
+
+
 def test_npm(tmp: Path) -> None:
     tarball = one("velvet-rope-[0-9]*.tgz")
     one("velvet-rope-linux-x64-gnu-*.tgz")
@@ -365,7 +409,7 @@ def test_binaries(tmp: Path) -> None:
 
 
 def main() -> int:
-    tests = [test_wheel, test_npm, test_deb, test_c, test_binaries]
+    tests = [test_wheel, test_wheel_on_every_python, test_npm, test_deb, test_c, test_binaries]
     only = sys.argv[1:]
     failed = []
     with tempfile.TemporaryDirectory(prefix="velvet-rope-dist-") as tmp:

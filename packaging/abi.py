@@ -9,11 +9,19 @@ a program that prints them). It starts with the version it was recorded for.
     packaging/abi.py check [LIBRARY]   fails when the header no longer matches the record, or
                                        (with LIBRARY, the built .so) when the library exports a
                                        `vr_` symbol the header does not declare, or the other way
-    packaging/abi.py record            writes the record; refuses when the ABI changed and the
-                                       version did not (bump it first: docs/compatibility.md)
+    packaging/abi.py record [--init]   writes the record after a version bump; refuses when the
+                                       ABI changed but the bump does not allow it (below), when
+                                       the version went down, and (without --init) when there
+                                       is no record yet
 
-The version constants (`VR_VERSION_*`) are left out: they change with every release by design.
-Standard library only: runs with the system's python3.
+An ABI change needs a version whose compatible series is newer than the record's: a new minor
+while the version is 0.x (0.2.x to 0.3.0: the soname `libvelvet_rope.so.0.<minor>` changes with
+it), a new major from 1.0, and a CHANGELOG section for the version saying **Breaking** (C ABI).
+A patch release can never change the ABI. Sizes come from gcc (C11) and g++ (C++17, where
+`vr_result` is an enum with a fixed underlying type); enumerators are printed by the compiler,
+so one added without `= N` is seen. The version constants (`VR_VERSION_*`) are left out: they
+change with every release by design. Renaming a parameter counts as a change (the prototype's
+text is recorded). Standard library only: runs with the system's python3.
 """
 
 from __future__ import annotations
@@ -66,24 +74,74 @@ def structs(code: str) -> dict[str, list[str]]:
     return out
 
 
-def layouts(fields: dict[str, list[tuple[str, str]]]) -> list[str]:
-    """Sizes, alignments and offsets, as gcc lays the structs out on this machine."""
-    lines = ['#include <stddef.h>', '#include <stdio.h>', f'#include "{HEADER}"', "int main(void) {"]
+def scalar_typedefs(code: str) -> list[str]:
+    """Names given to complete non-struct types (`typedef uint32_t vr_result;`): their sizes
+    are part of every prototype that uses them."""
+    code = re.sub(r"typedef struct\s*\{.*?\}\s*\w+\s*;", " ", code, flags=re.S)
+    names = set()
+    for decl, name in re.findall(r"typedef\s+([^;{}]+?)\s*\b(\w+)\s*;", code):
+        if not re.match(r"struct\s+\w+$", decl.strip()):
+            names.add(name)
+    return sorted(names)
+
+
+def enumerators(code: str) -> list[str]:
+    """Every enumerator of every enum, whether or not it has `= N`."""
+    code = re.sub(r"^\s*#.*$", " ", code, flags=re.M)
+    out = []
+    for body in re.findall(r"\benum\s+\w+[^{;]*\{(.*?)\}", code, re.S):
+        for item in body.split(","):
+            name = re.match(r"\s*(\w+)", item)
+            if name:
+                out.append(name.group(1))
+    return out
+
+
+def layouts(code: str) -> list[str]:
+    """Sizes, alignments, offsets and enumerator values as gcc (C11) and g++ (C++17) see them
+    on this machine: the struct layouts once (the same in both, checked), the scalar typedefs
+    and enumerators under each."""
+    fields = structs(code)
+    prelude = [
+        "#include <stddef.h>", "#include <stdio.h>", f'#include "{HEADER}"',
+        "#ifdef __cplusplus", "#define ALIGNOF alignof", "#define LANG \"c++\"",
+        "#else", "#define ALIGNOF _Alignof", "#define LANG \"c\"", "#endif",
+        "int main(void) {",
+    ]
+    body = []
     for name, members in sorted(fields.items()):
-        lines.append(
-            f'  printf("struct {name} size %zu align %zu\\n", sizeof({name}), _Alignof({name}));'
+        body.append(
+            f'  printf("struct {name} size %zu align %zu\\n", sizeof({name}), ALIGNOF({name}));'
         )
         for field, decl in members:
-            lines.append(
+            body.append(
                 f'  printf("  field {name}.{field} offset %zu size %zu  /* {decl} */\\n", '
                 f"offsetof({name}, {field}), sizeof((({name} *)0)->{field}));"
             )
-    lines += ["  return 0;", "}"]
+    for name in scalar_typedefs(code):
+        body.append(
+            f'  printf("%s: type {name} size %zu align %zu\\n", LANG, sizeof({name}), '
+            f"ALIGNOF({name}));"
+        )
+    for name in enumerators(code):
+        body.append(f'  printf("%s: enumerator {name} = %lld\\n", LANG, (long long)({name}));')
+    program = "\n".join(prelude + body + ["  return 0;", "}"]) + "\n"
+    outputs = []
     with tempfile.TemporaryDirectory() as tmp:
-        src, exe = Path(tmp) / "layout.c", Path(tmp) / "layout"
-        src.write_text("\n".join(lines) + "\n")
-        subprocess.run(["gcc", "-std=c11", "-o", str(exe), str(src)], check=True)
-        return subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.splitlines()
+        for compiler, std, suffix in (("gcc", "-std=c11", "c"), ("g++", "-std=c++17", "cpp")):
+            src, exe = Path(tmp) / f"layout.{suffix}", Path(tmp) / f"layout-{suffix}"
+            src.write_text(program)
+            subprocess.run([compiler, std, "-o", str(exe), str(src)], check=True)
+            outputs.append(
+                subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+            )
+    c_lines, cpp_lines = (o.splitlines() for o in outputs)
+    shared = [l for l in c_lines if not l.startswith("c: ")]
+    if shared != [l for l in cpp_lines if not l.startswith("c++: ")]:
+        sys.exit("abi.py: C and C++ lay the structs out differently")
+    return shared + [l for l in c_lines if l.startswith("c: ")] + [
+        l for l in cpp_lines if l.startswith("c++: ")
+    ]
 
 
 def functions(code: str) -> dict[str, str]:
@@ -108,11 +166,9 @@ def describe() -> str:
     for name, value in re.findall(r"^\s*#define\s+(VR_\w+)\s+(.+?)\s*$", code, re.M):
         if not name.startswith("VR_VERSION_"):
             out.append(f"const {name} = {value}")
-    for name, value in re.findall(r"\b(VR_\w+)\s*=\s*(\w+)\s*,?", code):
-        out.append(f"enumerator {name} = {value}")
     for name, proto in sorted(functions(code).items()):
         out.append(f"function {name}: {proto}")
-    out += layouts(structs(code))
+    out += layouts(code)
     return "\n".join(out) + "\n"
 
 
@@ -129,12 +185,52 @@ def body(description: str) -> list[str]:
     return [l for l in description.splitlines() if not l.startswith("version ")]
 
 
+def recorded_version(description: str) -> str:
+    first = description.splitlines()[0] if description else ""
+    if not first.startswith("version "):
+        sys.exit(f"abi.py: {RECORD.relative_to(REPO)} does not start with its version")
+    return first.split(" ", 1)[1]
+
+
+def numbers(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+
+
+def series(v: str) -> tuple[int, ...]:
+    """The compatible series: (0, minor) while 0.x, (major,) from 1.0."""
+    n = numbers(v)
+    return n[:2] if n[0] == 0 else n[:1]
+
+
+def changelog_breaks_abi(v: str) -> bool:
+    """Whether CHANGELOG.md's section for `v` says **Breaking** (C ABI)."""
+    text = (REPO / "CHANGELOG.md").read_text()
+    match = re.search(rf"^## {re.escape(v)}\b.*?(?=^## |\Z)", text, re.M | re.S)
+    return bool(match and re.search(r"\*\*Breaking\*\*\s*\(C ABI\)", match.group(0)))
+
+
+def may_change(old: str, new: str) -> str | None:
+    """Why the ABI may not change from version `old` to `new`, or None when it may."""
+    if series(new) <= series(old):
+        step = "minor (0.x)" if numbers(old)[0] == 0 else "major"
+        return (f"the C ABI changed but {old} -> {new} is not a new {step} version: a patch "
+                "release never changes it (docs/compatibility.md)")
+    if not changelog_breaks_abi(new):
+        return f"CHANGELOG.md's section for {new} must say what broke: **Breaking** (C ABI)"
+    return None
+
+
 def check(library: Path | None) -> int:
     now = describe()
     if not RECORD.exists():
-        print(f"abi.py: {RECORD.relative_to(REPO)} is missing: run `make abi`", file=sys.stderr)
+        print(f"abi.py: {RECORD.relative_to(REPO)} is missing: `packaging/abi.py record --init`",
+              file=sys.stderr)
         return 1
     recorded = RECORD.read_text()
+    old, new = recorded_version(recorded), version()
+    if numbers(new) < numbers(old):
+        print(f"abi.py: the version went down: {old} recorded, {new} now", file=sys.stderr)
+        return 1
     if now != recorded:
         diff = "".join(
             difflib.unified_diff(
@@ -142,15 +238,13 @@ def check(library: Path | None) -> int:
             )
         )
         print(diff, file=sys.stderr)
-        if body(now) != body(recorded) and recorded.splitlines()[0] == now.splitlines()[0]:
-            print(
-                "abi.py: the C ABI changed without a version bump. Bump the version "
-                "(Cargo.toml, node/package.json, node/Cargo.toml; a CHANGELOG entry saying "
-                "what changed), then `make abi` to record it (docs/compatibility.md).",
-                file=sys.stderr,
-            )
+        if body(now) != body(recorded):
+            why = may_change(old, new)
+            print(f"abi.py: {why}" if why else
+                  "abi.py: the C ABI changed with the version: `make abi` records it.",
+                  file=sys.stderr)
         else:
-            print("abi.py: the record is stale: `make abi` records it.", file=sys.stderr)
+            print("abi.py: the version changed: `make abi` records it.", file=sys.stderr)
         return 1
     if library is not None:
         declared = set(functions(without_comments(HEADER.read_text())))
@@ -162,23 +256,30 @@ def check(library: Path | None) -> int:
                 file=sys.stderr,
             )
             return 1
-    print(f"abi.py: the C ABI matches its record for {version()}"
+    print(f"abi.py: the C ABI matches its record for {new}"
           + (f" ({len(functions(without_comments(HEADER.read_text())))} functions exported)"
              if library else ""))
     return 0
 
 
-def record() -> int:
+def record(init: bool) -> int:
     now = describe()
-    if RECORD.exists():
-        recorded = RECORD.read_text()
-        if body(now) != body(recorded) and recorded.splitlines()[0] == now.splitlines()[0]:
-            print(
-                f"abi.py: the C ABI changed but the version is still {version()}: bump it "
-                "first (docs/compatibility.md), then record.",
-                file=sys.stderr,
-            )
+    if not RECORD.exists():
+        if not init:
+            print(f"abi.py: no record yet: `packaging/abi.py record --init` makes the first",
+                  file=sys.stderr)
             return 1
+    else:
+        recorded = RECORD.read_text()
+        old, new = recorded_version(recorded), version()
+        if numbers(new) < numbers(old):
+            print(f"abi.py: the version went down: {old} recorded, {new} now", file=sys.stderr)
+            return 1
+        if body(now) != body(recorded):
+            why = may_change(old, new)
+            if why:
+                print(f"abi.py: {why}", file=sys.stderr)
+                return 1
     RECORD.write_text(now)
     print(f"abi.py: recorded the C ABI of {version()} in {RECORD.relative_to(REPO)}")
     return 0
@@ -187,8 +288,8 @@ def record() -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["check"] and len(argv) <= 2:
         return check(Path(argv[1]) if len(argv) == 2 else None)
-    if argv == ["record"]:
-        return record()
+    if argv in (["record"], ["record", "--init"]):
+        return record(init=argv[1:] == ["--init"])
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -11,8 +11,9 @@ python3 packaging/abi.py check target/release/libvelvet_rope.so
 name="velvet-rope-c-$version-x86_64-linux-gnu"
 stage="target/c-dist/$name"
 rm -rf "$stage"
+rm -f dist/velvet-rope-c-*-x86_64-linux-gnu.tar.gz
 packaging/install-c.sh @relocatable@ "$stage"
-cp CHANGELOG.md "$stage/"
+cp CHANGELOG.md LICENSE "$stage/"
 mkdir -p dist
 tar -C target/c-dist -czf "dist/$name.tar.gz" "$name"
 ls -l "dist/$name.tar.gz"

@@ -23,15 +23,24 @@ name=libnginx-mod-http-velvet-rope
 stage="target/deb/$name"
 rm -rf "$stage"
 install -D -m 0644 "$module" "$stage/usr/lib/nginx/modules/ngx_http_velvet_rope_module.so"
-strip --strip-debug "$stage/usr/lib/nginx/modules/ngx_http_velvet_rope_module.so"
+strip --strip-unneeded "$stage/usr/lib/nginx/modules/ngx_http_velvet_rope_module.so"
 install -D -m 0644 packaging/debian/mod-http-velvet-rope.conf \
     "$stage/usr/share/nginx/modules-available/mod-http-velvet-rope.conf"
 install -D -m 0644 packaging/debian/copyright "$stage/usr/share/doc/$name/copyright"
+# Debian's changelog of the package: one entry for this version.
+{
+    printf '%s (%s-1) unstable; urgency=medium\n\n' "$name" "$version"
+    printf '  * velvet-rope %s: see CHANGELOG.md of the repository.\n\n' "$version"
+    printf ' -- velvet-rope developers <velvet-rope@example.invalid>  %s\n' \
+        "$(date -R -d "@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}")"
+} | gzip -9n > "$stage/usr/share/doc/$name/changelog.Debian.gz"
+chmod 0644 "$stage/usr/share/doc/$name/changelog.Debian.gz"
 install -d "$stage/DEBIAN"
 for script in postinst prerm postrm; do
     install -m 0755 "packaging/debian/$script" "$stage/DEBIAN/$script"
 done
 size="$(du -sk --exclude=DEBIAN "$stage" | cut -f1)"
+(cd "$stage" && find usr -type f -print0 | sort -z | xargs -0 md5sum) > "$stage/DEBIAN/md5sums"
 sed -e "s/@VERSION@/$version-1/" -e "s/@NGINX_ABI@/$abi/" -e "s/@GLIBC@/$glibc/" \
     -e "s/@SIZE@/$size/" packaging/debian/control.in > "$stage/DEBIAN/control"
 mkdir -p dist

@@ -23,9 +23,20 @@ while read -r pattern; do
     # shellcheck disable=SC2086
     (cd node && cp $pattern "$repo/$stage/main/")
 done
-cp node/package.json "$stage/main/"
-strip --strip-debug "$stage/main/velvet-rope.linux-x64-gnu.node"
-cp node/npm/linux-x64-gnu/package.json node/npm/linux-x64-gnu/README.md "$stage/linux-x64-gnu/"
+# The published package.json: the addon inside is for Linux x86-64 with glibc only, so npm
+# refuses to install it elsewhere rather than failing at require(); without the development
+# dependencies and scripts of the source tree. (A release for several platforms drops the addon
+# from the main package and adds the platform packages as optionalDependencies, as napi-rs's
+# `napi prepublish` does.)
+node -e '
+  const pkg = require("./node/package.json")
+  delete pkg.devDependencies
+  delete pkg.scripts
+  Object.assign(pkg, { os: ["linux"], cpu: ["x64"], libc: ["glibc"] })
+  require("fs").writeFileSync(process.argv[1], JSON.stringify(pkg, null, 2) + "\n")
+' "$stage/main/package.json"
+strip --strip-unneeded "$stage/main/velvet-rope.linux-x64-gnu.node"
+cp node/npm/linux-x64-gnu/package.json node/npm/linux-x64-gnu/README.md node/LICENSE "$stage/linux-x64-gnu/"
 cp "$stage/main/velvet-rope.linux-x64-gnu.node" "$stage/linux-x64-gnu/"
 npm pack --silent --pack-destination "$repo/dist" "./$stage/main" >/dev/null
 npm pack --silent --pack-destination "$repo/dist" "./$stage/linux-x64-gnu" >/dev/null

@@ -43,14 +43,30 @@ def main() -> int:
             (REPO / "node" / "npm" / "linux-x64-gnu" / "package.json").read_text()
         )["version"],
         "include/velvet_rope.h (VR_VERSION_*)": ".".join(m.group(1) if m else "?" for m in parts),
+        "node/package-lock.json": json.loads(
+            (REPO / "node" / "package-lock.json").read_text()
+        )["packages"][""]["version"],
     }
-    wrong = {where: v for where, v in seen.items() if v != version}
+    # The generated loader compares the platform package's version with its own.
+    loader = set(re.findall(r"bindingPackageVersion !== '([^']+)'",
+                            (REPO / "node" / "binding.js").read_text()))
+    seen["node/binding.js (generated: `npm run build`)"] = ",".join(sorted(loader)) or "none"
+    wrong = {where: f"says {v}, Cargo.toml says {version}" for where, v in seen.items()
+             if v != version}
     changelog = (REPO / "CHANGELOG.md").read_text()
-    if not re.search(rf"^## {re.escape(version)}\b", changelog, re.M):
-        wrong["CHANGELOG.md (a `## {version}` section)"] = "missing"
+    section = re.search(rf"^## {re.escape(version)}\b[^\n]*\n(.*?)(?=^## |\Z)", changelog,
+                        re.M | re.S)
+    if not section:
+        wrong[f"CHANGELOG.md (a `## {version}` section)"] = "missing"
+    elif not re.search(r"^- ", section.group(1), re.M):
+        wrong[f"CHANGELOG.md (the `## {version}` section)"] = "no entries"
+    licence = (REPO / "LICENSE").read_bytes()
+    for copy in ("python/LICENSE", "node/LICENSE"):
+        if (REPO / copy).read_bytes() != licence:
+            wrong[copy] = "differs from LICENSE (the package ships this copy)"
     if wrong:
-        for where, v in wrong.items():
-            print(f"versions.py: {where} says {v}, Cargo.toml says {version}", file=sys.stderr)
+        for where, why in wrong.items():
+            print(f"versions.py: {where}: {why}", file=sys.stderr)
         return 1
     print(version)
     return 0

@@ -248,6 +248,16 @@ def test_npm(tmp: Path) -> None:
     app.mkdir()
     (app / "package.json").write_text('{"name": "dist-check", "private": true}\n')
     express = json.loads((REPO / "node/package.json").read_text())["devDependencies"]["express"]
+    platform = one("velvet-rope-linux-x64-gnu-*.tgz")
+    alone = tmp / "npm_platform"
+    alone.mkdir()
+    (alone / "package.json").write_text('{"name": "platform-check", "private": true}\n')
+    run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error", str(platform)], env,
+        cwd=alone)
+    loaded = run(["node", "-e", "const b = require('velvet-rope-linux-x64-gnu'); "
+                  "console.log(typeof b.nowMs, typeof b.Engine)"], env, cwd=alone).split()
+    assert loaded[0] == "function", f"the platform package's addon did not load: {loaded}"
+    log(f"npm: {platform.name} installs on its own and its addon loads")
     log(f"npm: npm install {tarball.name} express@{express} into a fresh folder")
     run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error", str(tarball),
          f"express@{express}"], env, cwd=app)
@@ -306,6 +316,15 @@ def test_deb(tmp: Path) -> None:
     run(["dpkg", "-i", str(deb)], env)
     try:
         assert enabled.is_symlink(), f"{enabled} was not made"
+        # Debian's own nginx.conf (which includes modules-enabled/) still loads.
+        run(["nginx", "-t"], env)
+        # Installed again (an upgrade): still enabled; disabled by hand: stays disabled.
+        run(["dpkg", "-i", str(deb)], env)
+        assert enabled.is_symlink(), "a reinstallation dropped the link"
+        enabled.unlink()
+        run(["dpkg", "-i", str(deb)], env)
+        assert not enabled.exists(), "a reinstallation re-enabled a module disabled by hand"
+        enabled.symlink_to("/usr/share/nginx/modules-available/mod-http-velvet-rope.conf")
         assert "load_module modules/ngx_http_velvet_rope_module.so;" in enabled.read_text()
         assert Path("/usr/lib/nginx/modules/ngx_http_velvet_rope_module.so").is_file()
         prefix = tmp / "nginx"
@@ -328,6 +347,7 @@ def test_deb(tmp: Path) -> None:
         log("deb: dpkg -r keeps the module off, dpkg --purge forgets it")
         run(["dpkg", "-r", "libnginx-mod-http-velvet-rope"], env)
         assert not enabled.exists() and not enabled.is_symlink(), "still enabled after -r"
+        run(["nginx", "-t"], env)
     finally:
         run(["dpkg", "--purge", "libnginx-mod-http-velvet-rope"], env)
     assert not Path(str(enabled) + ".removed").exists()
@@ -358,8 +378,17 @@ int main(void) {
 """.replace("%K%", str(K)).replace("%VISITORS%", str(VISITORS))
 
 
-def compile_and_run(tmp: Path, pc_dir: Path, what: str) -> None:
-    env = clean_env(tmp, PKG_CONFIG_PATH=str(pc_dir))
+def soname(version: str) -> str:
+    """The soname the library must carry (docs/compatibility.md)."""
+    major, minor = version.split(".")[:2]
+    return f"libvelvet_rope.so.0.{minor}" if major == "0" else f"libvelvet_rope.so.{major}"
+
+
+def compile_and_run(tmp: Path, pc_dir: Path | None, what: str, rpath: bool = True) -> None:
+    """A program built with pkg-config's flags (`pc_dir` on PKG_CONFIG_PATH, or pkg-config's
+    own search path) admits exactly K; with `rpath`, it finds the library through it, else
+    through the loader's cache (ldconfig)."""
+    env = clean_env(tmp, **({"PKG_CONFIG_PATH": str(pc_dir)} if pc_dir else {}))
     src = tmp / "admit.c"
     src.write_text(C_PROGRAM)
     version = run(["pkg-config", "--modversion", "velvet-rope"], env).strip()
@@ -367,9 +396,9 @@ def compile_and_run(tmp: Path, pc_dir: Path, what: str) -> None:
     libdir = run(["pkg-config", "--variable=libdir", "velvet-rope"], env).strip()
     exe = tmp / "admit"
     run(["gcc", "-std=c11", "-Wall", "-Werror", "-o", str(exe), str(src), *flags,
-         f"-Wl,-rpath,{libdir}"], env)
+         *([f"-Wl,-rpath,{libdir}"] if rpath else [])], env)
     linked = run(["ldd", str(exe)], env)
-    assert f"libvelvet_rope.so.0.{version.split('.')[1]} => " in linked, linked
+    assert f"{soname(version)} => {libdir}/{soname(version)}" in linked, linked
     out = run([str(exe)], env).split()
     assert out == [version, str(K)], f"{what}: printed {out}, expected [{version}, {K}]"
     log(f"C, {what}: compiled with pkg-config (velvet-rope {version}), "
@@ -388,6 +417,29 @@ def test_c(tmp: Path) -> None:
     run(["make", "--no-print-directory", "-C", str(REPO), "install-c-built",
          f"PREFIX={prefix}"], clean_env(tmp))
     compile_and_run(tmp, prefix / "lib/pkgconfig", "make install PREFIX=...")
+    if os.geteuid() == 0:
+        system_install(tmp)
+
+
+def system_install(tmp: Path) -> None:
+    """`make install PREFIX=/usr/local` as root: pkg-config finds the library with no
+    PKG_CONFIG_PATH, and a program linked without an rpath finds it through ldconfig's cache.
+    Every installed file is removed afterwards."""
+    prefix = Path("/usr/local")
+    installed = [prefix / "include/velvet_rope.h", prefix / "lib/pkgconfig/velvet-rope.pc",
+                 prefix / "lib/libvelvet_rope.a", prefix / "lib/libvelvet_rope.so"]
+    taken = [p for p in installed if p.exists() or p.is_symlink()]
+    assert not taken, f"velvet-rope is installed in /usr/local already: {taken}"
+    log("C: make install PREFIX=/usr/local (as root; removed afterwards)")
+    try:
+        run(["make", "--no-print-directory", "-C", str(REPO), "install-c-built",
+             "PREFIX=/usr/local"], clean_env(tmp))
+        compile_and_run(tmp, None, "make install PREFIX=/usr/local, no rpath", rpath=False)
+    finally:
+        for p in [*installed, *(prefix / "lib").glob("libvelvet_rope.so.*")]:
+            if p.exists() or p.is_symlink():
+                p.unlink()
+        subprocess.run(["ldconfig"], check=False)
 
 
 def test_binaries(tmp: Path) -> None:

@@ -120,7 +120,8 @@ impl RoomCounters {
                     needed
                 }
                 Err(found) if found != MAGIC => return Err(Error::Region(
-                    "not a velvet-rope room region (bad magic: another version or foreign data)"
+                    "not a velvet-rope room region (bad magic: a release before 0.2, or foreign \
+                     data; remove the state file to start afresh: its counts are lost)"
                         .into(),
                 )),
                 Err(_) if header[H_READY].load(Ordering::Acquire) == 0 => {
@@ -134,9 +135,11 @@ impl RoomCounters {
                 Err(_) => {
                     let version = header[1].load(Ordering::Acquire);
                     if version != LAYOUT_VERSION && version != LAYOUT_VERSION_REVOCATIONS {
-                        return Err(Error::Region(
-                            "room region of another layout version".into(),
-                        ));
+                        return Err(Error::Region(format!(
+                            "room region of layout version {version}; this release reads \
+                             versions {LAYOUT_VERSION} and {LAYOUT_VERSION_REVOCATIONS} \
+                             (remove the state file to start afresh: its counts are lost)"
+                        )));
                     }
                     let mut words = [0u64; 9];
                     for (w, cell) in words.iter_mut().zip(&header[H_LAYOUT..H_LAYOUT + 8]) {
@@ -329,10 +332,21 @@ mod tests {
             .err()
             .unwrap();
         assert!(err.to_string().contains("refresh_interval"), "{err}");
-        // Foreign bytes are refused.
+        // Foreign bytes are refused, saying how to start afresh.
         let junk = Region::owned(layout.size());
         junk.u64s(0, 1)[0].store(0xAB, Ordering::Relaxed);
-        assert!(RoomCounters::attach(junk, layout, &settings).is_err());
+        let err = RoomCounters::attach(junk, layout, &settings).err().unwrap();
+        assert!(err.to_string().contains("remove the state file"), "{err}");
+        // A layout this release does not read is refused, naming the versions.
+        backing.u64s(0, 2)[1].store(9, Ordering::Release);
+        let err = RoomCounters::attach(borrowed(), layout, &settings)
+            .err()
+            .unwrap();
+        let text = err.to_string();
+        assert!(
+            text.contains("layout version 9") && text.contains("versions 4 and 5"),
+            "{text}"
+        );
         // Two owned counters have different incarnations.
         assert_ne!(
             RoomCounters::new(layout).incarnation(),

@@ -7,13 +7,14 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 venv="${VENV:-.venv}"
+if [[ "$venv" != /* ]]; then venv="$repo/$venv"; fi
 test -x "$venv/bin/python" || python3 -m venv "$venv"
 echo "dist-python: maturin and zig (pinned: packaging/requirements.txt)"
 "$venv/bin/python" -m pip install -q -r packaging/requirements.txt
 mkdir -p dist
 rm -f dist/velvet_rope-*.whl dist/velvet_rope-*.tar.gz
 echo "dist-python: building the manylinux_2_28 abi3 wheel (a release build: minutes the first time)"
-PATH="$repo/$venv/bin:$PATH" "$venv/bin/maturin" build --release --strip --zig \
+PATH="$venv/bin:$PATH" "$venv/bin/maturin" build --release --strip --zig \
     --compatibility manylinux_2_28 -m python/Cargo.toml --out dist
 echo "dist-python: the source distribution"
 "$venv/bin/maturin" sdist -m python/Cargo.toml --out dist

@@ -95,6 +95,12 @@ class Engine {
   #state
   /** `Room` objects by name, made on first use. */
   #rooms = new Map()
+  /**
+   * Whether a room accepts origin commands: read per request by the middleware, so kept here
+   * (it changes only with the configuration: made anew by `reload`) rather than asked of the
+   * native side each time.
+   */
+  #accepts
 
   /**
    * From configuration text (TOML or JSON); `Engine.fromFile` reads a file. With
@@ -107,6 +113,7 @@ class Engine {
     } catch (e) { throw convert(e) }
     this.#state = { h: this.#h, ticker: null }
     engines.register(this, this.#state)
+    this.#accepts = native.engineAcceptsOriginCommands(this.#h)
   }
 
   /** The native handle (for the middleware). */
@@ -141,7 +148,7 @@ class Engine {
    * at responses for `Velvet-Rope-Command` only then.
    */
   get acceptsOriginCommands () {
-    return native.engineAcceptsOriginCommands(this.#h)
+    return this.#accepts
   }
 
   /** Whether any room has `routes` (else `decideRequest` without a room places nothing). */
@@ -258,6 +265,7 @@ class Engine {
     try {
       native.engineReload(this.#h, String(config), isPath)
     } catch (e) { throw convert(e) }
+    this.#accepts = native.engineAcceptsOriginCommands(this.#h)
     for (const room of this.#rooms.values()) room.forget()
   }
 

@@ -15,15 +15,23 @@
  * header tickets is decided on its `Cookie` header alone (the fast path).
  *
  * Origin commands: a route ends the visitor's session by answering with the header
- * `Velvet-Rope-Command: revoke` (in a room with `enabled_origin_commands = ["revoke"]`). The
- * header never reaches the client (it is removed from every response that passes the
- * middleware, decided or not); for a request a room admitted (not a bypass), the visitor's
- * ticket is revoked (`engine.revokeRequest`: the ticket this request's decision issued, else
- * the one it brought) and, when the session ended, the response clears the ticket cookie
- * instead of setting it and loses the `Velvet-Rope-Ticket` header the middleware added.
- * Refusals and failures are reported (Express: `process.emitWarning`, code
- * `VELVET_ROPE_REVOKE_REFUSED` or `VELVET_ROPE_REVOKE_FAILED`; Fastify: `request.log.warn`);
- * the response goes out whatever happens.
+ * `Velvet-Rope-Command: revoke` (in a room with `enabled_origin_commands = ["revoke"]`). When
+ * a room of the engine accepts commands, the header never reaches the client: it is taken off
+ * every response that passes the middleware, decided or not, wherever Node lets it out (the
+ * response's headers however set, the headers given to `writeHead` in any form, an early
+ * hint, the trailers; over HTTP/2 also `setTrailer` and pushed responses). For a request a
+ * room admitted (not a bypass), the visitor's ticket is revoked (`engine.revokeRequest`: the
+ * ticket this request's decision issued, else the one it brought) in every room that admitted
+ * it (several middleware on one path, whichever sees the command) and, when the session
+ * ended, the response clears each such room's ticket cookie instead of setting it and loses
+ * the `Velvet-Rope-Ticket` headers the middleware added. A command in a trailer is followed
+ * too, but once the headers are out the cookie can no longer be cleared: the ticket is
+ * refused from then on all the same. Bytes an app writes around Node's response (on the
+ * socket, or an HTTP/2 stream's own `respond`) are not looked at. Refusals and failures are
+ * reported (Express: `process.emitWarning`, code `VELVET_ROPE_REVOKE_REFUSED` or
+ * `VELVET_ROPE_REVOKE_FAILED`; Fastify: `request.log.warn`); the response goes out whatever
+ * happens. Without a room that accepts commands, responses are not looked at (the header is
+ * the app's own).
  */
 
 const native = require('./binding.js')
@@ -189,21 +197,32 @@ function emitWarning (message, code) {
   } catch {}
 }
 
-/** `list` (a header's value or values) without the first `value` in it, as an array. */
-function without (list, value) {
+/** `list` (a header's value or values) as an array, without any of `values`. */
+function without (list, values) {
   const out = list === undefined || list === null ? [] : [].concat(list)
-  const i = value ? out.indexOf(value) : -1
-  if (i >= 0) out.splice(i, 1)
-  return out
+  return values.length === 0 ? out : out.filter((v) => !values.includes(v))
 }
 
 /**
- * The headers a `writeHead` call was given (an object, a flat `[name, value, ...]` array or
- * an array of pairs) without their `Velvet-Rope-Command`: `[headers, values]`, `values`
- * null (and `headers` as given) when there were none. A copy: the caller's object may be
- * shared between responses.
+ * Whether a header name is `Velvet-Rope-Command`, in any case and with any whitespace around
+ * it: Node's HTTP/2 compatibility API trims the names it is given (HTTP/1 refuses a name with
+ * whitespace, so matching those costs nothing there).
+ */
+function isCommandName (name) {
+  if (typeof name !== 'string' || name.length < 19) return false
+  return (name.length === 19 ? name : name.trim()).toLowerCase() === COMMAND
+}
+
+/**
+ * Headers as `writeHead`, `addTrailers` or `writeEarlyHints` take them (an object, a flat
+ * `[name, value, ...]` array or an array of `[name, value]` pairs) without their
+ * `Velvet-Rope-Command`: `[headers, values]`, `values` null (and `headers` as given) when
+ * there were none. A copy: the caller's object may be shared between responses. Anything else
+ * (a `Map` or a `Headers`, whose entries are no own properties: Node reads none of them) is
+ * returned as given.
  */
 function stripGiven (given) {
+  if (given === null || typeof given !== 'object') return [given, null]
   let values = null
   if (Array.isArray(given)) {
     const pairs = given.length > 0 && Array.isArray(given[0])
@@ -211,19 +230,18 @@ function stripGiven (given) {
     const step = pairs ? 1 : 2
     for (let i = 0; i < given.length; i += step) {
       const name = pairs ? given[i][0] : given[i]
-      const value = pairs ? given[i][1] : given[i + 1]
-      if (typeof name === 'string' && name.length === 19 && name.toLowerCase() === COMMAND) {
-        values = (values || []).concat(value)
+      if (isCommandName(name)) {
+        values = (values || []).concat(pairs ? given[i][1] : given[i + 1])
       } else if (pairs) {
         out.push(given[i])
       } else {
-        out.push(name, value)
+        out.push(name, given[i + 1])
       }
     }
     return values === null ? [given, null] : [out, values]
   }
   for (const name of Object.keys(given)) {
-    if (name.length === 19 && name.toLowerCase() === COMMAND) {
+    if (isCommandName(name)) {
       if (values === null) given = { ...given }
       values = (values || []).concat(given[name])
       delete given[name]
@@ -232,68 +250,261 @@ function stripGiven (given) {
   return [given, values]
 }
 
-/** A name's key in an object of headers (any case), or undefined. */
-function keyOf (headers, name) {
-  for (const key of Object.keys(headers)) if (key.toLowerCase() === name) return key
-  return undefined
+/**
+ * Where a response watched for origin commands keeps its watch: `{req, report, session}`,
+ * `session` being `{decided, commanded}`, shared with the responses it pushes (HTTP/2).
+ * `decided` lists every room that admitted the request (see `decided`), whichever middleware
+ * decided it: the wrapper that finds a command revokes in each, so two rooms deciding one
+ * request (two middleware on one path) both end the session, whichever comes first.
+ * `commanded`: a revoke was followed (perhaps before the headers: a 103, a trailer).
+ */
+const kWatch = Symbol('velvet-rope origin commands')
+
+/**
+ * A room that admitted a request, for the response's watch: the engine, the room's name, its
+ * decision, where its refusals go (`report(message, code, error)`), and whether the revoke
+ * was tried and ended the session.
+ */
+function decided (engine, room, d, report) {
+  return { engine, room, d, report, tried: false, ended: false }
 }
 
 /**
- * What Express's response does before its headers go out (`res.writeHead`, which Node calls
- * itself when the app does not): `Velvet-Rope-Command` removed, from the response's headers
- * and from those given to `writeHead`; for a request `room` admitted with `d` (else null),
- * a revoke among them carried out. `args` are `writeHead`'s, changed in place.
+ * Watches a response for `Velvet-Rope-Command` wherever Node lets it go out (the headers, a
+ * 103, the trailers; HTTP/2's trailers and pushed responses too): it is taken off, and a
+ * revoke is followed in the rooms that admitted the request. `entry` (from `decided`) is a
+ * room that admitted it, or null. The response's methods are wrapped once; the middleware of
+ * another room on the same response only adds its entry. Call only when the engine accepts
+ * origin commands: a response without a watch costs nothing.
  */
-function commandsOut (engine, res, args, room, d) {
-  let values = null
-  const own = res.getHeader(COMMAND)
-  if (own !== undefined) {
-    values = [].concat(own)
-    res.removeHeader(COMMAND)
-  }
-  const last = args.length - 1
-  const given = last >= 1 && args[last] !== null && typeof args[last] === 'object' ? args[last] : null
-  if (given !== null) {
-    const [stripped, found] = stripGiven(given)
-    if (found !== null) {
-      args[last] = stripped
-      values = (values || []).concat(found)
-    }
-  }
-  if (values === null || room === null || !isRevokeCommand(values)) return
-  if (!revokeFor(engine, room, d, res.req, emitWarning)) return
-  const clear = engine.clearCookie(room)
-  const headers = args[last] !== null && typeof args[last] === 'object' && last >= 1 ? args[last] : null
-  const key = headers !== null && !Array.isArray(headers) ? keyOf(headers, 'set-cookie') : undefined
-  if (key !== undefined) {
-    // Given to writeHead, they replace the response's own: the clearing cookie joins them.
-    args[last] = { ...headers, [key]: without(headers[key], d.setCookie).concat(clear) }
-  } else {
-    res.setHeader('Set-Cookie', without(res.getHeader('set-cookie'), d.setCookie).concat(clear))
-  }
-  if (d.ticketHeader && d.ticket && res.getHeader('velvet-rope-ticket') === d.ticket) {
-    res.removeHeader('Velvet-Rope-Ticket')
-  }
+function watchResponse (req, res, entry, report) {
+  let watch = res[kWatch]
+  if (watch === undefined) watch = installWatch(req, res, report, { decided: [], commanded: false })
+  if (entry !== null) watch.session.decided.push(entry)
+}
+
+/** Wraps a response's ways out (see `watchResponse`); `session` may be another's (a push). */
+function installWatch (req, res, report, session) {
+  const watch = { req, report, session }
+  res[kWatch] = watch
+  wrapHead(res, watch)
+  if (typeof res.writeEarlyHints === 'function') wrapEarlyHints(res, watch)
+  if (typeof res.addTrailers === 'function') wrapTrailers(res, watch)
+  if (typeof res.setTrailer === 'function') wrapSetTrailer(res, watch)
+  if (typeof res.createPushResponse === 'function') wrapPush(res, watch)
+  return watch
 }
 
 /**
- * Watches an Express response's headers as they go out (see `commandsOut`): `room` and `d`
- * of a request a room admitted, or null and null.
+ * `writeHead` (which Node calls itself when the app does not: `write`, `end`, `flushHeaders`)
+ * goes through `headOut`. The wrapper stays for the response's life: a `writeHead` that
+ * throws (a bad header) may be called again. `writeHeader`, the deprecated alias, is the
+ * prototype's `writeHead` under another name and would go around it.
  */
-function watchExpress (engine, res, room, d) {
-  // Responses are looked at for origin commands only when a room accepts them.
-  if (!engine.acceptsOriginCommands) return
+function wrapHead (res, watch) {
   const writeHead = res.writeHead
-  res.writeHead = function velvetRopeWriteHead (...args) {
-    res.writeHead = writeHead
-    try {
-      commandsOut(engine, this, args, room, d)
-    } catch (e) {
-      emitWarning(`velvet-rope: cannot carry out the origin's commands: ${e && e.message}`,
-        'VELVET_ROPE_REVOKE_FAILED')
-    }
-    return writeHead.apply(this, args)
+  function velvetRopeWriteHead (...args) {
+    return writeHead.apply(this, headOut(watch, this, args))
   }
+  res.writeHead = velvetRopeWriteHead
+  if (typeof res.writeHeader === 'function') res.writeHeader = velvetRopeWriteHead
+}
+
+/**
+ * An early hint (103) loses the command; a revoke in it is followed at once (the origin has
+ * spoken for the visitor), and the final response clears the cookie.
+ */
+function wrapEarlyHints (res, watch) {
+  const writeEarlyHints = res.writeEarlyHints
+  res.writeEarlyHints = function velvetRopeWriteEarlyHints (hints, ...rest) {
+    const [stripped, found] = stripGiven(hints)
+    if (found !== null) commandIn(watch, found)
+    return writeEarlyHints.call(this, stripped, ...rest)
+  }
+}
+
+/**
+ * Trailers lose the command, and a revoke among them is followed at once. A trailer given
+ * after the headers went out can no longer clear the cookie: the ticket is refused from then
+ * on all the same (its holder arrives anew on its next request). Given before, the headers
+ * clear it.
+ */
+function wrapTrailers (res, watch) {
+  const addTrailers = res.addTrailers
+  res.addTrailers = function velvetRopeAddTrailers (headers) {
+    const [stripped, found] = stripGiven(headers)
+    if (found !== null) commandIn(watch, found)
+    return addTrailers.call(this, stripped)
+  }
+}
+
+/** HTTP/2's `setTrailer` (which its `addTrailers` calls): as `wrapTrailers`, one at a time. */
+function wrapSetTrailer (res, watch) {
+  const setTrailer = res.setTrailer
+  res.setTrailer = function velvetRopeSetTrailer (name, value) {
+    if (isCommandName(name)) return commandIn(watch, [value])
+    return setTrailer.call(this, name, value)
+  }
+}
+
+/**
+ * HTTP/2's pushed responses go to the same client for the same request: watched as the
+ * response is, in the same session (a revoke in either ends it in every room).
+ */
+function wrapPush (res, watch) {
+  const createPushResponse = res.createPushResponse
+  res.createPushResponse = function velvetRopeCreatePushResponse (headers, callback) {
+    if (typeof callback !== 'function') return createPushResponse.call(this, headers, callback)
+    return createPushResponse.call(this, headers, (err, pushed, ...rest) => {
+      if (!err && pushed && pushed[kWatch] === undefined) {
+        installWatch(watch.req, pushed, watch.report, watch.session)
+      }
+      return callback(err, pushed, ...rest)
+    })
+  }
+}
+
+/** Follows a revoke among `values` (a command taken off a 103 or a trailer). Never throws. */
+function commandIn (watch, values) {
+  try {
+    if (isRevokeCommand(values)) followRevoke(watch)
+  } catch (e) {
+    watch.report(`velvet-rope: cannot carry out the origin's commands: ${e && e.message}`,
+      'VELVET_ROPE_REVOKE_FAILED', e)
+  }
+}
+
+/**
+ * Revokes the session in every room that admitted the request and was not tried yet (a room
+ * may decide after a command came in a 103: the headers try it).
+ */
+function followRevoke (watch) {
+  const session = watch.session
+  session.commanded = true
+  for (const e of session.decided) {
+    if (e.tried) continue
+    e.tried = true
+    e.ended = revokeFor(e.engine, e.room, e.d, watch.req, e.report)
+  }
+}
+
+/**
+ * Where `writeHead`'s headers are among its arguments, as Node reads them (`status[,
+ * reason][, headers]`: the third when given, else the second unless it is the reason), or -1.
+ */
+function headersAt (args) {
+  if (args.length > 2 && args[2] !== undefined && args[2] !== null) return 2
+  return args.length > 1 && args[1] !== null && typeof args[1] === 'object' ? 1 : -1
+}
+
+/**
+ * What a response's headers go through on their way out (the `writeHead` wrapper):
+ * `Velvet-Rope-Command` taken off the response's own headers and off those given to
+ * `writeHead`; a revoke among them followed; and when the session ended in a room (now, or by
+ * a command in a 103 or a trailer before), the ended rooms' cookies cleared. Returns the
+ * arguments to call `writeHead` with. Never throws: a failure is reported, and the headers go
+ * out without the command all the same.
+ */
+function headOut (watch, res, args) {
+  const at = headersAt(args)
+  let values = null
+  if (at >= 0) {
+    const [stripped, found] = stripGiven(args[at])
+    if (found !== null) {
+      args = args.slice()
+      args[at] = stripped
+      values = found
+    }
+  }
+  // Headers already out: Node's writeHead throws; nothing of the response can change.
+  if (res.headersSent) return args
+  try {
+    const own = res.getHeader(COMMAND)
+    if (own !== undefined) {
+      res.removeHeader(COMMAND)
+      values = values === null ? [].concat(own) : values.concat(own)
+    }
+    if (values !== null && isRevokeCommand(values)) followRevoke(watch)
+    else if (watch.session.commanded) followRevoke(watch) // rooms that decided since
+    if (!watch.session.commanded) return args
+    const ended = watch.session.decided.filter((e) => e.ended)
+    if (ended.length === 0) return args
+    if (at >= 0) {
+      // Headers given to writeHead replace the response's own by name: once they are the
+      // response's own, the cookies are worked on in one place (else Node would put a
+      // Set-Cookie given here over the clearing cookie).
+      try {
+        foldGiven(res, args[at])
+      } catch {
+        return args // a bad header of the app's: Node's writeHead throws it
+      }
+      args = typeof args[1] === 'string' ? [args[0], args[1]] : [args[0]]
+    }
+    clearCookies(res, ended)
+  } catch (e) {
+    watch.report(`velvet-rope: cannot carry out the origin's commands: ${e && e.message}`,
+      'VELVET_ROPE_REVOKE_FAILED', e)
+  }
+  return args
+}
+
+/**
+ * Puts headers given to `writeHead` on the response itself, as Node does when the response
+ * has headers of its own: a name given replaces the response's own, and a name given twice
+ * in an array is kept twice (Node 22's rule, and HTTP/2's; Node 20 keeps the last). A
+ * `Map` or `Headers` has no own properties, and gives nothing, as in Node.
+ */
+function foldGiven (res, given) {
+  if (given === null || typeof given !== 'object') return
+  if (Array.isArray(given)) {
+    const pairs = given.length > 0 && Array.isArray(given[0])
+    const step = pairs ? 1 : 2
+    for (let i = 0; i < given.length; i += step) {
+      const name = pairs ? given[i][0] : given[i]
+      if (name) res.removeHeader(name)
+    }
+    for (let i = 0; i < given.length; i += step) {
+      const name = pairs ? given[i][0] : given[i]
+      if (name) res.appendHeader(name, pairs ? given[i][1] : given[i + 1])
+    }
+    return
+  }
+  for (const name of Object.keys(given)) if (name) res.setHeader(name, given[name])
+}
+
+/**
+ * The response of a revoke, in each room in `ended`: the room's ticket cookie cleared
+ * (`Max-Age=0`) instead of set, and no `Velvet-Rope-Ticket` the decision handed out. The
+ * app's own cookies and headers stay.
+ */
+function clearCookies (res, ended) {
+  const issued = []
+  const tickets = []
+  const clearing = []
+  for (const e of ended) {
+    if (e.d.setCookie) issued.push(e.d.setCookie)
+    if (e.d.ticketHeader && e.d.ticket) tickets.push(e.d.ticket)
+    const clear = e.engine.clearCookie(e.room)
+    if (!clearing.includes(clear)) clearing.push(clear)
+  }
+  const cookies = without(res.getHeader('set-cookie'), issued)
+  for (const clear of clearing) if (!cookies.includes(clear)) cookies.push(clear)
+  res.setHeader('Set-Cookie', cookies.length === 1 ? cookies[0] : cookies)
+  const own = tickets.length === 0 ? undefined : res.getHeader('velvet-rope-ticket')
+  if (own !== undefined) {
+    const left = without(own, tickets)
+    if (left.length === 0) res.removeHeader('Velvet-Rope-Ticket')
+    else res.setHeader('Velvet-Rope-Ticket', left.length === 1 ? left[0] : left)
+  }
+}
+
+/**
+ * Watches an Express response for origin commands (see `watchResponse`): `room` and `d` of a
+ * request a room admitted, or null and null. Only when a room of the engine accepts them.
+ */
+function watchExpress (engine, req, res, room, d) {
+  if (!engine.acceptsOriginCommands) return
+  watchResponse(req, res, room === null ? null : decided(engine, room, d, emitWarning), emitWarning)
 }
 
 /**
@@ -333,35 +544,35 @@ function express (engine, options = {}) {
     const target = req.originalUrl || req.url
     let room = null
     if (routes) {
-      if (skip !== null && skip(target)) return pass(res, next)
+      if (skip !== null && skip(target)) return pass(req, res, next)
     } else {
       room = everyPath ? roomFor() : roomFor(target)
-      if (room === null) return pass(res, next)
+      if (room === null) return pass(req, res, next)
       if (!room.readsRequest) {
         const d = room.admit(cookieOf(req))
         if (d.admitted) {
           if (d.setCookie) res.append('Set-Cookie', d.setCookie)
-          watchExpress(engine, res, room.name, d)
+          watchExpress(engine, req, res, room.name, d)
           return next()
         }
         return sendPage(res, room.name, d)
       }
     }
     const placed = engine.decideRequest(req, { room: room === null ? undefined : room.name, target })
-    if (placed === null) return pass(res, next)
+    if (placed === null) return pass(req, res, next)
     const d = placed.decision
-    if (d.bypassed) return pass(res, next)
+    if (d.bypassed) return pass(req, res, next)
     if (d.admitted) {
       for (const [name, value] of ticketHeaders(d)) res.append(name, value)
-      watchExpress(engine, res, placed.room, d)
+      watchExpress(engine, req, res, placed.room, d)
       return next()
     }
     sendPage(res, placed.room, d)
   }
 
   /** On to the app for a request no room decides: its commands are only removed. */
-  function pass (res, next) {
-    watchExpress(engine, res, null, null)
+  function pass (req, res, next) {
+    watchExpress(engine, req, res, null, null)
     return next()
   }
 
@@ -396,11 +607,16 @@ function fastifyCaseSensitive (instance) {
  * - no route yet (the plugin registered with `await`, or the routes declared in plugins
  *   registered after it): each route gets its own `onRequest` hook as it is declared (the
  *   `onRoute` way, as `@fastify/rate-limit` does), bound to its room. A request reads no
- *   route options and a route without a room carries no hook.
+ *   route options and a route without a room carries no hook (unless a room accepts origin
+ *   commands: then one that only watches its replies for them).
  * - routes already declared (`fastify.register(...)` without `await`, then routes on the
  *   root: Fastify loads the plugin after them): one application-wide `onRequest` hook that
  *   reads each request's route options (`request.routeOptions`, an object Fastify builds per
  *   call: about 1 % of a hello-world request).
+ * Origin commands are looked for on the raw response (`reply.raw`), watched from the
+ * `onRequest` hook: after every `onSend` hook, and in hijacked replies too. An
+ * application-wide `onSend` hook watches the replies no `onRequest` hook of the plugin saw (a
+ * 404, a reply an earlier hook sent).
  * A route naming a room that does not exist fails when it is declared (or, for a route
  * declared before the plugin loaded, on its requests).
  */
@@ -414,10 +630,6 @@ function fastify (instance, options, done) {
   }
   done()
 }
-
-/** Where the Fastify plugin keeps, on a request a room admitted, the room and its decision. */
-const kRoom = Symbol('velvet-rope room')
-const kDecision = Symbol('velvet-rope decision')
 
 /** The Fastify plugin's work (see `fastify`). */
 function setUp (instance, options) {
@@ -441,6 +653,25 @@ function setUp (instance, options) {
   }
 
   /**
+   * Watches a reply's raw response for origin commands (see `watchResponse`): `room` and `d`
+   * of a request a room admitted, or null and null. Refusals go to the request's log. The
+   * raw response, not Fastify's `onSend`: that runs before the `onSend` hooks registered
+   * after the plugin (which may set the header), and never for a hijacked reply.
+   */
+  function watchReply (request, reply, room, d) {
+    const report = (message, code, err) => request.log.warn({ room: room ?? undefined, code, err }, message)
+    watchResponse(request.raw, reply.raw, room === null ? null : decided(engine, room, d, report), report)
+  }
+
+  /**
+   * Every reply loses the command, decided or not (a bypass, a route without a room, a 404),
+   * when a room accepts commands: what the hooks call first.
+   */
+  function watchAny (request, reply) {
+    if (engine.acceptsOriginCommands && reply.raw[kWatch] === undefined) watchReply(request, reply, null, null)
+  }
+
+  /**
    * Decides a request for `room` (null: the configuration's routes choose): on to the route,
    * or the waiting page.
    */
@@ -449,8 +680,7 @@ function setUp (instance, options) {
       const d = room.admit(cookieOf(request.raw))
       if (d.admitted) {
         if (d.setCookie) reply.header('set-cookie', d.setCookie)
-        request[kRoom] = room.name
-        request[kDecision] = d
+        if (engine.acceptsOriginCommands) watchReply(request, reply, room.name, d)
         return next()
       }
       return sendPage(room.name, d, request, reply)
@@ -465,42 +695,10 @@ function setUp (instance, options) {
     if (d.bypassed) return next()
     if (d.admitted) {
       for (const [name, value] of ticketHeaders(d)) reply.header(name, value)
-      request[kRoom] = placed.room
-      request[kDecision] = d
+      if (engine.acceptsOriginCommands) watchReply(request, reply, placed.room, d)
       return next()
     }
     sendPage(placed.room, d, request, reply)
-  }
-
-  /**
-   * Before any reply goes out: `Velvet-Rope-Command` removed; for a request a room admitted,
-   * a revoke among its values carried out (the reply then clears the ticket cookie instead of
-   * setting it).
-   */
-  function commands (request, reply, payload, done) {
-    const values = reply.getHeader(COMMAND)
-    if (values === undefined) return done(null, payload)
-    try {
-      reply.removeHeader(COMMAND)
-      if (!reply.raw.headersSent) reply.raw.removeHeader(COMMAND)
-      const room = request[kRoom]
-      const d = request[kDecision]
-      if (room !== null && isRevokeCommand(values) &&
-          revokeFor(engine, room, d, request.raw, (message, code, e) => {
-            request.log.warn({ room, code, err: e }, message)
-          })) {
-        const cookies = without(reply.getHeader('set-cookie'), d.setCookie)
-        cookies.push(engine.clearCookie(room))
-        reply.removeHeader('set-cookie')
-        for (const c of cookies) reply.header('set-cookie', c)
-        if (d.ticketHeader && d.ticket && reply.getHeader('velvet-rope-ticket') === d.ticket) {
-          reply.removeHeader('velvet-rope-ticket')
-        }
-      }
-    } catch (e) {
-      request.log.warn({ err: e }, "velvet-rope: cannot carry out the origin's commands")
-    }
-    done(null, payload)
   }
 
   function sendPage (room, d, request, reply) {
@@ -519,17 +717,29 @@ function setUp (instance, options) {
     const own = route.config ? route.config.velvetRope : undefined
     const named = own !== undefined && own !== null && own !== false && own.room !== undefined
     if (named) check(own.room, `route ${route.method} ${route.url}`)
-    if (!perRoute || own === false) return
+    if (!perRoute) return
     let hook
-    if (named || everyPath) {
-      const room = named ? engine.room(own.room) : roomFor()
-      if (room === null && !routes) return
-      // Callback hooks, not async ones: no promise per request.
+    const room = own === false ? null : named ? engine.room(own.room) : everyPath ? roomFor() : undefined
+    if (own === false || (room === null && !routes)) {
+      // No room: the route's replies are only watched for commands to take off, and only in
+      // an engine that accepts them (else the route carries no hook at all). Here, not in
+      // onSend, for a reply the route hijacks. (A reload that turns commands on leaves such
+      // routes to the onSend hook below: only a hijacked reply of theirs keeps the header.)
+      if (!engine.acceptsOriginCommands) return
+      hook = function velvetRopeCommands (request, reply, next) {
+        watchAny(request, reply)
+        next()
+      }
+    } else if (room !== undefined) {
+      // A room, or null: the configuration's routes choose. Callback hooks, not async ones:
+      // no promise per request.
       hook = function velvetRopeRoute (request, reply, next) {
+        watchAny(request, reply)
         decide(room, request, reply, next)
       }
     } else {
       hook = function velvetRopeRoute (request, reply, next) {
+        watchAny(request, reply)
         const room = roomFor(request.url)
         if (room === null) return next()
         decide(room, request, reply, next)
@@ -542,6 +752,7 @@ function setUp (instance, options) {
   })
   if (!perRoute) {
     instance.addHook('onRequest', function velvetRope (request, reply, next) {
+      watchAny(request, reply)
       const route = request.routeOptions
       if (route.url === undefined) return next() // no route matched: a 404
       const own = route.config ? route.config.velvetRope : undefined
@@ -554,10 +765,12 @@ function setUp (instance, options) {
       decide(room, request, reply, next)
     })
   }
-  // Every reply, decided or not (a bypass, a route without a room, a 404), loses the command.
-  instance.decorateRequest(kRoom, null)
-  instance.decorateRequest(kDecision, null)
-  instance.addHook('onSend', commands)
+  // The replies no hook above watched (a 404 when each route has its own hook, one that an
+  // earlier onRequest hook sent) are watched from here: their headers are not out yet.
+  instance.addHook('onSend', function velvetRopeCommands (request, reply, payload, done) {
+    watchAny(request, reply)
+    done(null, payload)
+  })
   instance.addHook('onClose', (_instance, closed) => {
     engine.stopTicking()
     closed()

@@ -55,6 +55,34 @@ test('fastify: registered with await, each route carries its own hook, first of 
   await app.close()
 })
 
+// With the configuration's routes choosing, a route with the room off is still not decided,
+// whether or not a room accepts origin commands (the route then carries a hook, that only
+// takes the command off).
+for (const commands of [false, true]) {
+  test(`fastify: the configuration's routes, and a route with the room off (${commands ? '' : 'no '}origin commands)`, async () => {
+    const engine = new Engine(ROOMS.replace('[rooms.cookie]', 'routes = [{ path = "/" }]\n' +
+      (commands ? 'enabled_origin_commands = ["revoke"]\n' : '') + '[rooms.cookie]'))
+    assert.equal(engine.hasRoutes, true)
+    const app = Fastify()
+    await app.register(plugin, { engine })
+    app.get('/in', async () => 'in')
+    app.get('/free', { config: { velvetRope: false } }, async (req, reply) =>
+      reply.header('Velvet-Rope-Command', 'revoke').send('free'))
+    await app.ready()
+    const hooks = app.printRoutes({ includeHooks: true, commonPrefix: false })
+    assert.equal(/free \(GET\)\n *• \(onRequest\)/.test(hooks), commands, hooks)
+    for (let i = 0; i < 3; i++) {
+      const res = await app.inject('/free')
+      assert.equal(res.statusCode, 200)
+      assert.equal(res.headers['set-cookie'], undefined, 'decided')
+      assert.equal(res.headers['velvet-rope-command'], commands ? undefined : 'revoke')
+    }
+    assert.equal((await app.inject('/in')).statusCode, 200, 'the free requests took no slot')
+    assert.equal((await app.inject('/in')).statusCode, 202)
+    await app.close()
+  })
+}
+
 for (const awaited of [true, false]) {
   test(`fastify: a request no route matches is not decided (plugin ${awaited ? '' : 'not '}awaited)`, async () => {
     const app = Fastify()

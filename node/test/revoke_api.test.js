@@ -157,6 +157,19 @@ test('fastify: a refused or failing revocation is logged, and the reply goes out
   await app.close()
 })
 
+test('acceptsOriginCommands follows a reload', () => {
+  // A room's own setting is fixed for its counters' life; a room added or removed is not.
+  const plain = '[[rooms]]\nname = "p"\ntotal_active_users = 10\nnew_users_per_minute = 100000\n'
+  const engine = new Engine(plain)
+  assert.equal(engine.acceptsOriginCommands, false)
+  engine.reload(plain + config())
+  assert.equal(engine.acceptsOriginCommands, true)
+  assert.throws(() => engine.reload('not toml ['))
+  assert.equal(engine.acceptsOriginCommands, true, 'a refused reload changes nothing')
+  engine.reload(plain)
+  assert.equal(engine.acceptsOriginCommands, false)
+})
+
 test('express: without a room taking commands, responses pass untouched', async () => {
   const express = require('express')
   const engine = new Engine('[[rooms]]\nname = "plain"\ntotal_active_users = 10\n' +

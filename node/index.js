@@ -332,26 +332,43 @@ function sharedMemorySize (config) {
   } catch (e) { throw convert(e) }
 }
 
+// Every export a name of its own (no `a: b.c`): Node reads a CommonJS module's names for
+// `import { express } from 'velvet-rope'` from this literal, and stops at the first value
+// that is not a plain identifier.
+const { Coordinator, RateLimiter, Gauge, Permit } = leases
+const { express, fastify, isRevokeCommand, COMMAND_HEADER } = middleware
+const { nowMs, noop } = native
+const {
+  VelvetRopeError,
+  ConfigError,
+  UnknownRoomError,
+  SharedMemoryError,
+  InvalidArgumentError,
+  LeaseError,
+  UnknownResourceError,
+  CapacityError
+} = errors
+
 module.exports = {
   Engine,
   Room,
-  Coordinator: leases.Coordinator,
-  RateLimiter: leases.RateLimiter,
-  Gauge: leases.Gauge,
-  Permit: leases.Permit,
-  express: middleware.express,
-  fastify: middleware.fastify,
+  Coordinator,
+  RateLimiter,
+  Gauge,
+  Permit,
+  express,
+  fastify,
   sharedMemorySize,
-  isRevokeCommand: middleware.isRevokeCommand,
-  COMMAND_HEADER: middleware.COMMAND_HEADER,
-  nowMs: native.nowMs,
-  noop: native.noop,
-  VelvetRopeError: errors.VelvetRopeError,
-  ConfigError: errors.ConfigError,
-  UnknownRoomError: errors.UnknownRoomError,
-  SharedMemoryError: errors.SharedMemoryError,
-  InvalidArgumentError: errors.InvalidArgumentError,
-  LeaseError: errors.LeaseError,
-  UnknownResourceError: errors.UnknownResourceError,
-  CapacityError: errors.CapacityError
+  isRevokeCommand,
+  COMMAND_HEADER,
+  nowMs,
+  noop,
+  VelvetRopeError,
+  ConfigError,
+  UnknownRoomError,
+  SharedMemoryError,
+  InvalidArgumentError,
+  LeaseError,
+  UnknownResourceError,
+  CapacityError
 }

@@ -263,6 +263,10 @@ def test_npm(tmp: Path) -> None:
          f"express@{express}"], env, cwd=app)
     where = run(["node", "-e", "console.log(require.resolve('velvet-rope'))"], env, cwd=app)
     assert where.strip().startswith(str(app / "node_modules")), where
+    named = run(["node", "--input-type=module", "-e",
+                 "import { Engine, express, fastify } from 'velvet-rope'; "
+                 "console.log(typeof Engine, typeof express, typeof fastify)"], env, cwd=app)
+    assert named.split() == ["function"] * 3, f"ES module named imports: {named}"
     (app / "velvet-rope.toml").write_text(ROOM)
     (app / "server.js").write_text(
         "const express = require('express')\n"

@@ -465,11 +465,21 @@ function foldGiven (res, given) {
     }
     for (let i = 0; i < given.length; i += step) {
       const name = pairs ? given[i][0] : given[i]
-      if (name) res.appendHeader(name, pairs ? given[i][1] : given[i + 1])
+      if (name) append(res, name, pairs ? given[i][1] : given[i + 1])
     }
     return
   }
   for (const name of Object.keys(given)) if (name) res.setHeader(name, given[name])
+}
+
+/**
+ * `res.appendHeader(name, value)`, or its equivalent where a response has none (HTTP/2's
+ * compatibility response before Node 20.12).
+ */
+function append (res, name, value) {
+  if (typeof res.appendHeader === 'function') return res.appendHeader(name, value)
+  const had = res.getHeader(name)
+  res.setHeader(name, had === undefined ? value : [].concat(had, value))
 }
 
 /**
@@ -578,6 +588,8 @@ function express (engine, options = {}) {
 
   function sendPage (res, room, d) {
     const req = res.req
+    // The page is ours, but a middleware ahead of this one may have set the command on it.
+    watchExpress(engine, req, res, null, null)
     const page = engine.renderPage(room, d, req.headers.accept, req.headers['accept-language'],
       undefined, headerOf(req, 'velvet-rope-ticket'))
     res.status(page.status)
@@ -750,6 +762,16 @@ function setUp (instance, options) {
     const theirs = route.onRequest
     route.onRequest = theirs === undefined || theirs === null ? [hook] : [hook].concat(theirs)
   })
+  if (perRoute && engine.acceptsOriginCommands) {
+    // Application-wide hooks run before the routes' own: one the application adds after the
+    // plugin may hijack the reply and write it raw, and the not-found handler has no route
+    // hook at all. A light hook watches those replies from the start. (Only in an engine that
+    // accepts commands when the plugin loads, as for routes without a room above.)
+    instance.addHook('onRequest', function velvetRopeCommands (request, reply, next) {
+      watchAny(request, reply)
+      next()
+    })
+  }
   if (!perRoute) {
     instance.addHook('onRequest', function velvetRope (request, reply, next) {
       watchAny(request, reply)

@@ -565,3 +565,45 @@ test('fastify over HTTP/2: the command never reaches the client, and revokes', a
     }
   }, { listen: true, options: { http2: true } })
 })
+
+// Express: the waiting page (or a reject) is the middleware's own response, but a middleware
+// ahead of it may have set the command on the response: it went out with the page.
+
+test('express: the waiting page never carries a command set ahead of the middleware', async () => {
+  const engine = new Engine(CONFIG.replace('total_active_users = 10', 'total_active_users = 1'))
+  await withExpress(engine, 'r', (req, res) => res.send('origin'), async (port) => {
+    let r = await rawGet(port, '/x')
+    assert.equal(r.body, 'origin')
+    r = await rawGet(port, '/x', [['X-Set-Command', '1']])
+    assert.notEqual(r.body, 'origin', 'the second visitor should wait')
+    assert.equal(r.headers['velvet-rope-command'], undefined, 'the command reached the client with the waiting page')
+  }, (app) => app.use((req, res, next) => {
+    if (req.headers['x-set-command']) res.setHeader('Velvet-Rope-Command', 'revoke')
+    next()
+  }))
+})
+
+// Fastify, the plugin awaited (each route its own hook): a reply hijacked before any route
+// hook ran (an application onRequest hook, the not-found handler) kept the command.
+
+test('fastify: replies hijacked outside the route hooks lose the command (plugin awaited)', async () => {
+  await withFastify((app) => {
+    app.addHook('onRequest', (request, reply, next) => {
+      if (request.url !== '/early') return next()
+      reply.hijack()
+      reply.raw.writeHead(200, { 'velvet-rope-command': 'revoke' })
+      reply.raw.end('early')
+    })
+    app.setNotFoundHandler((request, reply) => {
+      reply.hijack()
+      reply.raw.writeHead(404, { 'velvet-rope-command': 'revoke' })
+      reply.raw.end('nothing')
+    })
+    app.get('/x', async () => 'origin')
+  }, async (app) => {
+    for (const target of ['/early', '/missing']) {
+      const r = await rawGet(app.server.address().port, target)
+      assert.equal(r.headers['velvet-rope-command'], undefined, `${target}: the command reached the client`)
+    }
+  }, { listen: true, awaited: true })
+})

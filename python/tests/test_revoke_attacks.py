@@ -244,3 +244,118 @@ def test_fastapi_waiting_room_strips_other_commands_from_an_http_exception() -> 
     assert status == 409
     assert b"velvet-rope-command" not in [n.lower() for n, _ in headers], headers
     assert e.revoke("r", held) == "revoked", "the session was revoked"
+
+
+def test_fastapi_install_is_outermost_whatever_the_order() -> None:
+    """`install` before an `@app.middleware("http")` that answers with the command: the
+    command is still removed and followed (`install`'s middleware wraps the whole stack, not
+    only what was added before it)."""
+    e = Engine(CONFIG)
+    app = FastAPI()
+    install(app)
+
+    @app.middleware("http")
+    async def logout(request: Any, call_next: Any) -> Any:
+        response = await call_next(request)
+        response.headers["Velvet-Rope-Command"] = "revoke"
+        return response
+
+    @app.get("/", dependencies=[Depends(Admission(e, "r", tick=False))])
+    async def page() -> dict[str, str]:
+        return {"ok": "yes"}
+
+    held = e.admit("r", None, velvet_rope.now_ms()).ticket
+    sent = run(app, [(b"cookie", f"__vr_r={held}".encode())])
+    assert b"velvet-rope-command" not in [n.lower() for n in names(sent[0]["headers"])], sent[0]
+    assert e.revoke("r", held) == "already_revoked", "the session was not revoked"
+
+
+def test_fastapi_install_strips_the_command_from_a_server_error_page() -> None:
+    """A 500 handler (Starlette's ServerErrorMiddleware, outside every added middleware)
+    answering with the command: removed, and the admitted session revoked."""
+    from starlette.responses import PlainTextResponse
+
+    e = Engine(CONFIG)
+
+    async def on_error(request: Any, exc: Exception) -> Any:
+        return PlainTextResponse("gone", 500, headers={"Velvet-Rope-Command": "revoke"})
+
+    app = FastAPI(exception_handlers={Exception: on_error})
+    install(app)
+
+    @app.get("/", dependencies=[Depends(Admission(e, "r", tick=False))])
+    async def page() -> dict[str, str]:
+        raise RuntimeError("boom")
+
+    held = e.admit("r", None, velvet_rope.now_ms()).ticket
+    sent: list[dict[str, Any]] = []
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+        "scheme": "http", "path": "/", "raw_path": b"/", "query_string": b"",
+        "root_path": "", "headers": [(b"cookie", f"__vr_r={held}".encode())],
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+    }
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    try:
+        asyncio.run(app(scope, receive, send))
+    except RuntimeError:
+        pass  # ServerErrorMiddleware re-raises after answering, for the server to log
+    assert sent and sent[0]["status"] == 500, sent
+    assert b"velvet-rope-command" not in [n.lower() for n in names(sent[0]["headers"])], sent[0]
+    assert e.revoke("r", held) == "already_revoked", "the session was not revoked"
+
+
+def websocket(app: Any, reply: dict[str, Any]) -> list[dict[str, Any]]:
+    """A WebSocket handshake through `app`, whose inner application answers with `reply`
+    (`websocket.accept`, or a denial's `websocket.http.response.start`): what went out."""
+    scope = {
+        "type": "websocket", "asgi": {"version": "3.0"}, "http_version": "1.1",
+        "scheme": "ws", "path": "/", "raw_path": b"/", "query_string": b"", "root_path": "",
+        "headers": [], "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+        "subprotocols": [], "extensions": {"websocket.http.response": {}},
+    }
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "websocket.connect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    return sent
+
+
+def ws_app(reply: dict[str, Any]) -> Any:
+    async def inner(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send(reply)
+
+    return inner
+
+
+def test_a_websocket_handshake_never_carries_the_command() -> None:
+    """The command in a WebSocket handshake's headers (an accept, or a denial response) is
+    removed by the ASGI middleware and by `install`'s, as from any response."""
+    e = Engine(CONFIG)
+    replies = [
+        {"type": "websocket.accept", "headers": [(b"velvet-rope-command", b"revoke")]},
+        {"type": "websocket.http.response.start", "status": 403,
+         "headers": [(b"Velvet-Rope-Command", b"revoke"), (b"content-length", b"0")]},
+    ]
+    for reply in replies:
+        sent = websocket(AsgiRoom(ws_app(reply), e, room="r", tick=False), reply)
+        assert b"velvet-rope-command" not in [n.lower() for n in names(sent[0]["headers"])], \
+            f"the ASGI middleware let it through: {sent}"
+        app = FastAPI()
+        install(app)
+        app.mount("/", ws_app(reply))
+        sent = websocket(app, reply)
+        assert b"velvet-rope-command" not in [n.lower() for n in names(sent[0]["headers"])], \
+            f"install's middleware let it through: {sent}"

@@ -74,6 +74,11 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 #: extension): their headers are looked at for commands as a response start's are.
 TRAILERS = "http.response.trailers"
 
+#: The messages whose headers reach the client, besides an HTTP response's start and trailers:
+#: a WebSocket handshake's acceptance and its denial response (the `websocket.http.response`
+#: extension). No room decides a WebSocket, so a command there is only removed.
+_WEBSOCKET_HEADERS = ("websocket.accept", "websocket.http.response.start")
+
 
 def _cookie(scope: Scope) -> bytes | None:
     """The request's `Cookie` header (several joined with `; `, as HTTP/2 may split them)."""
@@ -164,7 +169,7 @@ def stripping(scope: Scope, send: Send) -> Send:
     # A plain function returning `send`'s awaitable: no coroutine of its own per message.
     def send_stripped(message: Message) -> Awaitable[None]:
         kind = message["type"]
-        if kind == "http.response.start" or kind == TRAILERS:
+        if kind == "http.response.start" or kind == TRAILERS or kind in _WEBSOCKET_HEADERS:
             message = _strip_commands(scope, message)
         return send(message)
 
@@ -302,7 +307,8 @@ class WaitingRoom:
         if self.ticker is not None:
             self.ticker.ensure_started()
         if kind != "http":
-            await self.app(scope, receive, send)
+            strip = kind == "websocket" and self.engine.accepts_origin_commands
+            await self.app(scope, receive, stripping(scope, send) if strip else send)
             return
         room = self.router.room_for(scope["path"])
         # Responses are looked at for origin commands only when a room accepts them.

@@ -151,7 +151,9 @@ class _Tickets:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            # A WebSocket handshake's headers lose the command too (no room decides one).
+            strip = scope["type"] == "websocket"
+            await self.app(scope, receive, stripping(scope, send) if strip else send)
             return
         admitted: list[tuple[Engine, str, Decision, list[tuple[bytes, bytes]]]] = []
         scope[_TICKETS] = admitted
@@ -180,11 +182,20 @@ class _Tickets:
 def install(app: FastAPI) -> None:
     """Prepares `app` for `Admission` (call it before the app starts; once is enough): a
     waiting visitor (`Queued`) is answered with the waiting page, and an admitted visitor's
-    ticket is set on the response whatever the endpoint returns."""
+    ticket is set on the response whatever the endpoint returns.
+
+    Its middleware wraps the app's whole middleware stack, whenever it is built: outside the
+    middleware added after `install` and outside Starlette's `ServerErrorMiddleware`, so that
+    an origin command in any response (a 500 page's included) is removed and followed."""
     if getattr(app, "_velvet_rope_installed", False):
         return
     app.add_exception_handler(Queued, _queued_handler)
-    app.add_middleware(_Tickets)
+    build = app.build_middleware_stack
+
+    def build_with_tickets() -> ASGIApp:
+        return _Tickets(build())
+
+    setattr(app, "build_middleware_stack", build_with_tickets)
     setattr(app, "_velvet_rope_installed", True)
 
 

@@ -8,7 +8,10 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 version="$(python3 packaging/versions.py)"
-"${CARGO:-cargo}" build --release -p velvet-rope-envoy -p velvet-rope-cli
+# One package per build, as `make test-envoy` and `make demo` build them: built together,
+# cargo would unify their features differently and build the engine once more.
+"${CARGO:-cargo}" build --release -p velvet-rope-envoy
+"${CARGO:-cargo}" build --release -p velvet-rope-cli
 mkdir -p dist target/bin-dist
 envoy="velvet-rope-envoy-$version-x86_64-linux-gnu"
 cli="velvet-rope-$version-x86_64-linux-gnu"

@@ -259,6 +259,15 @@ impl Engine {
         serde_json::json!({ "rooms": rooms }).to_string()
     }
 
+    /// Every room's metrics in the OpenMetrics text format (Prometheus' scrape format),
+    /// ending with `# EOF`: gauges of the room's state as its last tick published it,
+    /// counters of admissions, ticket refusals by reason, rule matches, dry-run outcomes and
+    /// revocations (see `admission::metrics` for the names).
+    pub fn metrics_text(&self) -> String {
+        let snap = self.current.load();
+        crate::admission::metrics::render(snap.rooms.iter().map(|v| &*v.room))
+    }
+
     /// The page to serve for a queue or reject decision (`None` for admit). `accept` is the
     /// request's `Accept` header: JSON is served when it prefers `application/json` and the
     /// room allows it. The page is in the room's `default_template_language`, as of the

@@ -9,6 +9,7 @@ pub(crate) mod engine;
 mod front_door;
 mod governance;
 mod keys;
+mod metrics;
 mod place;
 pub mod revoke;
 mod room;

@@ -652,17 +652,7 @@ impl From<velvet_rope::RoomStats> for RoomStats {
             free_slots: s.free_slots,
             admission_rate: s.admission_rate,
             memory_bytes: s.memory_bytes,
-            ticket_rejections: [
-                ("bad_encoding", r.bad_encoding),
-                ("unknown_key", r.unknown_key),
-                ("bad_tag", r.bad_tag),
-                ("wrong_room", r.wrong_room),
-                ("expired", r.expired),
-                ("from_future", r.from_future),
-                ("revoked", r.revoked),
-            ]
-            .into_iter()
-            .collect(),
+            ticket_rejections: r.by_reason().into_iter().collect(),
         }
     }
 }

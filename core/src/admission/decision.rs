@@ -110,6 +110,21 @@ pub struct TicketRejections {
     pub revoked: u64,
 }
 
+impl TicketRejections {
+    /// Each reason's name (as stats and metrics label it) and count, in a fixed order.
+    pub fn by_reason(&self) -> [(&'static str, u64); 7] {
+        [
+            ("bad_encoding", self.bad_encoding),
+            ("unknown_key", self.unknown_key),
+            ("bad_tag", self.bad_tag),
+            ("wrong_room", self.wrong_room),
+            ("expired", self.expired),
+            ("from_future", self.from_future),
+            ("revoked", self.revoked),
+        ]
+    }
+}
+
 /// A room's state as the last tick (of any process sharing its counters) published it, plus
 /// live rejection counters.
 #[derive(Debug, Clone, Copy, PartialEq)]

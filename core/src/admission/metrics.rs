@@ -8,151 +8,147 @@
 
 use std::fmt::Write as _;
 
+use crate::admission::decision::RoomStats;
+use crate::admission::governance::is_governing;
 use crate::admission::room::Room;
 use crate::admission::stats::room_stats;
+use crate::config::Rules;
+use crate::counters::revocations::RevocationCounts;
 use crate::counters::tick_block::Cell;
 use crate::sync::Ordering;
 
-/// One metric family: its name (without `_total` for a counter), type and help text.
+/// What one room's samples are written from, read once per scrape.
+struct View<'a> {
+    room: &'a Room,
+    stats: RoomStats,
+    rules: Rules,
+    /// Revocation counts and capacity, for a room that keeps revocations.
+    revocations: Option<(RevocationCounts, usize)>,
+}
+
+/// One metric family: its name (without `_total` for a counter), type, help text, and what
+/// writes a room's samples of it.
 struct Family {
     name: &'static str,
     kind: &'static str,
     help: &'static str,
+    write: fn(&mut Samples<'_>, &View<'_>),
+}
+
+/// Where a family's samples go: the text, the family's name and the room's label.
+struct Samples<'o> {
+    out: &'o mut String,
+    name: &'static str,
+    room: &'o str,
+}
+
+impl Samples<'_> {
+    /// `name{room="..."} value`.
+    fn gauge(&mut self, value: f64) {
+        let _ = writeln!(
+            self.out,
+            "{}{{room=\"{}\"}} {value}",
+            self.name,
+            Escaped(self.room)
+        );
+    }
+
+    /// `name_total{room="...",<label>="<value>"} n`.
+    fn counter(&mut self, labels: &[(&str, &str)], n: u64) {
+        let _ = write!(
+            self.out,
+            "{}_total{{room=\"{}\"",
+            self.name,
+            Escaped(self.room)
+        );
+        for (k, v) in labels {
+            let _ = write!(self.out, ",{k}=\"{}\"", Escaped(v));
+        }
+        let _ = writeln!(self.out, "}} {n}");
+    }
 }
 
 /// The families, in the order they are written.
 const FAMILIES: &[Family] = &[
-    Family { name: "velvet_rope_room_active_users", kind: "gauge", help: "Visitors holding a seat, as of the room's last tick." },
-    Family { name: "velvet_rope_room_active_users_limit", kind: "gauge", help: "The room's total_active_users in force." },
-    Family { name: "velvet_rope_room_new_users_per_minute_limit", kind: "gauge", help: "The room's new_users_per_minute in force." },
-    Family { name: "velvet_rope_room_admitted_this_minute", kind: "gauge", help: "Visitors admitted in the current minute." },
-    Family { name: "velvet_rope_room_queue_length", kind: "gauge", help: "Visitors waiting in the room's queue." },
-    Family { name: "velvet_rope_room_free_slots", kind: "gauge", help: "Seats free to hand out now." },
-    Family { name: "velvet_rope_room_admission_rate", kind: "gauge", help: "Admissions per second the wait estimates assume." },
-    Family { name: "velvet_rope_room_suspended", kind: "gauge", help: "1 while the room admits nobody (suspended)." },
-    Family { name: "velvet_rope_room_queue_all", kind: "gauge", help: "1 while every new visitor is queued (queue_all)." },
-    Family { name: "velvet_rope_room_governing", kind: "gauge", help: "1 when this process's configuration governs the room's counters." },
-    Family { name: "velvet_rope_room_memory_bytes", kind: "gauge", help: "Bytes of the room's counters." },
-    Family { name: "velvet_rope_room_admissions", kind: "counter", help: "Visitors admitted since the counters were made." },
-    Family { name: "velvet_rope_ticket_rejections", kind: "counter", help: "Tickets refused, by reason (the visitor arrives anew)." },
-    Family { name: "velvet_rope_rule_matches", kind: "counter", help: "Requests each rule matched (this process)." },
-    Family { name: "velvet_rope_dry_run_would_have", kind: "counter", help: "Requests a dry-run room let through that it would have queued or rejected (this process)." },
-    Family { name: "velvet_rope_revocations", kind: "counter", help: "Origin revocations, by outcome." },
-    Family { name: "velvet_rope_revocations_kept", kind: "gauge", help: "Revoked ticket ids held now." },
-    Family { name: "velvet_rope_revocations_capacity", kind: "gauge", help: "Revoked ticket ids the room can hold." },
+    Family { name: "velvet_rope_room_active_users", kind: "gauge", help: "Visitors holding a seat, as of the room's last tick.", write: |s, v| s.gauge(v.stats.active_users as f64) },
+    Family { name: "velvet_rope_room_active_users_limit", kind: "gauge", help: "The room's total_active_users in force.", write: |s, v| s.gauge(v.rules.total_active_users as f64) },
+    Family { name: "velvet_rope_room_new_users_per_minute_limit", kind: "gauge", help: "The room's new_users_per_minute in force.", write: |s, v| s.gauge(v.rules.new_users_per_minute as f64) },
+    Family { name: "velvet_rope_room_admitted_this_minute", kind: "gauge", help: "Visitors admitted in the current minute.", write: |s, v| s.gauge(v.stats.admitted_this_minute as f64) },
+    Family { name: "velvet_rope_room_queue_length", kind: "gauge", help: "Visitors waiting in the room's queue.", write: |s, v| s.gauge(v.stats.queue_length as f64) },
+    Family { name: "velvet_rope_room_free_slots", kind: "gauge", help: "Seats free to hand out now.", write: |s, v| s.gauge(v.stats.free_slots as f64) },
+    Family { name: "velvet_rope_room_admission_rate", kind: "gauge", help: "Admissions per second the wait estimates assume.", write: |s, v| s.gauge(v.stats.admission_rate) },
+    Family { name: "velvet_rope_room_suspended", kind: "gauge", help: "1 while the room admits nobody (suspended).", write: |s, v| s.gauge(f64::from(u8::from(v.rules.suspended))) },
+    Family { name: "velvet_rope_room_queue_all", kind: "gauge", help: "1 while every new visitor is queued (queue_all).", write: |s, v| s.gauge(f64::from(u8::from(v.rules.queue_all))) },
+    Family { name: "velvet_rope_room_governing", kind: "gauge", help: "1 when this process's configuration governs the room's counters.", write: |s, v| s.gauge(f64::from(u8::from(is_governing(v.room)))) },
+    Family { name: "velvet_rope_room_memory_bytes", kind: "gauge", help: "Bytes of the room's counters.", write: |s, v| s.gauge(v.stats.memory_bytes as f64) },
+    Family { name: "velvet_rope_room_admissions", kind: "counter", help: "Visitors admitted since the counters were made.", write: |s, v| s.counter(&[], v.stats.admitted_total) },
+    Family { name: "velvet_rope_ticket_rejections", kind: "counter", help: "Tickets refused, by reason (the visitor arrives anew).", write: |s, v| {
+        for (reason, n) in v.stats.ticket_rejections.by_reason() {
+            s.counter(&[("reason", reason)], n);
+        }
+    } },
+    Family { name: "velvet_rope_rule_matches", kind: "counter", help: "Requests each rule matched (this process).", write: |s, v| {
+        for (rule, action, n) in v.room.rules.tallies() {
+            s.counter(&[("rule", rule), ("action", action.as_str())], n);
+        }
+    } },
+    Family { name: "velvet_rope_dry_run_would_have", kind: "counter", help: "Requests a dry-run room let through that it would have queued or rejected (this process).", write: |s, v| {
+        for (outcome, i) in [("queue", 0), ("reject", 1)] {
+            s.counter(&[("outcome", outcome)], v.room.would_have[i].load(Ordering::Relaxed));
+        }
+    } },
+    Family { name: "velvet_rope_revocations", kind: "counter", help: "Origin revocations, by outcome.", write: |s, v| {
+        if let Some((c, _)) = v.revocations {
+            for (outcome, n) in [("made", c.made), ("received", c.received), ("refused", c.refused)] {
+                s.counter(&[("outcome", outcome)], n);
+            }
+        }
+    } },
+    Family { name: "velvet_rope_revocations_kept", kind: "gauge", help: "Revoked ticket ids held now.", write: |s, v| {
+        if let Some((c, _)) = v.revocations {
+            s.gauge(c.kept as f64);
+        }
+    } },
+    Family { name: "velvet_rope_revocations_capacity", kind: "gauge", help: "Revoked ticket ids the room can hold.", write: |s, v| {
+        if let Some((_, capacity)) = v.revocations {
+            s.gauge(capacity as f64);
+        }
+    } },
 ];
 
 /// The rooms' metrics as OpenMetrics text, ending with `# EOF`.
-pub(crate) fn render<'a>(rooms: impl Iterator<Item = &'a Room> + Clone) -> String {
+pub(crate) fn render<'a>(rooms: impl Iterator<Item = &'a Room>) -> String {
+    let views: Vec<View<'_>> = rooms
+        .map(|room| {
+            let tb = room.counters.tick_block();
+            View {
+                room,
+                stats: room_stats(room),
+                rules: room.rules_at(tb.get(Cell::LastTick)),
+                revocations: room.counters.revocations().map(|r| {
+                    (
+                        r.counts(tb.get(Cell::Bucket)),
+                        room.counters.layout().revocation_words,
+                    )
+                }),
+            }
+        })
+        .collect();
     let mut out = String::with_capacity(4096);
     for family in FAMILIES {
         let _ = writeln!(out, "# TYPE {} {}", family.name, family.kind);
         let _ = writeln!(out, "# HELP {} {}", family.name, family.help);
-        for room in rooms.clone() {
-            samples(&mut out, family, room);
+        for view in &views {
+            let mut samples = Samples {
+                out: &mut out,
+                name: family.name,
+                room: &view.room.cfg.name,
+            };
+            (family.write)(&mut samples, view);
         }
     }
     out.push_str("# EOF\n");
     out
-}
-
-/// `family`'s samples for `room`.
-fn samples(out: &mut String, family: &Family, room: &Room) {
-    let name = family.name;
-    let label = Escaped(&room.cfg.name);
-    let st = room_stats(room);
-    let tb = room.counters.tick_block();
-    let rules = room.rules_at(tb.get(Cell::LastTick));
-    let flag = |b: bool| u64::from(b);
-    let gauge = |out: &mut String, v: f64| {
-        let _ = writeln!(out, "{name}{{room=\"{label}\"}} {v}");
-    };
-    match name {
-        "velvet_rope_room_active_users" => gauge(out, st.active_users as f64),
-        "velvet_rope_room_active_users_limit" => gauge(out, rules.total_active_users as f64),
-        "velvet_rope_room_new_users_per_minute_limit" => {
-            gauge(out, rules.new_users_per_minute as f64)
-        }
-        "velvet_rope_room_admitted_this_minute" => gauge(out, st.admitted_this_minute as f64),
-        "velvet_rope_room_queue_length" => gauge(out, st.queue_length as f64),
-        "velvet_rope_room_free_slots" => gauge(out, st.free_slots as f64),
-        "velvet_rope_room_admission_rate" => gauge(out, st.admission_rate),
-        "velvet_rope_room_suspended" => gauge(out, flag(rules.suspended) as f64),
-        "velvet_rope_room_queue_all" => gauge(out, flag(rules.queue_all) as f64),
-        "velvet_rope_room_governing" => gauge(
-            out,
-            flag(crate::admission::governance::is_governing(room)) as f64,
-        ),
-        "velvet_rope_room_memory_bytes" => gauge(out, st.memory_bytes as f64),
-        "velvet_rope_room_admissions" => {
-            let _ = writeln!(
-                out,
-                "{name}_total{{room=\"{label}\"}} {}",
-                st.admitted_total
-            );
-        }
-        "velvet_rope_ticket_rejections" => {
-            let r = st.ticket_rejections;
-            for (reason, n) in [
-                ("bad_encoding", r.bad_encoding),
-                ("unknown_key", r.unknown_key),
-                ("bad_tag", r.bad_tag),
-                ("wrong_room", r.wrong_room),
-                ("expired", r.expired),
-                ("from_future", r.from_future),
-                ("revoked", r.revoked),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "{name}_total{{room=\"{label}\",reason=\"{reason}\"}} {n}"
-                );
-            }
-        }
-        "velvet_rope_rule_matches" => {
-            for (rule, action, n) in room.rules.tallies() {
-                let _ = writeln!(
-                    out,
-                    "{name}_total{{room=\"{label}\",rule=\"{}\",action=\"{}\"}} {n}",
-                    Escaped(rule),
-                    action.as_str()
-                );
-            }
-        }
-        "velvet_rope_dry_run_would_have" => {
-            for (outcome, i) in [("queue", 0), ("reject", 1)] {
-                let n = room.would_have[i].load(Ordering::Relaxed);
-                let _ = writeln!(
-                    out,
-                    "{name}_total{{room=\"{label}\",outcome=\"{outcome}\"}} {n}"
-                );
-            }
-        }
-        "velvet_rope_revocations"
-        | "velvet_rope_revocations_kept"
-        | "velvet_rope_revocations_capacity" => {
-            let Some(rv) = room.counters.revocations() else {
-                return;
-            };
-            let c = rv.counts(tb.get(Cell::Bucket));
-            match name {
-                "velvet_rope_revocations" => {
-                    for (outcome, n) in [
-                        ("made", c.made),
-                        ("received", c.received),
-                        ("refused", c.refused),
-                    ] {
-                        let _ = writeln!(
-                            out,
-                            "{name}_total{{room=\"{label}\",outcome=\"{outcome}\"}} {n}"
-                        );
-                    }
-                }
-                "velvet_rope_revocations_kept" => gauge(out, c.kept as f64),
-                _ => gauge(out, room.counters.layout().revocation_words as f64),
-            }
-        }
-        _ => unreachable!("a family without samples: {name}"),
-    }
 }
 
 /// A label value as OpenMetrics writes it: `\`, `"` and line feeds escaped.

@@ -77,15 +77,11 @@ pub(crate) fn room_stats_json(room: &Room) -> serde_json::Value {
             "action": action.as_str(),
             "matched": matched,
         })).collect::<Vec<_>>(),
-        "ticket_rejections": {
-            "bad_encoding": r.bad_encoding,
-            "unknown_key": r.unknown_key,
-            "bad_tag": r.bad_tag,
-            "wrong_room": r.wrong_room,
-            "expired": r.expired,
-            "from_future": r.from_future,
-            "revoked": r.revoked,
-        },
+        "ticket_rejections": r
+            .by_reason()
+            .into_iter()
+            .map(|(reason, n)| (reason.to_owned(), serde_json::Value::from(n)))
+            .collect::<serde_json::Map<_, _>>(),
         "revocations": revocations,
     })
 }

@@ -11,7 +11,7 @@
 #define VR_VERSION_MAJOR 0
 
 // Minor version of this library.
-#define VR_VERSION_MINOR 2
+#define VR_VERSION_MINOR 3
 
 // Patch version of this library.
 #define VR_VERSION_PATCH 0
@@ -265,7 +265,7 @@ typedef struct {
 extern "C" {
 #endif // __cplusplus
 
-// The library version as a static NUL-terminated string, e.g. `"0.2.0"`.
+// The library version as a static NUL-terminated string, e.g. `"0.3.0"`.
 const char *vr_version(void);
 
 // Milliseconds since the Unix epoch, from the system clock: the `now_ms` to pass when the
@@ -422,6 +422,19 @@ vr_result vr_engine_stats_json(const vr_engine *engine,
                                char *buf,
                                size_t buf_len,
                                size_t *written_out);
+
+// Every room's metrics in the OpenMetrics text format (what Prometheus scrapes; serve it as
+// `application/openmetrics-text; version=1.0.0; charset=utf-8`), ending with `# EOF` and
+// NUL-terminated, into `buf`. `*written_out` gets the text's length (without the NUL); when
+// `buf_len` is too small the result is `VR_BUFFER_TOO_SMALL` and `*written_out` is the size
+// needed (NUL included; the text of the next call may be a little longer, as counts grow).
+//
+// # Safety
+// `engine` live; `buf` NULL or writable for `buf_len` bytes; `written_out` writable.
+vr_result vr_engine_metrics(const vr_engine *engine,
+                            char *buf,
+                            size_t buf_len,
+                            size_t *written_out);
 
 // Renders the page for a queue or reject decision: `*page_out` owns a new page (free with
 // [`vr_page_free`]), or is set to NULL for an admit decision. `accept` is the request's

@@ -1183,12 +1183,46 @@ ngx_http_velvet_rope_drop_caching_headers(ngx_http_request_t *r)
 }
 
 
+/*
+ * Whether a status request asks for the metrics (Prometheus' scrape format) rather than the
+ * JSON: `?format=prometheus` (or `openmetrics`), or an `Accept` naming
+ * `application/openmetrics-text` or `text/plain` (what Prometheus sends; a browser's or
+ * curl's does not). `?format=json` asks for the JSON whatever the `Accept`.
+ */
+static ngx_uint_t
+ngx_http_velvet_rope_wants_metrics(ngx_http_request_t *r)
+{
+    ngx_str_t          format;
+    ngx_table_elt_t   *accept;
+
+    if (ngx_http_arg(r, (u_char *) "format", sizeof("format") - 1, &format) == NGX_OK) {
+        return (format.len == sizeof("prometheus") - 1
+                && ngx_strncasecmp(format.data, (u_char *) "prometheus", format.len) == 0)
+               || (format.len == sizeof("openmetrics") - 1
+                   && ngx_strncasecmp(format.data, (u_char *) "openmetrics", format.len)
+                      == 0);
+    }
+
+    accept = ngx_http_velvet_rope_accept_header(r);
+
+    return accept != NULL
+           && (ngx_strlcasestrn(accept->value.data, accept->value.data + accept->value.len,
+                                (u_char *) "application/openmetrics-text",
+                                sizeof("application/openmetrics-text") - 2) != NULL
+               || ngx_strlcasestrn(accept->value.data,
+                                   accept->value.data + accept->value.len,
+                                   (u_char *) "text/plain", sizeof("text/plain") - 2)
+                  != NULL);
+}
+
+
 static ngx_int_t
 ngx_http_velvet_rope_status_handler(ngx_http_request_t *r)
 {
     size_t                             len, written;
     u_char                            *buf;
     ngx_int_t                          rc;
+    ngx_uint_t                         metrics;
     vr_result                          vrc;
     ngx_http_velvet_rope_main_conf_t  *vmcf;
 
@@ -1208,6 +1242,7 @@ ngx_http_velvet_rope_status_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    metrics = ngx_http_velvet_rope_wants_metrics(r);
     len = NGX_HTTP_VELVET_ROPE_STATS_GUESS;
 
     for ( ;; ) {
@@ -1217,21 +1252,24 @@ ngx_http_velvet_rope_status_handler(ngx_http_request_t *r)
         }
 
         written = 0;
-        vrc = vr_engine_stats_json(vmcf->engine, (char *) buf, len, &written);
+        vrc = metrics ? vr_engine_metrics(vmcf->engine, (char *) buf, len, &written)
+                      : vr_engine_stats_json(vmcf->engine, (char *) buf, len, &written);
 
         if (vrc == VR_OK) {
             break;
         }
 
         /* The engine says how much it needs; take that (plus the NUL) once more. A second
-         * refusal can only come from rooms growing in between, so loop rather than fail. */
+         * refusal can only come from rooms or counts growing in between, so loop rather
+         * than fail. */
         if (vrc == VR_BUFFER_TOO_SMALL && written >= len) {
-            len = written + 1;
+            len = written + 64;
             continue;
         }
 
         ngx_http_velvet_rope_log_error(NGX_LOG_ERR, r->connection->log,
-                                       "vr_engine_stats_json()", vrc);
+                                       metrics ? "vr_engine_metrics()"
+                                               : "vr_engine_stats_json()", vrc);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -1242,7 +1280,12 @@ ngx_http_velvet_rope_status_handler(ngx_http_request_t *r)
 
     r->headers_out.status = NGX_HTTP_OK;
     r->headers_out.content_length_n = written;
-    ngx_str_set(&r->headers_out.content_type, "application/json");
+    if (metrics) {
+        ngx_str_set(&r->headers_out.content_type,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8");
+    } else {
+        ngx_str_set(&r->headers_out.content_type, "application/json");
+    }
     r->headers_out.content_type_len = r->headers_out.content_type.len;
     r->headers_out.content_type_lowcase = NULL;
 

@@ -452,5 +452,5 @@ test('gauge: tryAcquire, acquire with a permit, withPermit, errors', async () =>
 test('native floor and clock', () => {
   velvetRope.noop()
   assert.ok(Math.abs(velvetRope.nowMs() - Date.now()) < 5_000)
-  assert.equal(require('../package.json').version, '0.2.0')
+  assert.equal(require('../package.json').version, '0.3.0')
 })

@@ -330,7 +330,7 @@ def test_gauge_sync_async_and_errors() -> None:
 def test_native_floor_and_clock() -> None:
     velvet_rope.noop()
     assert abs(velvet_rope.now_ms() - time.time() * 1000) < 5_000
-    assert velvet_rope.__version__ == "0.2.0"
+    assert velvet_rope.__version__ == "0.3.0"
 
 
 def test_times_past_2106_are_refused() -> None:

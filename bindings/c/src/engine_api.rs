@@ -640,26 +640,64 @@ pub unsafe extern "C" fn vr_engine_stats_json(
     guard(|| {
         // SAFETY: per this function's contract.
         let e = unsafe { engine_ref(engine) }?;
-        if written_out.is_null() {
-            return Err(null("written_out"));
-        }
-        let json = e.stats_json();
-        if buf.is_null() || buf_len < json.len() + 1 {
-            // SAFETY: checked non-null; writable per the contract.
-            unsafe { written_out.write(json.len() + 1) };
-            return Err(Failure(
-                VR_BUFFER_TOO_SMALL,
-                format!("stats need {} bytes, {buf_len} given", json.len() + 1),
-            ));
-        }
-        // SAFETY: `buf` has `buf_len > json.len()` writable bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(json.as_ptr(), buf.cast::<u8>(), json.len());
-            *buf.add(json.len()) = 0;
-            written_out.write(json.len());
-        }
-        Ok(())
+        // SAFETY: per this function's contract.
+        unsafe { write_text(&e.stats_json(), "stats", buf, buf_len, written_out) }
     })
+}
+
+/// Every room's metrics in the OpenMetrics text format (what Prometheus scrapes; serve it as
+/// `application/openmetrics-text; version=1.0.0; charset=utf-8`), ending with `# EOF` and
+/// NUL-terminated, into `buf`. `*written_out` gets the text's length (without the NUL); when
+/// `buf_len` is too small the result is `VR_BUFFER_TOO_SMALL` and `*written_out` is the size
+/// needed (NUL included; the text of the next call may be a little longer, as counts grow).
+///
+/// # Safety
+/// `engine` live; `buf` NULL or writable for `buf_len` bytes; `written_out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_metrics(
+    engine: *const vr_engine,
+    buf: *mut c_char,
+    buf_len: usize,
+    written_out: *mut usize,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let e = unsafe { engine_ref(engine) }?;
+        // SAFETY: per this function's contract.
+        unsafe { write_text(&e.metrics_text(), "metrics", buf, buf_len, written_out) }
+    })
+}
+
+/// Copies `text` and a NUL into `buf`, its length into `*written_out`; or, when it does not
+/// fit, the size it needs into `*written_out` and `VR_BUFFER_TOO_SMALL` naming `what`.
+///
+/// # Safety
+/// `buf` NULL or writable for `buf_len` bytes; `written_out` NULL or writable.
+unsafe fn write_text(
+    text: &str,
+    what: &str,
+    buf: *mut c_char,
+    buf_len: usize,
+    written_out: *mut usize,
+) -> Result<(), Failure> {
+    if written_out.is_null() {
+        return Err(null("written_out"));
+    }
+    if buf.is_null() || buf_len < text.len() + 1 {
+        // SAFETY: checked non-null; writable per the contract.
+        unsafe { written_out.write(text.len() + 1) };
+        return Err(Failure(
+            VR_BUFFER_TOO_SMALL,
+            format!("{what} need {} bytes, {buf_len} given", text.len() + 1),
+        ));
+    }
+    // SAFETY: `buf` has `buf_len > text.len()` writable bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), text.len());
+        *buf.add(text.len()) = 0;
+        written_out.write(text.len());
+    }
+    Ok(())
 }
 
 /// Renders the page for a queue or reject decision: `*page_out` owns a new page (free with

@@ -32,11 +32,11 @@ pub use revoke_api::*;
 /// Major version of this library (matches the crate version).
 pub const VR_VERSION_MAJOR: u32 = 0;
 /// Minor version of this library.
-pub const VR_VERSION_MINOR: u32 = 2;
+pub const VR_VERSION_MINOR: u32 = 3;
 /// Patch version of this library.
 pub const VR_VERSION_PATCH: u32 = 0;
 
-/// The library version as a static NUL-terminated string, e.g. `"0.2.0"`.
+/// The library version as a static NUL-terminated string, e.g. `"0.3.0"`.
 #[no_mangle]
 pub extern "C" fn vr_version() -> *const std::ffi::c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()

@@ -42,6 +42,50 @@ CONC_VISITORS = 24              # N > K
 FIFO_WAITERS = 3
 
 
+# What Prometheus sends when it scrapes.
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+                     "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+
+OM_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{((?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*"'
+                       r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*")*)?)\} '
+                       r'(-?[0-9.e+]+|\+Inf|-Inf|NaN)$')
+OM_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\.)*)"')
+
+
+def parse_openmetrics(text):
+    """OpenMetrics text, checked line by line: each family's TYPE (a known type) and HELP
+    before its samples, declared once, samples named after their family (a counter's with
+    `_total`, a histogram's with `_bucket`/`_count`/`_sum`, cumulative buckets ending at
+    `+Inf` equal to `_count`), `# EOF` last. Returns {(name, ((label, value), ...)): value}."""
+    lines = text.split("\n")
+    assert lines[-2:] == ["# EOF", ""], f"no # EOF at the end: {lines[-3:]}"
+    types, samples, family = {}, {}, None
+    suffixes = {"gauge": ("",), "counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}
+    for line in lines[:-2]:
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert name not in types and kind in suffixes, line
+            types[name], family = kind, name
+            continue
+        if line.startswith("# HELP "):
+            assert line.split(" ")[2] == family, line
+            continue
+        m = OM_SAMPLE.match(line)
+        assert m, f"not an OpenMetrics sample: {line!r}"
+        name, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
+        assert any(name == family + x for x in suffixes[types[family]]), (family, line)
+        key = (name, tuple(OM_LABEL.findall(labels)))
+        assert key not in samples, f"sample twice: {line}"
+        samples[key] = value
+    for (name, labels), count in samples.items():
+        if name.endswith("_count") and types.get(name[:-6]) == "histogram":
+            buckets = [v for (n, l), v in samples.items() if n == name[:-6] + "_bucket"
+                       and [x for x in l if x[0] != "le"] == list(labels)]
+            assert buckets == sorted(buckets) and buckets[-1] == count, (name, buckets, count)
+    return samples
+
+
+
 def room_config(secret):
     """Engine configuration (TOML). Long sessions for every room but `fifo`, whose sessions
     last one 2 s bucket so that its queue drains during the test."""
@@ -608,6 +652,56 @@ class Suite:
         assert positions == sorted(positions) and positions[0] < positions[-1], \
             f"first positions by arrival {positions}"
 
+    # -- metrics ---------------------------------------------------------------------------
+
+    def test_metrics_agree_across_workers_and_with_the_crowd(self):
+        # Prometheus asks with its Accept; `?format=prometheus` works from a browser. Fresh
+        # connections spread over both workers: each reports the host's figures (the counters
+        # are in the shared zone), not its own.
+        answers = []
+        for i in range(12):
+            headers = {"Accept": PROMETHEUS_ACCEPT} if i % 2 else None
+            path = f"/vr-status?n={i}" + ("" if i % 2 else "&format=prometheus")
+            r = get(self.port, path, None, headers)
+            assert r.status == 200, r
+            assert r.header("Content-Type") == \
+                "application/openmetrics-text; version=1.0.0; charset=utf-8", r.headers
+            assert r.header("Cache-Control") == "no-store", r.headers
+            answers.append(parse_openmetrics(r.body))
+        pids = set(re.findall(r"^(\d+) /vr-status\?n=\d+", self.ngx.log("access.log"), re.M))
+        assert len(pids) == 2, f"metrics served by workers {pids}, expected both"
+        host_wide = ("velvet_rope_room_admissions_total", "velvet_rope_room_decisions_total",
+                     "velvet_rope_room_wait_seconds_count", "velvet_rope_room_wait_seconds_sum",
+                     "velvet_rope_room_wait_error_seconds_bucket")
+        def pick(samples):
+            return {k: v for k, v in samples.items() if k[0] in host_wide}
+        first = pick(answers[0])
+        for other in answers[1:]:
+            assert pick(other) == first, f"workers disagree:\n{first}\n{pick(other)}"
+        m = answers[-1]
+        # The FIFO room let its three waiters in from the queue: one wait sample each.
+        fifo = (("room", "fifo"),)
+        assert m[("velvet_rope_room_wait_seconds_count", fifo)] == FIFO_WAITERS, m
+        assert m[("velvet_rope_room_admissions_total", fifo + (("kind", "queue"),))] \
+            == FIFO_WAITERS
+        assert m[("velvet_rope_room_wait_seconds_bucket", fifo + (("le", "+Inf"),))] \
+            == FIFO_WAITERS
+        # Room `conc`: exactly its limit let in new, the rest of the crowd queued (each at
+        # least once), and the active users are those the JSON reports.
+        conc = (("room", "conc"),)
+        assert m[("velvet_rope_room_admissions_total", conc + (("kind", "new"),))] == CONC_LIMIT
+        assert m[("velvet_rope_room_decisions_total", conc + (("outcome", "queue"),))] \
+            >= CONC_VISITORS - CONC_LIMIT
+        st = self.ngx.room_stats("conc")
+        assert m[("velvet_rope_room_active_users", conc)] == st["active_users"] == CONC_LIMIT
+        assert m[("velvet_rope_room_active_users_limit", conc)] == CONC_LIMIT
+        # Without either, or with ?format=json, the JSON as before.
+        for path, headers in (("/vr-status", {"Accept": "*/*"}),
+                              ("/vr-status?format=json", {"Accept": PROMETHEUS_ACCEPT})):
+            r = get(self.port, path, None, headers)
+            assert r.header("Content-Type").startswith("application/json"), (path, r.headers)
+            json.loads(r.body)
+
     # -- reload ----------------------------------------------------------------------------
 
     def test_reload_keeps_counts(self):
@@ -786,6 +880,7 @@ ORDER = [
     "test_concurrent_visitors_admit_exactly_k",
     "test_status_page_json",
     "test_queue_drains_fifo",
+    "test_metrics_agree_across_workers_and_with_the_crowd",
     "test_reload_keeps_counts",
     "test_reload_with_new_layout_is_refused",
     "test_restart_counts_returning_visitors",

@@ -21,6 +21,7 @@ use crate::clock::Millis;
 use crate::config::{QueueingMethod, Rules, SHUFFLE_LANES};
 use crate::counters::buckets::Renewal;
 use crate::counters::queue_lanes::Counted;
+use crate::counters::room_tallies::AdmissionKind;
 use crate::counters::slot_pool::home_shard;
 use crate::counters::tick_block::Cell;
 use crate::hash::mix64;
@@ -64,6 +65,26 @@ fn revoked_at(room: &Room, id: u64, counted: u64, bucket: u64) -> bool {
     room.counters
         .revocations()
         .is_some_and(|r| r.is_revoked(id, counted, bucket))
+}
+
+/// Counts an admission of `kind` in the room's tallies (if its region has them).
+fn tally(room: &Room, kind: AdmissionKind) {
+    if let Some(t) = room.counters.tallies() {
+        t.admitted(kind);
+    }
+}
+
+/// Counts waiter `t` admitted from the queue at `now_secs`: an admission, its wait, and how
+/// much later (or earlier) than the entry its ticket was last promised (see `place`) it got in.
+fn waited(room: &Room, t: &Ticket, now_secs: u32) {
+    if let Some(tallies) = room.counters.tallies() {
+        tallies.admitted(AdmissionKind::FromQueue);
+        let promised = place::promised_entry(t);
+        tallies.waited(
+            u64::from(now_secs.saturating_sub(t.accepted_at)),
+            promised.map(|e| i64::from(now_secs) - i64::from(e)),
+        );
+    }
 }
 
 /// Books one claim to `bucket`, or (should its ring slot have been recycled meanwhile: a
@@ -260,6 +281,11 @@ impl Snapshot {
             // The tick is late for this bucket: keep the ticket, count it on a later request.
             return Decision::admit(None, None);
         }
+        match outcome {
+            Renewal::Moved => tally(room, AdmissionKind::Renewed),
+            Renewal::Counted => tally(room, AdmissionKind::Recounted),
+            _ => {}
+        }
         let expires = if rules.disable_session_renewal {
             t.expires
         } else {
@@ -348,6 +374,7 @@ impl Snapshot {
                 let b = booking_bucket(room, bucket);
                 if buckets.mark_admitted_from_queue(t.id, b) {
                     let b = book(room, b, bucket);
+                    waited(room, &t, now_secs);
                     // It leaves the lane it is counted in: this epoch's if it was just
                     // counted, else the one its ticket says.
                     let live_in = match fresh {
@@ -417,15 +444,20 @@ impl Snapshot {
             if view.may_claim(at.now) && room.counters.open_pool().try_claim(home_shard()).is_some()
             {
                 let b = book(room, booking_bucket(room, bucket), bucket);
+                tally(room, AdmissionKind::New);
                 return self.admitted(view, id, b as u32, at, err);
             }
             if passthrough {
                 // Never short of slots in practice (the tick keeps a billion free); admitted
                 // uncounted, and counted afresh on its next request.
+                tally(room, AdmissionKind::New);
                 return self.admitted(view, id, 0, at, err);
             }
         }
         if rules.queueing_method == QueueingMethod::Reject {
+            if let Some(t) = room.counters.tallies() {
+                t.decided(Outcome::Reject);
+            }
             return Decision {
                 outcome: Outcome::Reject,
                 set_cookie: None,
@@ -505,6 +537,9 @@ impl Snapshot {
         err: Option<TicketError>,
     ) -> Decision {
         let cfg = &view.room.cfg;
+        if let Some(t) = view.room.counters.tallies() {
+            t.decided(Outcome::Queue);
+        }
         Decision {
             outcome: Outcome::Queue,
             set_cookie,

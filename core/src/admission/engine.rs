@@ -260,12 +260,19 @@ impl Engine {
     }
 
     /// Every room's metrics in the OpenMetrics text format (Prometheus' scrape format),
-    /// ending with `# EOF`: gauges of the room's state as its last tick published it,
-    /// counters of admissions, ticket refusals by reason, rule matches, dry-run outcomes and
-    /// revocations (see `admission::metrics` for the names).
+    /// ending with `# EOF`: the families of [`Engine::metrics`].
     pub fn metrics_text(&self) -> String {
+        crate::admission::metrics::render(&self.metrics())
+    }
+
+    /// Every room's metrics: gauges of the room's state as its last tick published it,
+    /// counters of admissions by kind, queue and reject decisions, ticket refusals by
+    /// reason, rule matches, dry-run outcomes and revocations, and histograms of the waits
+    /// of waiters let in and of their error against the wait promised. Every family is
+    /// there, in the same order, whatever the rooms (with no samples when no room has any).
+    pub fn metrics(&self) -> Vec<crate::admission::metrics::MetricFamily> {
         let snap = self.current.load();
-        crate::admission::metrics::render(snap.rooms.iter().map(|v| &*v.room))
+        crate::admission::metrics::families(snap.rooms.iter().map(|v| &*v.room))
     }
 
     /// The page to serve for a queue or reject decision (`None` for admit). `accept` is the

@@ -9,7 +9,7 @@ pub(crate) mod engine;
 mod front_door;
 mod governance;
 mod keys;
-mod metrics;
+pub mod metrics;
 mod place;
 pub mod revoke;
 mod room;
@@ -24,6 +24,7 @@ pub use cookie_finder::{find_cookie, find_cookie_bytes};
 pub use decision::{Decision, Outcome, RoomStats, TicketRejections};
 pub use engine::Engine;
 pub use front_door::{RoomLabel, Routed};
+pub use metrics::{MetricFamily, MetricKind, Sample};
 pub use revoke::{
     is_revoke_command, OutgoingRevocations, Revocation, RevokeRefused, COMMAND_HEADER,
     REVOCATIONS_PER_SYNC,

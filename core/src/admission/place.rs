@@ -59,6 +59,13 @@ fn remembered(t: &Ticket) -> (Option<u64>, Option<u32>) {
     )
 }
 
+/// The entry time (seconds since the Unix epoch) queued ticket `t` was last promised, if any:
+/// the earliest it was ever shown, since a promise is never shown worse (see the module
+/// documentation), and so never later than the first.
+pub(crate) fn promised_entry(t: &Ticket) -> Option<u32> {
+    remembered(t).1
+}
+
 /// The packed value remembering `position` and an entry at `entry_secs`, for a ticket that
 /// arrived at `accepted_at`.
 fn remember(position: Option<u64>, entry_secs: Option<u64>, accepted_at: u32) -> u32 {

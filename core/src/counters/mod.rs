@@ -23,6 +23,7 @@ pub(crate) mod region;
 pub(crate) mod revocations;
 pub(crate) mod room_counters;
 pub(crate) mod room_layout;
+pub(crate) mod room_tallies;
 pub mod slot_pool;
 pub(crate) mod state_file;
 pub(crate) mod tick_block;

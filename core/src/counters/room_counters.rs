@@ -14,6 +14,7 @@ use crate::counters::queue_lanes::QueueLanes;
 use crate::counters::region::Region;
 use crate::counters::revocations::{Revocations, GENERATIONS, HEADER_WORDS as REVOCATION_HEADER};
 use crate::counters::room_layout::{Offsets, RoomLayout, HEADER, REASONS};
+use crate::counters::room_tallies::RoomTallies;
 use crate::counters::slot_pool::SlotPool;
 use crate::counters::tick_block::{TickBlock, CELLS};
 use crate::error::{Error, Result};
@@ -26,13 +27,14 @@ const LAYOUT_VERSION: u64 = 4;
 const LAYOUT_VERSION_REVOCATIONS: u64 = 5;
 
 /// Header words: magic, version, 8 layout words, incarnation, ready (written last), and the
-/// layout's ninth word (revocations; zero in regions laid out before it existed, which is the
-/// same layout without them).
+/// layout's ninth and tenth words (revocations and tallies; zero in regions laid out before
+/// they existed, which is the same layout without them).
 const H_LAYOUT: usize = 2;
 const H_INCARNATION: usize = 10;
 const H_READY: usize = 11;
 const H_LAYOUT_9: usize = 12;
-const H_WORDS: usize = 13;
+const H_LAYOUT_10: usize = 13;
+const H_WORDS: usize = 14;
 const _: () = assert!(H_WORDS * 8 <= HEADER);
 
 /// A room's counters: a region and the layout that reads it.
@@ -141,11 +143,12 @@ impl RoomCounters {
                              (remove the state file to start afresh: its counts are lost)"
                         )));
                     }
-                    let mut words = [0u64; 9];
+                    let mut words = [0u64; 10];
                     for (w, cell) in words.iter_mut().zip(&header[H_LAYOUT..H_LAYOUT + 8]) {
                         *w = cell.load(Ordering::Acquire);
                     }
                     words[8] = header[H_LAYOUT_9].load(Ordering::Acquire);
+                    words[9] = header[H_LAYOUT_10].load(Ordering::Acquire);
                     if (version == LAYOUT_VERSION_REVOCATIONS) != (words[8] > 0) {
                         return Err(Error::Region(
                             "room header's version disagrees with its layout".into(),
@@ -251,6 +254,18 @@ impl RoomCounters {
         })
     }
 
+    /// The metrics' tallies; `None` in a region laid out by a release before them.
+    #[inline]
+    pub(crate) fn tallies(&self) -> Option<RoomTallies<'_>> {
+        let (l, o) = (&self.layout, &self.offsets);
+        (l.tally_words > 0).then(|| {
+            RoomTallies::new(
+                self.region.u64s(o.tallies, l.shards * l.tally_words),
+                l.tally_words,
+            )
+        })
+    }
+
     /// The live-waiter table.
     #[inline]
     pub(crate) fn lanes(&self) -> QueueLanes<'_> {
@@ -293,6 +308,7 @@ fn write_header(header: &[AtomicU64], layout: RoomLayout, incarnation: u32) {
         cell.store(w, Ordering::Release);
     }
     header[H_LAYOUT_9].store(words[8], Ordering::Release);
+    header[H_LAYOUT_10].store(words[9], Ordering::Release);
     header[H_INCARNATION].store(u64::from(incarnation), Ordering::Release);
     header[H_READY].store(1, Ordering::Release);
 }
@@ -352,5 +368,52 @@ mod tests {
             RoomCounters::new(layout).incarnation(),
             RoomCounters::new(layout).incarnation()
         );
+    }
+
+    /// A region laid out by the release before tallies (header word 13 zero, nothing after
+    /// the guards but the revocations) attaches, keeps its revocations where they were, and
+    /// counts no tallies; the next fresh region has them.
+    #[test]
+    fn a_region_laid_out_before_tallies_attaches_without_them() {
+        let settings = Settings {
+            shards: 2,
+            ..Settings::default()
+        };
+        let mut room = RoomConfig::new("r", 10, 10);
+        room.enabled_origin_commands = vec![crate::config::OriginCommand::Revoke];
+        let layout = RoomLayout::of(&room, &settings);
+        let old = RoomLayout {
+            tally_words: 0,
+            ..layout
+        };
+        assert_eq!(old.size(), layout.size() - 2 * 48 * 8);
+        assert_eq!(
+            old.offsets().revocations,
+            layout.offsets().revocations - 2 * 48 * 8
+        );
+        let backing = Region::owned(old.size());
+        let base = backing.u64s(0, 1).as_ptr() as *mut u8;
+        // SAFETY: `backing` keeps the memory alive for this test and all access is atomic.
+        let borrowed = || unsafe { Region::borrowed(base, old.size()) }.unwrap();
+        {
+            let header = backing.u64s(0, H_WORDS);
+            header[0].store(MAGIC, Ordering::Relaxed);
+            write_header(header, old, 7);
+        }
+        assert_eq!(
+            backing.u64s(0, H_WORDS)[H_LAYOUT_10].load(Ordering::Relaxed),
+            0
+        );
+        let attached = RoomCounters::attach(borrowed(), layout, &settings).unwrap();
+        assert_eq!(attached.layout(), old);
+        assert!(attached.tallies().is_none());
+        assert!(attached.revocations().is_some());
+        assert_eq!(attached.incarnation(), 7);
+        let fresh = RoomCounters::new(layout);
+        fresh
+            .tallies()
+            .unwrap()
+            .admitted(crate::counters::room_tallies::AdmissionKind::New);
+        assert_eq!(fresh.tallies().unwrap().sums().admissions, [1, 0, 0, 0]);
     }
 }

@@ -12,6 +12,7 @@
 //!              queue lane id sets             (lanes x lane_guard_words x u64)
 //!              tick block                     (64 x u64)
 //!              bucket guards                  (buckets x guard_words x u64)
+//!              tallies for the metrics        (shards x tally_words x u64)
 //!              revocations, if the origin may revoke: header (16 x u64), tables
 //!              (5 x revocation_words x u64), outbox (revocation_words x u64)
 //! ```
@@ -24,6 +25,7 @@ use crate::config::{RoomConfig, Settings};
 use crate::counters::buckets::guard_words;
 use crate::counters::region::round_up;
 use crate::counters::revocations::{GENERATIONS, HEADER_WORDS as REVOCATION_HEADER};
+use crate::counters::room_tallies::STRIDE as TALLY_STRIDE;
 use crate::counters::tick_block::CELLS;
 use crate::sync::AtomicU64;
 
@@ -56,6 +58,9 @@ pub(crate) struct RoomLayout {
     /// Words of each revocation table (a power of two, at least `max_revocations`); 0: the
     /// origin may not revoke, and the room has no revocation block.
     pub(crate) revocation_words: usize,
+    /// Words of each shard of the metrics' tallies (see `room_tallies`); 0 in regions laid
+    /// out by a release before them, which count none.
+    pub(crate) tally_words: usize,
 }
 
 /// Byte offsets of a layout's blocks.
@@ -75,6 +80,7 @@ pub(crate) struct Offsets {
     pub(crate) revocations: usize,
     pub(crate) revocation_tables: usize,
     pub(crate) outbox: usize,
+    pub(crate) tallies: usize,
     pub(crate) total: usize,
 }
 
@@ -96,6 +102,7 @@ impl RoomLayout {
                 0 => 0,
                 n => (n as usize).next_power_of_two(),
             },
+            tally_words: TALLY_STRIDE,
         }
     }
 
@@ -119,6 +126,8 @@ impl RoomLayout {
         let lane_guards = take(self.lanes * self.lane_guard_words * 8);
         let tick = take(CELLS * 8);
         let guards = take(self.buckets * self.guard_words * 8);
+        // None in a region laid out before tallies: the revocations then lie where they did.
+        let tallies = take(self.shards * self.tally_words * 8);
         let (revocations, revocation_tables, outbox) = if self.revocation_words > 0 {
             (
                 take(REVOCATION_HEADER * 8),
@@ -143,6 +152,7 @@ impl RoomLayout {
             revocations,
             revocation_tables,
             outbox,
+            tallies,
             total: at,
         }
     }
@@ -152,10 +162,10 @@ impl RoomLayout {
         self.offsets().total
     }
 
-    /// The parameters as stored in a room's header (after magic and version; the last one,
+    /// The parameters as stored in a room's header (after magic and version; the last two,
     /// added later, after the incarnation: a header of an earlier version holds zero there,
-    /// the same layout without revocations).
-    pub(crate) fn to_words(self) -> [u64; 9] {
+    /// the same layout without revocations or tallies).
+    pub(crate) fn to_words(self) -> [u64; 10] {
         [
             self.shards as u64,
             self.guard_words as u64,
@@ -166,11 +176,12 @@ impl RoomLayout {
             u64::from(self.bucket_secs),
             u64::from(self.refresh_secs),
             self.revocation_words as u64,
+            self.tally_words as u64,
         ]
     }
 
     /// The layout stored in a header, if the words make a sane one.
-    pub(crate) fn from_words(w: [u64; 9]) -> Option<Self> {
+    pub(crate) fn from_words(w: [u64; 10]) -> Option<Self> {
         let usize_of = |v: u64| usize::try_from(v).ok().filter(|&n| n > 0);
         let layout = Self {
             shards: usize_of(w[0])?,
@@ -184,6 +195,11 @@ impl RoomLayout {
             revocation_words: usize::try_from(w[8])
                 .ok()
                 .filter(|&n| n == 0 || n.is_power_of_two())?,
+            // Tallies of a later release may have more words per shard: this one reads its
+            // own (the first) of each.
+            tally_words: usize::try_from(w[9])
+                .ok()
+                .filter(|&n| n == 0 || (n >= TALLY_STRIDE && n % 16 == 0 && n <= 1024))?,
         };
         (layout.shards <= 1024
             && layout.guard_words <= 1 << 22
@@ -306,12 +322,13 @@ mod tests {
         let room = RoomConfig::new("r", 200, 200);
         let layout = RoomLayout::of(&room, &settings(4));
         // The queue's replay guard (4 refresh epochs x 32,768 words) dominates, then the queue
-        // table (1,024 arrival buckets x 4 epochs) and 8 buckets' guards of 512 words. The
-        // size depends on the configuration only, never on how many visitors come.
+        // table (1,024 arrival buckets x 4 epochs) and 8 buckets' guards of 512 words; the
+        // metrics' tallies take 4 shards x 384 bytes. The size depends on the configuration
+        // only, never on how many visitors come.
         assert_eq!(layout.guard_words, 512);
         assert_eq!(layout.lane_guard_words, 32_768);
         let fixed = layout.size() - 4 * 32_768 * 8 - 8 * 512 * 8;
-        assert_eq!(fixed, 35_072, "everything but the guards");
+        assert_eq!(fixed, 36_608, "everything but the guards");
         // A room for 1,048,576 users: 8 guards of 16 MiB.
         let big = RoomLayout::of(&RoomConfig::new("r", 1 << 20, 1000), &settings(4));
         assert_eq!(big.guard_words, 1 << 21);
@@ -343,6 +360,6 @@ mod tests {
             .is_err());
         let words = have.to_words();
         assert_eq!(RoomLayout::from_words(words), Some(have));
-        assert_eq!(RoomLayout::from_words([0; 9]), None);
+        assert_eq!(RoomLayout::from_words([0; 10]), None);
     }
 }

@@ -45,7 +45,7 @@ static void cookie_of(const vr_decision *d, char *out, size_t len) {
 }
 
 static void test_misc(void) {
-    CHECK(strcmp(vr_version(), "0.2.0") == 0);
+    CHECK(strcmp(vr_version(), "0.3.0") == 0);
     CHECK(strcmp(vr_result_name(VR_OK), "VR_OK") == 0);
     CHECK(strcmp(vr_result_name(VR_PANIC), "VR_PANIC") == 0);
     CHECK(strcmp(vr_result_name(999), "VR_UNKNOWN_RESULT") == 0);
@@ -156,6 +156,19 @@ static void test_admission_flow(void) {
     size_t n = 0;
     CHECK(vr_engine_stats_json(e, json, sizeof json, &n) == VR_OK && n == strlen(json));
     CHECK(strstr(json, "\"shop\"") && strstr(json, "\"active_users\":3"));
+    /* The metrics: asked with no buffer, the size needed; then the OpenMetrics text. */
+    size_t need = 0;
+    CHECK(vr_engine_metrics(e, NULL, 0, &need) == VR_BUFFER_TOO_SMALL && need > 100);
+    char *metrics = malloc(need + 256);
+    CHECK(metrics != NULL);
+    CHECK(vr_engine_metrics(e, metrics, need + 256, &n) == VR_OK && n == strlen(metrics));
+    CHECK(strstr(metrics, "velvet_rope_room_active_users{room=\"shop\"} 3\n") != NULL);
+    CHECK(strstr(metrics, "velvet_rope_room_admissions_total{room=\"shop\",kind=\"new\"} 3\n"));
+    CHECK(n > 6 && strcmp(metrics + n - 6, "# EOF\n") == 0);
+    CHECK(vr_engine_metrics(e, metrics, 8, &n) == VR_BUFFER_TOO_SMALL && n > 100);
+    CHECK(vr_engine_metrics(e, metrics, need, NULL) == VR_NULL_PARAMETER);
+    CHECK(vr_engine_metrics(NULL, metrics, need, &n) == VR_NULL_PARAMETER);
+    free(metrics);
     /* Reload to a bigger room keeps the counts. */
     char bigger[2048];
     snprintf(bigger, sizeof bigger, "%s", CONFIG);

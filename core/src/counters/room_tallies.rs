@@ -1,0 +1,208 @@
+//! A room's running tallies for its metrics, shared by every process attached to its counters:
+//! admissions by kind, the waiting and refusal decisions, and how long the waiters admitted
+//! from the queue waited, against what they were promised.
+//!
+//! Only decisions off the steady path are counted: the request of a visitor already admitted
+//! and counted writes no shared memory at all, and counting it would make it (a few
+//! nanoseconds for an atomic add, and a cache line written by every thread of a shard). Its
+//! admission is counted once, by kind, when it was made or renewed.
+//!
+//! The tallies are sharded like the slot pools: each shard is a run of [`STRIDE`] words on
+//! cache lines of its own, and a thread counts into its home shard (see `home_shard`), so
+//! threads and processes counting at once rarely share a line. A reader sums the shards; each
+//! word only grows, so a sum read while others count is a count at some moment between the
+//! first word read and the last (never a lost or doubled event).
+
+use crate::admission::decision::Outcome;
+use crate::sync::{AtomicU64, Ordering};
+
+/// What an admission was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AdmissionKind {
+    /// A visitor without a (valid) ticket, let straight in.
+    New = 0,
+    /// A waiter let in from the queue.
+    FromQueue = 1,
+    /// An admitted visitor's session renewed into a later bucket.
+    Renewed = 2,
+    /// An admitted visitor these counters had not counted (a ticket of another incarnation: a
+    /// restart without kept counters, counters laid out anew) counted afresh.
+    Recounted = 3,
+}
+
+impl AdmissionKind {
+    /// Every kind, in word order, with its label.
+    pub(crate) const ALL: [(AdmissionKind, &'static str); 4] = [
+        (AdmissionKind::New, "new"),
+        (AdmissionKind::FromQueue, "queue"),
+        (AdmissionKind::Renewed, "renewed"),
+        (AdmissionKind::Recounted, "recounted"),
+    ];
+}
+
+/// Upper bounds (seconds, inclusive) of the buckets of the real-wait histogram; a last bucket
+/// takes the rest.
+pub(crate) const WAIT_BOUNDS: [u64; 11] = [5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200];
+
+/// Upper bounds (seconds, inclusive) of the buckets of the histogram of the real wait minus
+/// the promised one (positive: later than promised); a last bucket takes the rest.
+pub(crate) const ERROR_BOUNDS: [i64; 13] = [
+    -600, -300, -120, -60, -30, -10, 0, 10, 30, 60, 120, 300, 600,
+];
+
+/// Word offsets within a shard.
+const ADMISSIONS: usize = 0;
+const DECISIONS: usize = 4;
+const WAIT_BUCKETS: usize = 8;
+const WAIT_SUM: usize = WAIT_BUCKETS + WAIT_BOUNDS.len() + 1;
+const ERROR_BUCKETS: usize = WAIT_SUM + 1;
+const USED: usize = ERROR_BUCKETS + ERROR_BOUNDS.len() + 1;
+
+/// Words of one shard: three 128-byte lines (the words past `USED` are spare, zero).
+pub(crate) const STRIDE: usize = 48;
+const _: () = assert!(USED <= STRIDE && (STRIDE * 8) % 128 == 0);
+
+/// The sums of every shard's tallies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct TallySums {
+    /// Admissions by [`AdmissionKind`].
+    pub(crate) admissions: [u64; 4],
+    /// Decisions to queue and to reject.
+    pub(crate) decisions: [u64; 2],
+    /// Waiters admitted from the queue per bucket of [`WAIT_BOUNDS`] (not cumulative).
+    pub(crate) wait_buckets: [u64; WAIT_BOUNDS.len() + 1],
+    /// Seconds those waiters waited, in all.
+    pub(crate) wait_sum: u64,
+    /// Those that had been promised a wait, per bucket of [`ERROR_BOUNDS`] (not cumulative).
+    pub(crate) error_buckets: [u64; ERROR_BOUNDS.len() + 1],
+}
+
+/// The tallies of a room: shards of `stride` words (`STRIDE` or, in a region a later release
+/// laid out, more: this release uses the first `STRIDE` of each).
+#[derive(Clone, Copy)]
+pub(crate) struct RoomTallies<'a> {
+    words: &'a [AtomicU64],
+    stride: usize,
+}
+
+impl<'a> RoomTallies<'a> {
+    /// Tallies over `words`, a whole number of shards of `stride` words.
+    pub(crate) fn new(words: &'a [AtomicU64], stride: usize) -> Self {
+        debug_assert!(stride >= STRIDE && !words.is_empty() && words.len() % stride == 0);
+        Self { words, stride }
+    }
+
+    /// Shard `i`'s words of this release.
+    fn shard_at(&self, i: usize) -> &'a [AtomicU64] {
+        &self.words[i * self.stride..i * self.stride + STRIDE]
+    }
+
+    /// The calling thread's shard.
+    #[inline]
+    fn shard(&self) -> &'a [AtomicU64] {
+        let shards = self.words.len() / self.stride;
+        self.shard_at(crate::counters::slot_pool::home_shard() % shards)
+    }
+
+    /// Counts one admission of `kind`.
+    #[inline]
+    pub(crate) fn admitted(&self, kind: AdmissionKind) {
+        self.shard()[ADMISSIONS + kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one decision to queue or to reject (an admission is counted by kind).
+    #[inline]
+    pub(crate) fn decided(&self, outcome: Outcome) {
+        let i = match outcome {
+            Outcome::Queue => 0,
+            Outcome::Reject => 1,
+            Outcome::Admit => return,
+        };
+        self.shard()[DECISIONS + i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a waiter admitted from the queue after `waited` seconds, promised entry
+    /// `late_by` seconds before it got in (negative: it got in earlier than promised), if it
+    /// was promised a time at all.
+    pub(crate) fn waited(&self, waited: u64, late_by: Option<i64>) {
+        let shard = self.shard();
+        let i = WAIT_BOUNDS.partition_point(|&b| b < waited);
+        shard[WAIT_BUCKETS + i].fetch_add(1, Ordering::Relaxed);
+        shard[WAIT_SUM].fetch_add(waited, Ordering::Relaxed);
+        if let Some(late) = late_by {
+            let i = ERROR_BOUNDS.partition_point(|&b| b < late);
+            shard[ERROR_BUCKETS + i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Every shard's tallies summed.
+    pub(crate) fn sums(&self) -> TallySums {
+        let mut s = TallySums::default();
+        for shard in (0..self.words.len() / self.stride).map(|i| self.shard_at(i)) {
+            let add = |into: &mut [u64], from: usize| {
+                for (k, v) in into.iter_mut().enumerate() {
+                    *v = v.wrapping_add(shard[from + k].load(Ordering::Relaxed));
+                }
+            };
+            add(&mut s.admissions, ADMISSIONS);
+            add(&mut s.decisions, DECISIONS);
+            add(&mut s.wait_buckets, WAIT_BUCKETS);
+            s.wait_sum = s
+                .wait_sum
+                .wrapping_add(shard[WAIT_SUM].load(Ordering::Relaxed));
+            add(&mut s.error_buckets, ERROR_BUCKETS);
+        }
+        s
+    }
+}
+
+#[cfg(all(test, not(velvet_rope_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_take_their_upper_bound_and_the_last_takes_the_rest() {
+        let words: Vec<AtomicU64> = (0..STRIDE * 4).map(|_| AtomicU64::new(0)).collect();
+        let t = RoomTallies::new(&words, STRIDE);
+        for (waited, late) in [
+            (0, Some(-601)),
+            (5, Some(-599)),
+            (6, Some(0)),
+            (7200, Some(1)),
+            (7201, Some(601)),
+            (9, None),
+        ] {
+            t.waited(waited, late);
+        }
+        let s = t.sums();
+        assert_eq!(s.wait_buckets, [2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1]);
+        assert_eq!(s.wait_sum, 5 + 6 + 7200 + 7201 + 9);
+        assert_eq!(s.error_buckets, [1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1]);
+    }
+
+    /// Threads counting into shards at once: the sums are exact.
+    #[test]
+    fn concurrent_counts_sum_exactly() {
+        let words: Vec<AtomicU64> = (0..STRIDE * 2).map(|_| AtomicU64::new(0)).collect();
+        let t = RoomTallies::new(&words, STRIDE);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for i in 0..10_000u64 {
+                        t.admitted(AdmissionKind::ALL[(i % 4) as usize].0);
+                        t.decided(
+                            [Outcome::Admit, Outcome::Queue, Outcome::Reject][(i % 3) as usize],
+                        );
+                        t.waited(i % 100, (i % 2 == 0).then_some(i as i64 % 50 - 25));
+                    }
+                });
+            }
+        });
+        let s = t.sums();
+        assert_eq!(s.admissions, [20_000; 4]);
+        assert_eq!(s.decisions, [26_664, 26_664]);
+        assert_eq!(s.wait_buckets.iter().sum::<u64>(), 80_000);
+        assert_eq!(s.wait_sum, 8 * 100 * (0..100).sum::<u64>());
+        assert_eq!(s.error_buckets.iter().sum::<u64>(), 40_000);
+    }
+}

@@ -112,6 +112,12 @@ export declare function engineFree(engine: number): void
 /** Whether any room has `routes`. */
 export declare function engineHasRoutes(engine: number): boolean
 
+/** Every room's metrics, family by family. */
+export declare function engineMetrics(engine: number): Array<MetricFamilyObject>
+
+/** Every room's metrics in the OpenMetrics text format, ending with `# EOF`. */
+export declare function engineMetricsText(engine: number): string
+
 /**
  * An engine from configuration text (or, with `isPath`, a file), its counters in memory it
  * owns or, with `sharedMemory`, in that state file (shared by every process opening it).
@@ -214,6 +220,30 @@ export interface LeaseObject {
   refreshIntervalSecs: number
   /** What to use when the lease cannot be refreshed. */
   safeCapacity: number
+}
+
+/** One metric family: name, type, help and every room's samples. */
+export interface MetricFamilyObject {
+  /** The family's name (a counter's without `_total`). */
+  name: string
+  /** `"gauge"`, `"counter"` or `"histogram"`. */
+  type: string
+  /** What it measures. */
+  help: string
+  /** The samples. */
+  samples: Array<MetricSampleObject>
+}
+
+/** One sample of a metric family. */
+export interface MetricSampleObject {
+  /** The sample's name (the family's, with `_total`, `_bucket`, `_count` or `_sum`). */
+  name: string
+  /** Its label names, `room` first (in order: `engine.metrics()` makes them an object). */
+  labelNames: Array<string>
+  /** Its label values, in the order of `label_names`. */
+  labelValues: Array<string>
+  /** Its value. */
+  value: number
 }
 
 /** Does nothing: the floor of a call into the native module (for benchmarks). */

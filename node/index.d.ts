@@ -149,6 +149,10 @@ export declare class Engine {
   stats(room: string): RoomStats
   /** Every room's figures as one JSON text (what a status endpoint serves). */
   statsJson(): string
+  /** Every room's metrics in the OpenMetrics text format, ending with `# EOF`. */
+  metricsText(): string
+  /** Every room's metrics, family by family. */
+  metrics(): MetricFamily[]
   /**
    * The waiting page for a queue or reject decision (`null` for admit). `accept` is the
    * request's `Accept` header; `acceptLanguage` its `Accept-Language` (in a room with
@@ -331,6 +335,59 @@ export interface FastifyOptions extends RoutingOptions {
  * failures go to `request.log.warn`.
  */
 export declare function fastify(instance: unknown, options: FastifyOptions, done: (err?: Error) => void): void
+
+/** One sample of a metric family. */
+export interface MetricSample {
+  /** The family's name, with `_total` (a counter), `_bucket`, `_count` or `_sum`. */
+  name: string
+  /** Label names to values, `room` first. */
+  labels: Record<string, string>
+  value: number
+}
+
+/** One metric family of the engine: every room's samples. */
+export interface MetricFamily {
+  /** `velvet_rope_...`, a counter's without `_total`. */
+  name: string
+  type: 'gauge' | 'counter' | 'histogram'
+  help: string
+  samples: MetricSample[]
+}
+
+/** A prom-client `Registry` as `prometheus.register` uses it. */
+export interface PromRegistry {
+  registerMetric(metric: unknown): void
+  metrics(): Promise<string>
+  contentType: string
+}
+
+/** Options of the metrics routes: a prom-client registry holding the engine's families. */
+export interface MetricsRouteOptions {
+  registry?: PromRegistry
+}
+
+/**
+ * Prometheus metrics: `register(engine, registry)` adds the engine's families to a
+ * prom-client registry (aggregated as `first` over cluster workers, whose figures are the
+ * host's already); `express(engine)` and `fastify(engine)` are `/metrics` route handlers
+ * serving the engine's OpenMetrics text, or with `{ registry }` that registry's text.
+ */
+export declare const prometheus: {
+  /** `application/openmetrics-text; version=1.0.0; charset=utf-8` */
+  CONTENT_TYPE: string
+  /** Registers the engine's families; returns their names as prom-client knows them. */
+  register(engine: Engine, registry: PromRegistry): string[]
+  /** An Express handler: `app.get('/metrics', prometheus.express(engine))`. */
+  express(
+    engine: Engine,
+    options?: MetricsRouteOptions
+  ): (req: { headers: { accept?: string } }, res: { set(name: string, value: string): unknown; send(body: string): unknown }, next: (err?: unknown) => void) => void
+  /** A Fastify handler: `app.get('/metrics', prometheus.fastify(engine))`. */
+  fastify(
+    engine: Engine,
+    options?: MetricsRouteOptions
+  ): (request: unknown, reply: { header(name: string, value: string): unknown }) => Promise<string>
+}
 
 /** Bytes of a state file for this configuration (text). */
 export declare function sharedMemorySize(config: string): number

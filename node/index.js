@@ -292,6 +292,32 @@ class Engine {
   }
 
   /**
+   * Every room's metrics in the OpenMetrics text format (what Prometheus scrapes; serve it as
+   * `application/openmetrics-text; version=1.0.0; charset=utf-8`), ending with `# EOF`.
+   */
+  metricsText () {
+    return native.engineMetricsText(this.#h)
+  }
+
+  /**
+   * Every room's metrics, family by family: `{name, type, help, samples}`, each sample
+   * `{name, labels, value}` (`labels` an object, `room` first). `prometheus.register` hands
+   * them to prom-client.
+   */
+  metrics () {
+    return native.engineMetrics(this.#h).map((f) => ({
+      name: f.name,
+      type: f.type,
+      help: f.help,
+      samples: f.samples.map((s) => {
+        const labels = {}
+        for (let i = 0; i < s.labelNames.length; i++) labels[s.labelNames[i]] = s.labelValues[i]
+        return { name: s.name, labels, value: s.value }
+      })
+    }))
+  }
+
+  /**
    * The waiting page for a queue or reject decision (`null` for admit): `{status,
    * contentType, body, headers}`, `headers` being `[name, value]` pairs to send (`Set-Cookie`
    * included). `accept` is the request's `Accept` header; `acceptLanguage` its
@@ -325,6 +351,9 @@ class Engine {
   }
 }
 
+/** Prometheus metrics of an engine: `prometheus.register`, `.express`, `.fastify`. */
+const prometheus = require('./prometheus.js')
+
 /** Bytes of a state file for this configuration (text). */
 function sharedMemorySize (config) {
   try {
@@ -351,6 +380,7 @@ const {
 
 module.exports = {
   Engine,
+  prometheus,
   Room,
   Coordinator,
   RateLimiter,

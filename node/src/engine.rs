@@ -449,6 +449,68 @@ pub fn engine_stats_json(engine: u32) -> napi::Result<String, &'static str> {
     ENGINES.with(engine, |e| e.stats_json())
 }
 
+/// Every room's metrics in the OpenMetrics text format, ending with `# EOF`.
+#[napi]
+pub fn engine_metrics_text(engine: u32) -> napi::Result<String, &'static str> {
+    ENGINES.with(engine, |e| e.metrics_text())
+}
+
+/// One sample of a metric family.
+#[napi(object)]
+pub struct MetricSampleObject {
+    /// The sample's name (the family's, with `_total`, `_bucket`, `_count` or `_sum`).
+    pub name: String,
+    /// Its label names, `room` first (in order: `engine.metrics()` makes them an object).
+    pub label_names: Vec<String>,
+    /// Its label values, in the order of `label_names`.
+    pub label_values: Vec<String>,
+    /// Its value.
+    pub value: f64,
+}
+
+/// One metric family: name, type, help and every room's samples.
+#[napi(object)]
+pub struct MetricFamilyObject {
+    /// The family's name (a counter's without `_total`).
+    pub name: String,
+    /// `"gauge"`, `"counter"` or `"histogram"`.
+    #[napi(js_name = "type")]
+    pub kind: String,
+    /// What it measures.
+    pub help: String,
+    /// The samples.
+    pub samples: Vec<MetricSampleObject>,
+}
+
+/// Every room's metrics, family by family.
+#[napi]
+pub fn engine_metrics(engine: u32) -> napi::Result<Vec<MetricFamilyObject>, &'static str> {
+    ENGINES.with(engine, |e| {
+        e.metrics()
+            .into_iter()
+            .map(|f| MetricFamilyObject {
+                name: f.name.to_owned(),
+                kind: f.kind.as_str().to_owned(),
+                help: f.help.to_owned(),
+                samples: f
+                    .samples
+                    .into_iter()
+                    .map(|s| {
+                        let (label_names, label_values) =
+                            s.labels.into_iter().map(|(k, v)| (k.to_owned(), v)).unzip();
+                        MetricSampleObject {
+                            name: format!("{}{}", f.name, s.suffix),
+                            label_names,
+                            label_values,
+                            value: s.value,
+                        }
+                    })
+                    .collect(),
+            })
+            .collect()
+    })
+}
+
 /// A waiting page: status, content type, body, and every header to send.
 #[napi(object)]
 pub struct PageObject {

@@ -1,6 +1,10 @@
 'use strict'
-/** What the server tests share: a cookie jar, `get`, and a test server's lifecycle. */
+/**
+ * What the tests share: a cookie jar, `get`, a test server's lifecycle, and parsers of the
+ * metrics' text formats.
+ */
 
+const assert = require('node:assert/strict')
 const { spawn } = require('node:child_process')
 const http = require('node:http')
 const path = require('node:path')
@@ -165,4 +169,72 @@ function attackTargets (count = 400) {
   return { vault: [...targets], shop: [...shopTargets] }
 }
 
-module.exports = { Jar, get, rawGet, startServer, attackTargets }
+const SAMPLE = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{((?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*"(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*")*)?)\})? (-?[0-9.e+]+|\+Inf|-Inf|NaN)$/
+const LABEL = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\.)*)"/g
+
+function unescape (v) {
+  return v.replace(/\\(.)/g, (_, c) => (c === 'n' ? '\n' : c))
+}
+
+/** `name` and its labels as one key: `name[["label","value"],...]`, labels sorted. */
+function sampleKey (name, labels) {
+  return `${name}${JSON.stringify(Object.entries(labels).sort())}`
+}
+
+function sampleOf (line) {
+  const m = SAMPLE.exec(line)
+  assert.ok(m, `not a sample line: ${JSON.stringify(line)}`)
+  const labels = {}
+  for (const [, k, v] of (m[2] || '').matchAll(LABEL)) labels[k] = unescape(v)
+  return { name: m[1], labels, value: Number(m[3].replace('Inf', 'Infinity')) }
+}
+
+/**
+ * OpenMetrics text, checked line by line: each family's TYPE and HELP (in either order)
+ * before its samples, declared once, samples named after their family (a counter's with `_total`, a histogram's
+ * with `_bucket`, `_count` or `_sum`), `# EOF` last. A map of `sampleKey` to value.
+ */
+function parseOpenMetrics (text) {
+  const lines = text.split('\n')
+  assert.deepEqual(lines.slice(-2), ['# EOF', ''], 'OpenMetrics text ends with # EOF')
+  const suffixes = { gauge: [''], counter: ['_total'], histogram: ['_bucket', '_count', '_sum'] }
+  const types = new Map()
+  const out = new Map()
+  let family = null
+  const seen = new Set()
+  for (const line of lines.slice(0, -2)) {
+    if (line.startsWith('# TYPE ') || line.startsWith('# HELP ')) {
+      // A family's metadata (TYPE and HELP, in either order) before its samples, once.
+      const [, what, name, ...rest] = line.split(' ')
+      if (name !== family) {
+        assert.ok(!seen.has(name), `${name} declared twice`)
+        seen.add(name)
+        family = name
+      }
+      if (what === 'TYPE') {
+        assert.ok(suffixes[rest[0]] && rest.length === 1, line)
+        types.set(name, rest[0])
+      }
+    } else {
+      const s = sampleOf(line)
+      assert.ok(suffixes[types.get(family)].some((x) => s.name === family + x), `${line} outside ${family}`)
+      const k = sampleKey(s.name, s.labels)
+      assert.ok(!out.has(k), `sample twice: ${line}`)
+      out.set(k, s.value)
+    }
+  }
+  return out
+}
+
+/** Prometheus' text format (0.0.4): every sample line. A map of `sampleKey` to value. */
+function parsePrometheusText (text) {
+  const out = new Map()
+  for (const line of text.split('\n')) {
+    if (line === '' || line.startsWith('#')) continue
+    const s = sampleOf(line)
+    out.set(sampleKey(s.name, s.labels), s.value)
+  }
+  return out
+}
+
+module.exports = { Jar, get, rawGet, startServer, attackTargets, parseOpenMetrics, parsePrometheusText, sampleKey }

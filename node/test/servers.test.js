@@ -10,7 +10,7 @@ const os = require('node:os')
 const path = require('node:path')
 const { describe, it, before, after } = require('node:test')
 
-const { Jar, get, rawGet, startServer, attackTargets } = require('./helpers.js')
+const { Jar, get, rawGet, startServer, attackTargets, parseOpenMetrics, parsePrometheusText, sampleKey } = require('./helpers.js')
 
 const K = 10 // total_active_users of room `shop` (test/apps/rooms.toml)
 const N = 40 // concurrent new visitors
@@ -39,6 +39,27 @@ for (const kind of ['express', 'fastify']) {
       const pids = new Set(replies.map((r) => r.header('x-worker-pid')))
       assert.equal(pids.size, 2, `one worker served every request: ${[...pids]}`)
       for (const jar of admitted) assert.ok(jar.cookies[COOKIE], 'an admitted visitor gets a ticket')
+    })
+
+    it("reports the host's figures from either worker's /metrics", async () => {
+      assert.equal(admitted.length, K, "needs the crowd's admitted visitors")
+      const byWorker = new Map()
+      for (let i = 0; i < 40 && byWorker.size < 2; i++) {
+        const r = await get(server.port, `/metrics?n=${i}`, new Jar())
+        assert.equal(r.status, 200)
+        const type = r.header('content-type')
+        const m = type.startsWith('application/openmetrics-text') ? parseOpenMetrics(r.body) : parsePrometheusText(r.body)
+        if (kind === 'fastify') assert.equal(type, 'application/openmetrics-text; version=1.0.0; charset=utf-8')
+        const pick = (name, labels) => m.get(sampleKey(name, labels))
+        const hostWide = {
+          newOnes: pick('velvet_rope_room_admissions_total', { room: 'shop', kind: 'new' }),
+          queued: pick('velvet_rope_room_decisions_total', { room: 'shop', outcome: 'queue' })
+        }
+        assert.deepEqual(hostWide, { newOnes: K, queued: N - K })
+        if (kind === 'express') assert.ok(pick('app_shop_pages_total', {}) >= 0)
+        byWorker.set(r.header('x-worker-pid'), hostWide)
+      }
+      assert.equal(byWorker.size, 2, `one worker answered every scrape: ${[...byWorker.keys()]}`)
     })
 
     it('re-admits visitors by their cookies, with nothing more to set', async () => {

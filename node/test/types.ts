@@ -48,3 +48,21 @@ const middleware = velvetRope.express(engine, { rooms: { '/shop': 'shop' }, bypa
 void middleware
 const e: Error = new CapacityError()
 void e
+
+// Metrics: the text, the families, and the prom-client helpers.
+const metricsText: string = engine.metricsText()
+const families: velvetRope.MetricFamily[] = engine.metrics()
+const firstSample: number | undefined = families[0]?.samples[0]?.value
+const kind: 'gauge' | 'counter' | 'histogram' | undefined = families[0]?.type
+void metricsText
+void firstSample
+void kind
+declare const registry: velvetRope.PromRegistry
+const registered: string[] = velvetRope.prometheus.register(engine, registry)
+const expressMetrics = velvetRope.prometheus.express(engine, { registry })
+const fastifyMetrics = velvetRope.prometheus.fastify(engine)
+const contentType: string = velvetRope.prometheus.CONTENT_TYPE
+void registered
+void expressMetrics
+void fastifyMetrics
+void contentType

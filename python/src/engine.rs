@@ -33,6 +33,15 @@ impl ConfigArg {
     }
 }
 
+/// Metric families as `Engine::metrics` hands them to Python: `(name, type, help, samples)`,
+/// each sample `(name, labels, value)`.
+type MetricsList = Vec<(
+    &'static str,
+    &'static str,
+    &'static str,
+    Vec<(String, Vec<(&'static str, String)>, f64)>,
+)>;
+
 /// The admission engine: one per process (or one per state file shared by processes).
 #[pyclass(frozen, module = "velvet_rope._velvet_rope")]
 pub struct Engine {
@@ -425,6 +434,31 @@ impl Engine {
     /// Every room's figures as one JSON object (what a status endpoint serves).
     fn stats_json(&self) -> String {
         self.inner.stats_json()
+    }
+
+    /// Every room's metrics in the OpenMetrics text format (what Prometheus scrapes; serve
+    /// it as `application/openmetrics-text; version=1.0.0; charset=utf-8`), ending with
+    /// `# EOF`.
+    fn metrics_text(&self) -> String {
+        self.inner.metrics_text()
+    }
+
+    /// Every room's metrics, family by family: `(name, type, help, samples)`, each sample
+    /// `(name, labels, value)` with its labels as `(name, value)` pairs (`room` first).
+    /// `velvet_rope.prometheus` turns them into `prometheus_client` families.
+    fn metrics(&self) -> MetricsList {
+        self.inner
+            .metrics()
+            .into_iter()
+            .map(|f| {
+                let samples = f
+                    .samples
+                    .into_iter()
+                    .map(|s| (format!("{}{}", f.name, s.suffix), s.labels, s.value))
+                    .collect();
+                (f.name, f.kind.as_str(), f.help, samples)
+            })
+            .collect()
     }
 
     /// The waiting page for a queue or reject decision (`None` for admit). `accept` is the

@@ -37,8 +37,10 @@ class Server:
             argv = [sys.executable, "-m", "gunicorn", "--workers", "2",
                     "--bind", f"127.0.0.1:{self.port}", "--log-level", "warning",
                     f"tests.apps.{app or 'flask_app'}:app"]
+        multiproc = state.with_suffix(".prometheus")
+        multiproc.mkdir(exist_ok=True)
         env = dict(os.environ, VR_CONFIG=str(config), VR_STATE=str(state),
-                   PYTHONPATH=str(HERE.parent))
+                   PYTHONPATH=str(HERE.parent), PROMETHEUS_MULTIPROC_DIR=str(multiproc))
         self.log = state.with_suffix(".log")
         self._log_file = open(self.log, "w")
         self.proc = subprocess.Popen(argv, cwd=HERE.parent, env=env,

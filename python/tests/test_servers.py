@@ -48,6 +48,46 @@ def test_exactly_k_of_n_concurrent_new_visitors_across_both_workers(run: Run) ->
     run.admitted = admitted
 
 
+def test_metrics_from_either_worker_are_the_hosts(run: Run) -> None:
+    """Each worker reports the host's figures (the counters are in the shared state file):
+    the crowd above, counted once, whichever worker answers. Under gunicorn the route is
+    prometheus_client's multiprocess registry with the engine's collector in it."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
+    from prometheus_client.parser import text_string_to_metric_families as text
+
+    assert run.admitted, "needs the crowd's admitted visitors"
+    by_worker: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    for i in range(40):
+        accept = "application/openmetrics-text; version=1.0.0" if i % 2 else "text/plain"
+        r = get(run.port, f"/metrics?n={i}", None, {"Accept": accept})
+        assert r.status == 200, r
+        kind = r.header("Content-Type") or ""
+        parse = om if kind.startswith("application/openmetrics-text") else text
+        if run.server.kind == "uvicorn":
+            assert kind.startswith("application/openmetrics-text"), kind
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for f in parse(r.body) for s in f.samples}
+        host_wide = {k: v for k, v in samples.items() if k[0].startswith(
+            ("velvet_rope_room_admissions", "velvet_rope_room_decisions"))}
+        pid = r.header("X-Worker-Pid")
+        assert pid is not None
+        if pid in by_worker:
+            continue
+        by_worker[pid] = host_wide
+        assert host_wide[("velvet_rope_room_admissions_total",
+                          (("kind", "new"), ("room", "shop")))] == K, host_wide
+        assert host_wide[("velvet_rope_room_decisions_total",
+                          (("outcome", "queue"), ("room", "shop")))] == N - K
+        if run.server.kind == "gunicorn":
+            # The app's own counter, summed over both workers' files.
+            assert samples[("app_shop_pages_total", ())] >= K
+        if len(by_worker) == 2:
+            break
+    assert len(by_worker) == 2, f"one worker answered every scrape: {list(by_worker)}"
+    first, second = by_worker.values()
+    assert first == second
+
+
 def test_admitted_cookies_readmit(run: Run) -> None:
     assert run.admitted, "needs the crowd's admitted visitors"
     for jar in run.admitted:

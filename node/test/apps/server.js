@@ -6,7 +6,8 @@
  *
  * Routes: `/shop/*` waits in room `shop`; `/health` and `/static/` are bypassed; `/open` is in
  * no room; Fastify's `/checkout` names room `checkout` in its route config, `/shop/free` opts
- * out. Files under `test/apps/public` are served at the root (Express's `express.static`; for
+ * out. `/metrics` serves the metrics (Express: a prom-client registry holding the engine's
+ * families; Fastify: the engine's text). Files under `test/apps/public` are served at the root (Express's `express.static`; for
  * Fastify a wildcard route that resolves its parameter as `send` does, decoding what
  * find-my-way decoded already, as careless handlers do): `/vault.html` is in room
  * `vault`, `/static/app.css` is bypassed. Both routers fold case (Express's default; Fastify's
@@ -35,9 +36,18 @@ function express (engine) {
     next()
   })
   app.use(velvetRope.express(engine, ROUTING))
+  // Metrics through prom-client: the engine's families beside the worker's own counter.
+  const client = require('prom-client')
+  const registry = new client.Registry()
+  const shopPages = new client.Counter({ name: 'app_shop_pages_total', help: 'Shop pages served', registers: [registry] })
+  velvetRope.prometheus.register(engine, registry)
+  app.get('/metrics', velvetRope.prometheus.express(engine, { registry }))
   app.get('/health', (req, res) => res.json({ ok: true }))
   app.get('/open', (req, res) => res.json(handler(req)))
-  app.get('/shop/:page', (req, res) => res.json(handler(req, 'shop')))
+  app.get('/shop/:page', (req, res) => {
+    shopPages.inc()
+    res.json(handler(req, 'shop'))
+  })
   app.use(require('express').static(PUBLIC))
   return (port, ready) => app.listen(port, '127.0.0.1', ready)
 }
@@ -67,6 +77,8 @@ function fastify (engine) {
   app.register(velvetRope.fastify, { engine, ...ROUTING })
   app.register(async (scoped) => {
     scoped.get('/health', async () => ({ ok: true }))
+    // The engine's own OpenMetrics text.
+    scoped.get('/metrics', velvetRope.prometheus.fastify(engine))
     scoped.get('/open', async (req) => handler(req))
     scoped.get('/shop/free', { config: { velvetRope: false } }, async (req) => handler(req))
     scoped.get('/shop/:page', async (req) => handler(req, 'shop'))

@@ -99,6 +99,13 @@ class Engine:
     def reload(self, config: str | os.PathLike[str]) -> None: ...
     def stats(self, room: str) -> RoomStats: ...
     def stats_json(self) -> str: ...
+    def metrics_text(self) -> str:
+        """Every room's metrics in the OpenMetrics text format, ending with `# EOF`."""
+    def metrics(
+        self,
+    ) -> list[tuple[str, str, str, list[tuple[str, list[tuple[str, str]], float]]]]:
+        """Every room's metrics: `(name, type, help, samples)` per family, each sample
+        `(name, labels, value)`."""
     def render_page(
         self,
         room: str,

@@ -12,15 +12,18 @@ import pathlib
 
 from fastapi import Depends, FastAPI
 from fastapi.responses import HTMLResponse, RedirectResponse
+from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 
 from velvet_rope import Engine
 from velvet_rope.asgi import WaitingRoom
 from velvet_rope.fastapi import Admission, install, waiting_room
+from velvet_rope.prometheus import asgi_app
 
 engine = Engine(pathlib.Path(os.environ["VR_CONFIG"]), shared_memory=os.environ["VR_STATE"])
 api = FastAPI()
 install(api)
+api.router.routes.append(Route("/metrics", asgi_app(engine)))
 
 
 @api.get("/shop/{page}")

@@ -31,6 +31,12 @@ export interface ClusterStatusObject {
 /** Frees a coordinator's handle (and stops its upstream loop, off JavaScript's thread). */
 export declare function coordinatorFree(coordinator: number): void
 
+/** Every resource's metrics, family by family. */
+export declare function coordinatorMetrics(coordinator: number, nowMs?: number | undefined | null): Array<MetricFamilyObject>
+
+/** Every resource's metrics in the OpenMetrics text format, ending with `# EOF`. */
+export declare function coordinatorMetricsText(coordinator: number, nowMs?: number | undefined | null): string
+
 /**
  * A coordinator from configuration text (or, with `isPath`, a file) with `[[resources]]`;
  * with a `[cluster]` table, a leaf under the Redis lease root it names.

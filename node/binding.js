@@ -836,6 +836,8 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.coordinatorFree = nativeBinding.coordinatorFree
+module.exports.coordinatorMetrics = nativeBinding.coordinatorMetrics
+module.exports.coordinatorMetricsText = nativeBinding.coordinatorMetricsText
 module.exports.coordinatorNew = nativeBinding.coordinatorNew
 module.exports.coordinatorRelease = nativeBinding.coordinatorRelease
 module.exports.coordinatorRequest = nativeBinding.coordinatorRequest

@@ -217,6 +217,10 @@ export declare class Coordinator {
   request(clientId: string, resource: string, wants: number, options?: ClockOptions & { priority?: number }): Lease
   /** Gives a client's lease back; whether it held one. */
   release(clientId: string, resource: string): boolean
+  /** Every resource's metrics in the OpenMetrics text format, at `nowMs` (default: now). */
+  metricsText(nowMs?: number): string
+  /** Every resource's metrics, family by family. */
+  metrics(nowMs?: number): MetricFamily[]
 }
 
 /** Permits at a rate, spread evenly over each second. */
@@ -375,16 +379,19 @@ export interface MetricsRouteOptions {
 export declare const prometheus: {
   /** `application/openmetrics-text; version=1.0.0; charset=utf-8` */
   CONTENT_TYPE: string
-  /** Registers the engine's families; returns their names as prom-client knows them. */
-  register(engine: Engine, registry: PromRegistry): string[]
+  /**
+   * Registers the engine's (or a lease coordinator's) families; returns their names as
+   * prom-client knows them.
+   */
+  register(engine: Engine | Coordinator, registry: PromRegistry): string[]
   /** An Express handler: `app.get('/metrics', prometheus.express(engine))`. */
   express(
-    engine: Engine,
+    engine: Engine | Coordinator,
     options?: MetricsRouteOptions
   ): (req: { headers: { accept?: string } }, res: { set(name: string, value: string): unknown; send(body: string): unknown }, next: (err?: unknown) => void) => void
   /** A Fastify handler: `app.get('/metrics', prometheus.fastify(engine))`. */
   fastify(
-    engine: Engine,
+    engine: Engine | Coordinator,
     options?: MetricsRouteOptions
   ): (request: unknown, reply: { header(name: string, value: string): unknown }) => Promise<string>
 }

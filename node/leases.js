@@ -47,6 +47,34 @@ class Coordinator {
       return native.coordinatorRelease(this.#h, clientId, resource)
     } catch (e) { throw convert(e) }
   }
+
+  /** Every resource's metrics in the OpenMetrics text format, at `nowMs` (default: now). */
+  metricsText (nowMs) {
+    try {
+      return native.coordinatorMetricsText(this.#h, nowMs)
+    } catch (e) { throw convert(e) }
+  }
+
+  /** Every resource's metrics, family by family, as `Engine#metrics` gives a room's. */
+  metrics (nowMs) {
+    try {
+      return native.coordinatorMetrics(this.#h, nowMs).map(familyOf)
+    } catch (e) { throw convert(e) }
+  }
+}
+
+/** A native metric family as JavaScript uses it: each sample's labels an object. */
+function familyOf (f) {
+  return {
+    name: f.name,
+    type: f.type,
+    help: f.help,
+    samples: f.samples.map((s) => {
+      const labels = {}
+      for (let i = 0; i < s.labelNames.length; i++) labels[s.labelNames[i]] = s.labelValues[i]
+      return { name: s.name, labels, value: s.value }
+    })
+  }
 }
 
 /** Permits at a rate, spread evenly over each second. */

@@ -247,3 +247,47 @@ fn a_lagging_clock_does_not_take_a_busy_turn() {
         "a clock stepped back further than a turn takes it over"
     );
 }
+
+/// A clustered room's metrics: the grant it holds and its age as of the last tick, and the
+/// fallback flag once the store has been silent past a lease and a session.
+#[test]
+fn metrics_show_the_grant_its_age_and_the_fallback() {
+    let e = engine("fallback_share = 0.3", "fifo");
+    let line = |name: &str| {
+        let text = e.metrics_text();
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name}{{room=\"r\"}} ")))
+            .map(|l| l.rsplit(' ').next().unwrap().to_owned())
+    };
+    e.tick(T0 + 10);
+    assert_eq!(
+        line("velvet_rope_cluster_grant_age_seconds").as_deref(),
+        Some("+Inf")
+    );
+    assert_eq!(line("velvet_rope_cluster_fallback").as_deref(), Some("0"));
+    // Granted at T0 + 1000 (a lease of 5 s, until T0 + 6000); the tick at T0 + 3500 sees it
+    // 2.5 s old.
+    assert!(e.cluster_grant("r", &grant(1, T0 + 6000, 4)).unwrap());
+    e.tick(T0 + 3500);
+    assert_eq!(
+        line("velvet_rope_cluster_grant_users").as_deref(),
+        Some("4")
+    );
+    assert_eq!(
+        line("velvet_rope_cluster_grant_age_seconds").as_deref(),
+        Some("2.5")
+    );
+    assert_eq!(line("velvet_rope_cluster_fallback").as_deref(), Some("0"));
+    // No word from the store past the lease and a session: the fallback share.
+    e.tick(T0 + 6000 + HOLD);
+    assert_eq!(line("velvet_rope_cluster_fallback").as_deref(), Some("1"));
+    // A room without a [cluster] table has none of these samples.
+    let alone = Engine::from_text(
+        "[[rooms]]\nname = \"r\"\ntotal_active_users = 1\nnew_users_per_minute = 1\n",
+        T0,
+    )
+    .unwrap();
+    assert!(!alone
+        .metrics_text()
+        .contains("velvet_rope_cluster_grant_users{"));
+}

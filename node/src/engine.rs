@@ -485,30 +485,33 @@ pub struct MetricFamilyObject {
 /// Every room's metrics, family by family.
 #[napi]
 pub fn engine_metrics(engine: u32) -> napi::Result<Vec<MetricFamilyObject>, &'static str> {
-    ENGINES.with(engine, |e| {
-        e.metrics()
-            .into_iter()
-            .map(|f| MetricFamilyObject {
-                name: f.name.to_owned(),
-                kind: f.kind.as_str().to_owned(),
-                help: f.help.to_owned(),
-                samples: f
-                    .samples
-                    .into_iter()
-                    .map(|s| {
-                        let (label_names, label_values) =
-                            s.labels.into_iter().map(|(k, v)| (k.to_owned(), v)).unzip();
-                        MetricSampleObject {
-                            name: format!("{}{}", f.name, s.suffix),
-                            label_names,
-                            label_values,
-                            value: s.value,
-                        }
-                    })
-                    .collect(),
-            })
-            .collect()
-    })
+    ENGINES.with(engine, |e| families_to_js(e.metrics()))
+}
+
+/// Metric families as JavaScript takes them.
+pub(crate) fn families_to_js(families: Vec<velvet_rope::MetricFamily>) -> Vec<MetricFamilyObject> {
+    families
+        .into_iter()
+        .map(|f| MetricFamilyObject {
+            name: f.name.to_owned(),
+            kind: f.kind.as_str().to_owned(),
+            help: f.help.to_owned(),
+            samples: f
+                .samples
+                .into_iter()
+                .map(|s| {
+                    let (label_names, label_values) =
+                        s.labels.into_iter().map(|(k, v)| (k.to_owned(), v)).unzip();
+                    MetricSampleObject {
+                        name: format!("{}{}", f.name, s.suffix),
+                        label_names,
+                        label_values,
+                        value: s.value,
+                    }
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 /// A waiting page: status, content type, body, and every header to send.

@@ -149,6 +149,28 @@ pub fn coordinator_release(
         .map_err(lease_to_js)
 }
 
+/// Every resource's metrics in the OpenMetrics text format, ending with `# EOF`.
+#[napi]
+pub fn coordinator_metrics_text(
+    coordinator: u32,
+    now_ms: Option<f64>,
+) -> napi::Result<String, &'static str> {
+    let now = or_now(now_ms)?;
+    COORDINATORS.with(coordinator, |c| c.metrics_text(now))
+}
+
+/// Every resource's metrics, family by family.
+#[napi]
+pub fn coordinator_metrics(
+    coordinator: u32,
+    now_ms: Option<f64>,
+) -> napi::Result<Vec<crate::engine::MetricFamilyObject>, &'static str> {
+    let now = or_now(now_ms)?;
+    COORDINATORS.with(coordinator, |c| {
+        crate::engine::families_to_js(c.metrics(now))
+    })
+}
+
 fn rate(rate: f64) -> napi::Result<f64, &'static str> {
     if rate.is_finite() && rate >= 0.0 {
         Ok(rate)

@@ -9,7 +9,7 @@ const assert = require('node:assert/strict')
 const { test } = require('node:test')
 const client = require('prom-client')
 
-const { Engine, prometheus } = require('..')
+const { Coordinator, Engine, nowMs, prometheus } = require('..')
 const { parseOpenMetrics, parsePrometheusText } = require('./helpers.js')
 
 const T0 = 1_800_000_000_000
@@ -165,4 +165,22 @@ test('the Express and Fastify handlers', async () => {
   const withRegistry = await prometheus.fastify(engine, { registry })({ headers: {} }, { header (k, v) { headers[k] = v } })
   assert.equal(headers['Content-Type'], registry.contentType)
   assert.ok(parsePrometheusText(withRegistry).has(key('velvet_rope_room_active_users', { room: 'shop' })))
+})
+
+test("a lease coordinator's resources, in its text and through prom-client", async () => {
+  // The system clock's time: prom-client reads the coordinator at the time of a scrape.
+  const t = nowMs()
+  const coordinator = new Coordinator('[[resources]]\nidentifier_glob = "api"\ncapacity = 100\n' +
+    'algorithm = { kind = "fair_share", lease_length = 60, refresh_interval = 1 }\n', { nowMs: t })
+  coordinator.request('a', 'api', 30, { nowMs: t })
+  coordinator.request('b', 'api', 90, { nowMs: t })
+  const m = parseOpenMetrics(coordinator.metricsText(t))
+  assert.equal(m.get(key('velvet_rope_lease_capacity', { resource: 'api' })), 100)
+  assert.equal(m.get(key('velvet_rope_lease_clients', { resource: 'api' })), 2)
+  assert.equal(m.get(key('velvet_rope_lease_wanted', { resource: 'api' })), 120)
+  assert.equal(m.get(key('velvet_rope_lease_refusals_total', { resource: 'api' })), 0)
+  const registry = new client.Registry()
+  prometheus.register(coordinator, registry)
+  const scraped = parsePrometheusText(await registry.metrics())
+  assert.equal(scraped.get(key('velvet_rope_lease_clients', { resource: 'api' })), 2)
 })

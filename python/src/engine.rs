@@ -35,12 +35,27 @@ impl ConfigArg {
 
 /// Metric families as `Engine::metrics` hands them to Python: `(name, type, help, samples)`,
 /// each sample `(name, labels, value)`.
-type MetricsList = Vec<(
+pub(crate) type MetricsList = Vec<(
     &'static str,
     &'static str,
     &'static str,
     Vec<(String, Vec<(&'static str, String)>, f64)>,
 )>;
+
+/// Metric families as Python takes them.
+pub(crate) fn families_to_py(families: Vec<velvet_rope::MetricFamily>) -> MetricsList {
+    families
+        .into_iter()
+        .map(|f| {
+            let samples = f
+                .samples
+                .into_iter()
+                .map(|s| (format!("{}{}", f.name, s.suffix), s.labels, s.value))
+                .collect();
+            (f.name, f.kind.as_str(), f.help, samples)
+        })
+        .collect()
+}
 
 /// The admission engine: one per process (or one per state file shared by processes).
 #[pyclass(frozen, module = "velvet_rope._velvet_rope")]
@@ -447,18 +462,7 @@ impl Engine {
     /// `(name, labels, value)` with its labels as `(name, value)` pairs (`room` first).
     /// `velvet_rope.prometheus` turns them into `prometheus_client` families.
     fn metrics(&self) -> MetricsList {
-        self.inner
-            .metrics()
-            .into_iter()
-            .map(|f| {
-                let samples = f
-                    .samples
-                    .into_iter()
-                    .map(|s| (format!("{}{}", f.name, s.suffix), s.labels, s.value))
-                    .collect();
-                (f.name, f.kind.as_str(), f.help, samples)
-            })
-            .collect()
+        families_to_py(self.inner.metrics())
     }
 
     /// The waiting page for a queue or reject decision (`None` for admit). `accept` is the

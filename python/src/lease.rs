@@ -63,6 +63,21 @@ impl Coordinator {
     fn release(&self, client_id: &str, resource: &str) -> PyResult<bool> {
         self.inner.release(client_id, resource).map_err(lease_to_py)
     }
+
+    /// Every resource's metrics (capacity, granted, wanted, clients, learning, refusals) in
+    /// the OpenMetrics text format, ending with `# EOF`, at `now_ms` (default: now).
+    #[pyo3(signature = (now_ms = None))]
+    fn metrics_text(&self, now_ms: Option<u64>) -> PyResult<String> {
+        Ok(self.inner.metrics_text(or_now(now_ms)?))
+    }
+
+    /// Every resource's metrics, as `Engine.metrics` gives a room's.
+    #[pyo3(signature = (now_ms = None))]
+    fn metrics(&self, now_ms: Option<u64>) -> PyResult<crate::engine::MetricsList> {
+        Ok(crate::engine::families_to_py(
+            self.inner.metrics(or_now(now_ms)?),
+        ))
+    }
 }
 
 fn config_of(config: ConfigArg) -> PyResult<velvet_rope::Config> {

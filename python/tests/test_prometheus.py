@@ -198,3 +198,26 @@ def test_the_wsgi_route() -> None:
     environ["REQUEST_METHOD"] = "DELETE"
     assert b"".join(wsgi_app(engine)(environ, start_response)) == b""
     assert got["status"].startswith("405")
+
+
+def test_a_coordinators_resources() -> None:
+    from velvet_rope import Coordinator, now_ms
+
+    # The system clock's time: the collector reads the coordinator at the time of a scrape.
+    t = now_ms()
+    coordinator = Coordinator(
+        '[[resources]]\nidentifier_glob = "api"\ncapacity = 100\n'
+        'algorithm = { kind = "fair_share", lease_length = 60, refresh_interval = 1 }\n',
+        now_ms=t)
+    coordinator.request("a", "api", 30.0, now_ms=t)
+    coordinator.request("b", "api", 90.0, now_ms=t)
+    m = samples(parse_openmetrics(coordinator.metrics_text(now_ms=t)))
+    api = {"resource": "api"}
+    assert m[key("velvet_rope_lease_capacity", **api)] == 100
+    assert m[key("velvet_rope_lease_clients", **api)] == 2
+    assert m[key("velvet_rope_lease_wanted", **api)] == 120
+    assert m[key("velvet_rope_lease_refusals_total", **api)] == 0
+    registry = CollectorRegistry()
+    register(coordinator, registry)
+    m = samples(parse_text(generate_latest(registry).decode()))
+    assert m[key("velvet_rope_lease_clients", **api)] == 2

@@ -8,6 +8,7 @@
 
 use std::fmt::Write as _;
 
+use crate::admission::cluster::{self, ClusterState};
 use crate::admission::decision::RoomStats;
 use crate::admission::governance::is_governing;
 use crate::admission::room::Room;
@@ -79,6 +80,9 @@ struct View<'a> {
     revocations: Option<(RevocationCounts, usize)>,
     /// The tallies, in a region that keeps them.
     tallies: Option<TallySums>,
+    /// Where a room shared through the cluster tier stands, as of its last tick, and the
+    /// age of its grant then (ms; `None` before its first grant).
+    cluster: Option<(ClusterState, Option<u64>)>,
 }
 
 /// One metric family: its name (without `_total` for a counter), type, help text, labels, and
@@ -199,6 +203,21 @@ const FAMILIES: &[Family] = &[
             }
         }
     } },
+    Family { name: "velvet_rope_cluster_grant_users", kind: MetricKind::Gauge, labels: &[], help: "Active visitors this host may hold under its last grant from the cluster's store (rooms shared through the cluster tier).", write: |s, v| {
+        if let Some((c, _)) = &v.cluster {
+            s.gauge(c.total as f64);
+        }
+    } },
+    Family { name: "velvet_rope_cluster_grant_age_seconds", kind: MetricKind::Gauge, labels: &[], help: "Seconds since the store granted the host's last grant, as of the room's last tick (+Inf before the first): how long since the store last answered a sync.", write: |s, v| {
+        if let Some((_, age)) = &v.cluster {
+            s.gauge(age.map_or(f64::INFINITY, |ms| ms as f64 / 1000.0));
+        }
+    } },
+    Family { name: "velvet_rope_cluster_fallback", kind: MetricKind::Gauge, labels: &[], help: "1 while the host enforces its fallback share: no grant the store may still reserve (the store unreachable past a lease and a session; outside the exactness guarantee).", write: |s, v| {
+        if let Some((c, _)) = &v.cluster {
+            s.gauge(f64::from(u8::from(c.fallback)));
+        }
+    } },
     Family { name: "velvet_rope_revocations_kept", kind: MetricKind::Gauge, labels: &[], help: "Revoked ticket ids held now.", write: |s, v| {
         if let Some((c, _)) = v.revocations {
             s.gauge(c.kept as f64);
@@ -227,6 +246,15 @@ pub(crate) fn families<'a>(rooms: impl Iterator<Item = &'a Room>) -> Vec<MetricF
                     )
                 }),
                 tallies: room.counters.tallies().map(|t| t.sums()),
+                cluster: cluster::clustered(room).then(|| {
+                    let at = tb.get(Cell::LastTick);
+                    let state = cluster::state(room, at);
+                    // A grant's lease starts when the store grants it.
+                    let age = (state.until != 0).then(|| {
+                        at.saturating_sub(state.until.saturating_sub(room.cluster_lease_ms))
+                    });
+                    (state, age)
+                }),
             }
         })
         .collect();

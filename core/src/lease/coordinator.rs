@@ -126,6 +126,52 @@ struct State {
     /// A leaf hands out only what its upstream granted it (nothing for a resource it holds no
     /// grant of yet); a root hands out its templates' capacities.
     leaf: bool,
+    /// Requests refused as invalid, by the resource they named (one a template matches).
+    refusals: FxHashMap<String, u64>,
+}
+
+/// Resources whose refusals are counted, at most.
+const MAX_REFUSED_RESOURCES: usize = 1024;
+
+/// Where one resource stands, for the metrics (see `lease::metrics`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ResourceFigures {
+    /// The resource's identifier.
+    pub(crate) resource: String,
+    /// The capacity it hands out now (a leaf: its upstream grant, or its fallback).
+    pub(crate) capacity: f64,
+    /// Sum of the unexpired grants.
+    pub(crate) granted: f64,
+    /// Sum of what the clients holding them want.
+    pub(crate) wanted: f64,
+    /// Clients holding an unexpired grant.
+    pub(crate) clients: usize,
+    /// Whether it is in learning mode.
+    pub(crate) learning: bool,
+    /// Requests refused as invalid.
+    pub(crate) refusals: u64,
+}
+
+/// The capacity `resource` (of template `t`) hands out at `now`, and the time no lease may
+/// outlive. A leaf: its grant while it lasts; then its fallback (or nothing), in leases short
+/// enough that its clients come back soon. A root: the template's capacity.
+fn capacity_at(
+    state: &State,
+    resource: &str,
+    t: &ResourceTemplate,
+    now: Millis,
+) -> (f64, Option<Millis>) {
+    let upstream = state.upstream_expiry;
+    if !state.leaf {
+        return (t.capacity, upstream);
+    }
+    let short = now.saturating_add(t.algorithm.refresh_interval_ms().max(1));
+    let until = |e: Millis| Some(upstream.map_or(e, |x| x.min(e)));
+    match state.upstream.get(resource) {
+        Some(u) if now < u.expires_at => (u.capacity.min(t.capacity), until(u.expires_at)),
+        Some(u) => (u.fallback.min(t.capacity), until(short)),
+        None => (0.0, until(short)),
+    }
 }
 
 /// What a leaf coordinator holds of one resource from its upstream.
@@ -175,6 +221,7 @@ impl Coordinator {
                 upstream_expiry: None,
                 upstream: FxHashMap::default(),
                 leaf: false,
+                refusals: FxHashMap::default(),
             }),
         }
     }
@@ -283,6 +330,57 @@ impl Coordinator {
     /// [`MAX_NOW_MS`] (2106: most likely microseconds passed for milliseconds, which would
     /// grant a lease that never ends in real time) is refused.
     pub fn request_with(&self, req: &LeaseRequest<'_>, now: Millis) -> Result<Lease, LeaseError> {
+        let lease = self.grant(req, now);
+        if matches!(lease, Err(LeaseError::InvalidRequest { .. }))
+            && self.templates.lookup_index(req.resource).is_ok()
+        {
+            let mut state = self.lock();
+            // Bounded: a client naming ever new resources a glob matches adds no more past
+            // `MAX_REFUSED_RESOURCES` (their refusals go uncounted).
+            let known = state.refusals.len() < MAX_REFUSED_RESOURCES
+                || state.refusals.contains_key(req.resource);
+            if known {
+                *state.refusals.entry(req.resource.to_owned()).or_default() += 1;
+            }
+        }
+        lease
+    }
+
+    /// Where every resource that has had a request stands at `now`, by identifier.
+    pub(crate) fn figures(&self, now: Millis) -> Vec<ResourceFigures> {
+        let state = self.lock();
+        let mut names: Vec<&String> = state.resources.keys().collect();
+        names.extend(
+            state
+                .refusals
+                .keys()
+                .filter(|r| !state.resources.contains_key(*r)),
+        );
+        names.sort();
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let t = self.templates.lookup(name).ok()?;
+                let live: Vec<&ClientGrant> = state
+                    .resources
+                    .get(name)
+                    .map(|rs| rs.clients.values().filter(|c| c.expires_at > now).collect())
+                    .unwrap_or_default();
+                Some(ResourceFigures {
+                    resource: name.clone(),
+                    capacity: capacity_at(&state, name, t, now).0,
+                    granted: live.iter().map(|c| c.has).sum(),
+                    wanted: live.iter().map(|c| c.wants).sum(),
+                    clients: live.len(),
+                    learning: now < self.learning_until(t),
+                    refusals: state.refusals.get(name).copied().unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    /// `request_with` but for counting its refusals.
+    fn grant(&self, req: &LeaseRequest<'_>, now: Millis) -> Result<Lease, LeaseError> {
         let bad = |field: &'static str, reason: String| LeaseError::InvalidRequest {
             resource: req.resource.to_owned(),
             field,
@@ -314,28 +412,7 @@ impl Coordinator {
         let learning = now < self.learning_until(t);
         let mut guard = self.lock();
         let state = &mut *guard;
-        let mut upstream = state.upstream_expiry;
-        let capacity = if state.leaf {
-            // A leaf: its grant while it lasts; then its fallback (or nothing), in leases
-            // short enough that its clients come back soon.
-            let short = now.saturating_add(t.algorithm.refresh_interval_ms().max(1));
-            match state.upstream.get(req.resource) {
-                Some(u) if now < u.expires_at => {
-                    upstream = Some(upstream.map_or(u.expires_at, |e| e.min(u.expires_at)));
-                    u.capacity.min(t.capacity)
-                }
-                Some(u) => {
-                    upstream = Some(upstream.map_or(short, |e| e.min(short)));
-                    u.fallback.min(t.capacity)
-                }
-                None => {
-                    upstream = Some(upstream.map_or(short, |e| e.min(short)));
-                    0.0
-                }
-            }
-        } else {
-            t.capacity
-        };
+        let (capacity, upstream) = capacity_at(state, req.resource, t, now);
         let rs = state
             .resources
             .entry(req.resource.to_owned())

@@ -18,6 +18,7 @@ pub mod coordinator;
 pub mod demand;
 pub mod error;
 pub mod gauge;
+pub mod metrics;
 pub mod rate_limiter;
 pub mod template;
 pub mod timer;

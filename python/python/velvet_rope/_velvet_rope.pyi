@@ -218,6 +218,12 @@ class Coordinator:
         now_ms: int | None = None,
     ) -> Lease: ...
     def release(self, client_id: str, resource: str) -> bool: ...
+    def metrics_text(self, now_ms: int | None = None) -> str:
+        """Every resource's metrics in the OpenMetrics text format, ending with `# EOF`."""
+    def metrics(
+        self, now_ms: int | None = None
+    ) -> list[tuple[str, str, str, list[tuple[str, list[tuple[str, str]], float]]]]:
+        """Every resource's metrics, as `Engine.metrics` gives a room's."""
 
 @final
 class Lease:

@@ -1,5 +1,5 @@
-"""Prometheus metrics of an `Engine`: a `prometheus_client` collector, and ready metrics routes
-for ASGI and WSGI servers.
+"""Prometheus metrics of an `Engine` (or a lease `Coordinator`): a `prometheus_client`
+collector, and ready metrics routes for ASGI and WSGI servers.
 
 The figures are the engine's (`Engine.metrics`), named once in the core for every front door:
 `velvet_rope_room_active_users{room="shop"}`, `velvet_rope_room_admissions_total{kind=...}`,
@@ -34,10 +34,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from ._velvet_rope import Engine
+from ._velvet_rope import Coordinator, Engine
 
 if TYPE_CHECKING:  # pragma: no cover
     from prometheus_client.registry import CollectorRegistry
+
+#: What the collector and the routes read: an engine's rooms, or a coordinator's resources
+#: (`velvet_rope_lease_capacity{resource=...}` and the rest).
+Source = Engine | Coordinator
 
 __all__ = ["EngineCollector", "register", "asgi_app", "wsgi_app", "CONTENT_TYPE"]
 
@@ -48,7 +52,7 @@ CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 class EngineCollector:
     """A `prometheus_client` collector of an engine's metrics, read afresh at each scrape."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Source) -> None:
         self._engine = engine
 
     def collect(self) -> Iterator[Any]:
@@ -66,7 +70,7 @@ class EngineCollector:
         return []
 
 
-def register(engine: Engine, registry: CollectorRegistry | None = None) -> EngineCollector:
+def register(engine: Source, registry: CollectorRegistry | None = None) -> EngineCollector:
     """Registers the engine's collector with `registry` (default: `prometheus_client`'s global
     one) and returns it (unregister it with `registry.unregister(collector)`)."""
     if registry is None:
@@ -78,7 +82,7 @@ def register(engine: Engine, registry: CollectorRegistry | None = None) -> Engin
     return collector
 
 
-def _render(engine: Engine, registry: CollectorRegistry | None,
+def _render(engine: Source, registry: CollectorRegistry | None,
             accept: str | None) -> tuple[bytes, str]:
     """The body and content type: the registry's exposition in the format `accept` asks for
     (`prometheus_client` picks it), or the engine's OpenMetrics text without a registry."""
@@ -99,7 +103,7 @@ class _MetricsApp:
     """The ASGI app `asgi_app` makes (a class, not a function, so that Starlette's `Route`
     takes it as an ASGI app: `Route("/metrics", asgi_app(engine))`)."""
 
-    def __init__(self, engine: Engine, registry: CollectorRegistry | None) -> None:
+    def __init__(self, engine: Source, registry: CollectorRegistry | None) -> None:
         self._engine = engine
         self._registry = registry
 
@@ -123,7 +127,7 @@ class _MetricsApp:
         await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
 
 
-def asgi_app(engine: Engine,
+def asgi_app(engine: Source,
              registry: CollectorRegistry | None = None) -> Callable[[Scope, Receive, Send],
                                                                    Awaitable[None]]:
     """An ASGI app serving the metrics: the engine's OpenMetrics text, or, given a
@@ -134,7 +138,7 @@ def asgi_app(engine: Engine,
     return _MetricsApp(engine, registry)
 
 
-def wsgi_app(engine: Engine,
+def wsgi_app(engine: Source,
              registry: CollectorRegistry | None = None) -> Callable[..., Iterable[bytes]]:
     """A WSGI app serving the metrics (mount it at `/metrics`), as `asgi_app` does."""
 

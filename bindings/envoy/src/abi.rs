@@ -167,6 +167,36 @@ type GetMetadataString =
 type SchedulerNew = unsafe extern "C" fn(ConfigEnvoyPtr) -> *mut c_void;
 type SchedulerCommit = unsafe extern "C" fn(*mut c_void, u64);
 type SchedulerDelete = unsafe extern "C" fn(*mut c_void);
+/// `envoy_dynamic_module_callback_http_filter_config_define_{counter,gauge}`: configuration,
+/// name, label names and their count, where the id goes; a [`MetricsResult`].
+type DefineMetric =
+    unsafe extern "C" fn(ConfigEnvoyPtr, ModuleBuffer, *mut ModuleBuffer, usize, *mut usize) -> u32;
+/// `envoy_dynamic_module_callback_http_filter_config_{set_gauge,increment_counter}`:
+/// configuration, id, label values and their count, value; a [`MetricsResult`].
+type UpdateMetric =
+    unsafe extern "C" fn(ConfigEnvoyPtr, usize, *mut ModuleBuffer, usize, u64) -> u32;
+
+/// `envoy_dynamic_module_type_metrics_result`: what a metric callback answers.
+pub type MetricsResult = u32;
+/// [`MetricsResult`]: done.
+pub const METRICS_SUCCESS: MetricsResult = 0;
+/// [`MetricsResult`]: no metric of that id (or of that kind).
+pub const METRICS_NOT_FOUND: MetricsResult = 1;
+/// [`MetricsResult`]: as many label values as the metric has label names were not given.
+pub const METRICS_INVALID_LABELS: MetricsResult = 2;
+/// [`MetricsResult`]: metrics can no longer be defined (only inside `config_new`).
+pub const METRICS_FROZEN: MetricsResult = 3;
+
+/// A [`MetricsResult`] in words, for log lines.
+pub fn metrics_result(r: MetricsResult) -> &'static str {
+    match r {
+        METRICS_SUCCESS => "success",
+        METRICS_NOT_FOUND => "metric not found",
+        METRICS_INVALID_LABELS => "invalid labels",
+        METRICS_FROZEN => "frozen (defined outside config_new)",
+        _ => "unknown result",
+    }
+}
 
 /// The callbacks of the running Envoy this filter calls.
 pub struct Host {
@@ -198,6 +228,17 @@ pub struct Host {
     pub scheduler_commit: SchedulerCommit,
     /// `envoy_dynamic_module_callback_http_filter_config_scheduler_delete`.
     pub scheduler_delete: SchedulerDelete,
+    /// `envoy_dynamic_module_callback_http_filter_config_define_counter`: only inside
+    /// `config_new` (afterwards [`METRICS_FROZEN`]).
+    pub define_counter: DefineMetric,
+    /// `envoy_dynamic_module_callback_http_filter_config_define_gauge`: as `define_counter`.
+    pub define_gauge: DefineMetric,
+    /// `envoy_dynamic_module_callback_http_filter_config_increment_counter`: with label
+    /// values, only on one of Envoy's threads (it goes through Envoy's thread-local stats
+    /// cache); the module calls it on the main thread.
+    pub increment_counter: UpdateMetric,
+    /// `envoy_dynamic_module_callback_http_filter_config_set_gauge`: as `increment_counter`.
+    pub set_gauge: UpdateMetric,
 }
 
 static HOST: OnceLock<Host> = OnceLock::new();
@@ -262,6 +303,18 @@ pub fn resolve() -> Result<&'static Host, String> {
             scheduler_delete: std::mem::transmute::<*mut c_void, SchedulerDelete>(symbol(
                 "envoy_dynamic_module_callback_http_filter_config_scheduler_delete",
             )?),
+            define_counter: std::mem::transmute::<*mut c_void, DefineMetric>(symbol(
+                "envoy_dynamic_module_callback_http_filter_config_define_counter",
+            )?),
+            define_gauge: std::mem::transmute::<*mut c_void, DefineMetric>(symbol(
+                "envoy_dynamic_module_callback_http_filter_config_define_gauge",
+            )?),
+            increment_counter: std::mem::transmute::<*mut c_void, UpdateMetric>(symbol(
+                "envoy_dynamic_module_callback_http_filter_config_increment_counter",
+            )?),
+            set_gauge: std::mem::transmute::<*mut c_void, UpdateMetric>(symbol(
+                "envoy_dynamic_module_callback_http_filter_config_set_gauge",
+            )?),
         }
     };
     Ok(HOST.get_or_init(|| host))
@@ -293,8 +346,12 @@ pub fn log(level: u32, message: &str) {
 /// never comes.
 pub struct ConfigScheduler(*mut c_void);
 
-// SAFETY: Envoy's scheduler object may be used from any thread (its commit posts to the main
-// thread's dispatcher); the module makes, commits and deletes it on the main thread only.
+// SAFETY: Envoy's scheduler object may be used from any thread: its commit posts to the main
+// thread's dispatcher (thread-safe), and deleting it frees an object that holds nothing but a
+// weak reference to the configuration and the main dispatcher. The module makes it on the
+// main thread (`config_new`), commits it there and from its ticker thread, and deletes it
+// where Envoy destroys the configuration, never while a commit runs (the configuration keeps
+// it behind a mutex).
 unsafe impl Send for ConfigScheduler {}
 // SAFETY: as above; `&ConfigScheduler` offers nothing but `commit`.
 unsafe impl Sync for ConfigScheduler {}

@@ -63,7 +63,8 @@ use serde::Deserialize;
 use velvet_rope::{Clock, CoarseSystemClock, Config, Engine, RoomConfig};
 use velvet_rope_cluster::{RedisStore, Syncer};
 
-use crate::abi::{self, ConfigScheduler, RateLimitedLog};
+use crate::abi::{self, ConfigEnvoyPtr, Host, RateLimitedLog};
+use crate::metrics::{Cue, EnvoyStats, Ledger, MetricIds, SchedulerSlot, Sink};
 use crate::ticker::Ticker;
 
 /// The filter configuration's fields.
@@ -92,7 +93,7 @@ static ENGINES: Mutex<Vec<(String, Weak<SharedEngine>)>> = Mutex::new(Vec::new()
 
 /// Takes a lock, also after a panic elsewhere (what it guards stays consistent: each change
 /// is made whole before the guard is dropped, or not at all).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -108,8 +109,14 @@ pub struct FilterConfig {
     pub errors: RateLimitedLog,
     /// Lines about its origin's commands (not followed, or refused), at most one a minute.
     pub commands: RateLimitedLog,
-    /// The scheduler of its commit event, until the event came (see the module docs).
-    pub commit_event: Mutex<Option<ConfigScheduler>>,
+    /// Its scheduler (until it goes): its commit event (see the module docs) and, while it is
+    /// its engine's publisher, the publish events the engine's ticker thread commits (see
+    /// `metrics`).
+    pub scheduler: Arc<SchedulerSlot>,
+    /// Its stats in Envoy, as Envoy defined them in `config_new` (none in unit tests).
+    pub metrics: MetricIds,
+    /// Lines about stats Envoy refused to write, at most one a minute.
+    pub metrics_errors: RateLimitedLog,
     /// The engine configuration it was made with.
     source: Arc<Config>,
     interval_ms: u64,
@@ -126,6 +133,8 @@ pub struct FilterConfig {
 /// One committed, live filter configuration, as its shared engine sees it.
 struct Member {
     seq: u64,
+    /// Its scheduler, for the engine's publish events while it is the newest.
+    scheduler: Arc<SchedulerSlot>,
     name: String,
     room: String,
     interval_ms: u64,
@@ -147,6 +156,10 @@ struct Live {
 /// An engine and what runs it, shared by the filter configurations that name its source.
 pub struct SharedEngine {
     engine: Arc<Engine>,
+    /// What the engine's publishers wrote into Envoy's stats (see `metrics`).
+    ledger: Mutex<Ledger>,
+    /// The newest live configuration's scheduler, for the ticker thread's publish events.
+    cue: Arc<Cue>,
     /// Bumped after each reload of `engine` (only this module reloads it), so that a filter
     /// configuration can keep what it read of the running configuration until it changes.
     generation: AtomicU64,
@@ -200,7 +213,9 @@ impl FilterConfig {
             name: name.to_owned(),
             errors: RateLimitedLog::new(),
             commands: RateLimitedLog::new(),
-            commit_event: Mutex::new(None),
+            scheduler: Arc::new(Mutex::new(None)),
+            metrics: MetricIds::default(),
+            metrics_errors: RateLimitedLog::new(),
             source: Arc::new(config),
             interval_ms,
             seq: NEXT_SEQ.fetch_add(1, Ordering::Relaxed),
@@ -292,11 +307,42 @@ impl FilterConfig {
     pub fn is_committed(&self) -> bool {
         self.committed.load(Ordering::Acquire)
     }
+
+    /// Defines the configuration's stats in Envoy (see `metrics`): a stat Envoy refuses is
+    /// logged and left out, never refusing the configuration.
+    ///
+    /// # Safety
+    /// In `config_new`, on Envoy's main thread: `config_envoy` is the configuration Envoy is
+    /// making (the only time Envoy lets a module define stats).
+    pub unsafe fn define_metrics(&mut self, host: &Host, config_envoy: ConfigEnvoyPtr) {
+        // SAFETY: the configuration being made, on the main thread (this function's contract).
+        let mut stats = unsafe { EnvoyStats::new(host, config_envoy) };
+        self.metrics = MetricIds::define(&self.engine.metrics(), &mut stats, &self.name);
+    }
+
+    /// Publishes the engine's metrics into Envoy's stats through `stats` (this
+    /// configuration's), on Envoy's main thread, if this configuration is the engine's
+    /// publisher (its newest live, committed configuration; see `metrics`). Stats Envoy
+    /// refuses are logged, at most a line a minute.
+    pub fn publish_metrics(&self, stats: &mut impl Sink) {
+        let Some(report) = self.shared.publish(self, stats) else {
+            return;
+        };
+        if let Some(first) = report.first_refusal {
+            self.metrics_errors.log(abi::LOG_WARN, || {
+                format!(
+                    "velvet-rope: filter `{}`: Envoy refused {} stat update(s), first {first}",
+                    self.name, report.refused
+                )
+            });
+        }
+    }
 }
 
 impl Drop for FilterConfig {
     fn drop(&mut self) {
-        drop(lock(&self.commit_event).take());
+        // First: the ticker thread then no longer commits through it (under this lock).
+        drop(lock(&self.scheduler).take());
         if self.committed.load(Ordering::Acquire) {
             self.shared.release(self.seq);
         }
@@ -376,6 +422,8 @@ impl SharedEngine {
         .map_err(|e| e.to_string())?;
         let shared = Arc::new(SharedEngine {
             engine: Arc::new(engine),
+            ledger: Mutex::new(Ledger::default()),
+            cue: Arc::new(Cue::default()),
             generation: AtomicU64::new(1),
             live: Mutex::new(Live::default()),
         });
@@ -432,6 +480,7 @@ impl SharedEngine {
         }
         live.members.push(Member {
             seq: config.seq,
+            scheduler: config.scheduler.clone(),
             name: config.name.clone(),
             room: config.room.clone(),
             interval_ms: config.interval_ms,
@@ -465,6 +514,7 @@ impl SharedEngine {
                 );
             }
         }
+        self.set_publisher(&live);
         self.run_ticker(&mut live);
         if main_thread {
             self.run_sync(&mut live, &config.name);
@@ -485,6 +535,7 @@ impl SharedEngine {
     fn release(&self, seq: u64) {
         let mut live = lock(&self.live);
         live.members.retain(|m| m.seq != seq);
+        self.set_publisher(&live);
         if live.members.is_empty() {
             let threads = (live.ticker.take(), live.sync.take());
             drop(live);
@@ -533,14 +584,39 @@ impl SharedEngine {
         Ok(())
     }
 
-    /// Sets the ticker to the shortest live interval, starting it if needed.
+    /// The newest live configuration publishes the engine's metrics (see `metrics`).
+    fn set_publisher(&self, live: &Live) {
+        let newest = live.members.iter().max_by_key(|m| m.seq);
+        self.cue.set(newest.map(|m| m.scheduler.clone()));
+    }
+
+    /// Publishes the engine's metrics through `stats` if `config` is the newest live
+    /// configuration (on Envoy's main thread); what was written, or `None` if it is not.
+    fn publish(
+        &self,
+        config: &FilterConfig,
+        stats: &mut impl Sink,
+    ) -> Option<crate::metrics::Report> {
+        let live: Vec<u64> = lock(&self.live).members.iter().map(|m| m.seq).collect();
+        if live.iter().max() != Some(&config.seq) {
+            return None;
+        }
+        let families = self.engine.metrics();
+        Some(lock(&self.ledger).publish(&families, &config.metrics, stats, config.seq, &live))
+    }
+
+    /// Sets the ticker to the shortest live interval, starting it if needed (after each tick
+    /// it cues the publisher's publish event).
     fn run_ticker(&self, live: &mut Live) {
         let Some(interval) = live.members.iter().map(|m| m.interval_ms).min() else {
             return;
         };
         match &live.ticker {
             Some(t) => t.set_interval(interval),
-            None => match Ticker::start(self.engine.clone(), interval) {
+            None => match Ticker::start(self.engine.clone(), interval, {
+                let cue = self.cue.clone();
+                move || cue.ring()
+            }) {
                 Ok(t) => live.ticker = Some(t),
                 Err(e) => abi::log(abi::LOG_ERROR, &format!("velvet-rope: {e}")),
             },
@@ -824,6 +900,93 @@ mod tests {
         assert!(!y.room_revocable());
         drop((x, y));
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    /// Stats that count what is written (ids 1-based, as Envoy's).
+    #[derive(Default)]
+    struct Counted {
+        defined: usize,
+        written: usize,
+    }
+
+    impl Sink for Counted {
+        fn define(
+            &mut self,
+            _kind: crate::metrics::StatKind,
+            _name: &str,
+            _labels: &[&str],
+        ) -> Result<usize, abi::MetricsResult> {
+            self.defined += 1;
+            Ok(self.defined)
+        }
+
+        fn update(
+            &mut self,
+            _kind: crate::metrics::StatKind,
+            _id: usize,
+            _labels: &[&str],
+            _value: u64,
+        ) -> abi::MetricsResult {
+            self.written += 1;
+            abi::METRICS_SUCCESS
+        }
+    }
+
+    /// A configuration with its stats defined, uncommitted.
+    fn with_stats(name: &str, settings: serde_json::Value) -> FilterConfig {
+        let mut c = FilterConfig::from_bytes(name, &json(settings)).unwrap();
+        c.metrics = MetricIds::define(&c.engine.metrics(), &mut Counted::default(), name);
+        assert!(!c.metrics.is_empty());
+        c
+    }
+
+    #[test]
+    fn the_newest_live_configuration_of_an_engine_publishes() {
+        let text = room("pub", 5);
+        let of = serde_json::json!({"config": text, "room": "pub"});
+        let old = with_stats("old", of.clone());
+        old.commit_on_main_thread();
+        let mut stats = Counted::default();
+        old.publish_metrics(&mut stats);
+        let first = stats.written;
+        assert!(first > 0, "the only live configuration publishes");
+        old.publish_metrics(&mut stats);
+        assert_eq!(stats.written, first, "nothing changed, nothing written");
+
+        // Made, not committed (a listener update Envoy may yet refuse): not the publisher.
+        let new = with_stats("new", of);
+        new.publish_metrics(&mut stats);
+        assert_eq!(
+            stats.written, first,
+            "an uncommitted configuration never publishes"
+        );
+        new.ensure_committed();
+        new.publish_metrics(&mut stats);
+        let handed = stats.written - first;
+        assert_eq!(handed, first, "the new publisher writes every series once");
+        old.publish_metrics(&mut stats);
+        assert_eq!(
+            stats.written,
+            first + handed,
+            "the replaced one no longer publishes"
+        );
+        assert!(Arc::ptr_eq(
+            lock(&old.shared.cue.publisher).as_ref().unwrap(),
+            &new.scheduler
+        ));
+
+        // The new one goes: the old one publishes again, and the cue follows.
+        drop(new);
+        assert!(Arc::ptr_eq(
+            lock(&old.shared.cue.publisher).as_ref().unwrap(),
+            &old.scheduler
+        ));
+        let shared = old.shared.clone();
+        drop(old);
+        assert!(
+            lock(&shared.cue.publisher).is_none(),
+            "none live: no publisher"
+        );
     }
 
     #[test]

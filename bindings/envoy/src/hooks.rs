@@ -7,13 +7,15 @@
 //!
 //! A configuration made by `config_new` takes effect when Envoy has taken it: at its
 //! scheduled event (`config_scheduled`) or its first stream (`filter_new`), whichever comes
-//! first (see `filter_config`).
+//! first (see `filter_config`). `config_new` also defines the configuration's stats in Envoy,
+//! and `config_scheduled` publishes the engine's metrics into them (see `metrics`).
 
 use std::ffi::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::abi::{self, ConfigEnvoyPtr, ConfigScheduler, EnvoyBuffer, FilterEnvoyPtr, CONTINUE};
 use crate::filter_config::FilterConfig;
+use crate::metrics::{EnvoyStats, PUBLISH_EVENT};
 use crate::stream::Stream;
 
 /// Hooks run only after `on_program_init` resolved Envoy's callbacks; if that ever were not
@@ -45,11 +47,13 @@ fn guarded<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
     }
 }
 
-/// The one event a configuration schedules: "Envoy has taken me, commit".
+/// A configuration's first event: "Envoy has taken me, commit" (its others are
+/// [`PUBLISH_EVENT`]s).
 const COMMIT_EVENT: u64 = 1;
 
-/// Schedules `config`'s commit event on Envoy's main thread (see `filter_config`). Without a
-/// scheduler the configuration commits with its first stream, and the log says so.
+/// Schedules `config`'s commit event on Envoy's main thread (see `filter_config`), and keeps
+/// the scheduler for its publish events. Without a scheduler the configuration commits with
+/// its first stream, never publishes metrics, and the log says so.
 fn schedule_commit(config: &FilterConfig, config_envoy: ConfigEnvoyPtr) {
     let Some(host) = abi::host() else {
         return;
@@ -59,16 +63,13 @@ fn schedule_commit(config: &FilterConfig, config_envoy: ConfigEnvoyPtr) {
     match unsafe { ConfigScheduler::new(host, config_envoy) } {
         Some(s) => {
             s.commit(host, COMMIT_EVENT);
-            *config
-                .commit_event
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(s);
+            *config.scheduler.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
         }
         None => abi::log(
             abi::LOG_ERROR,
             &format!(
                 "velvet-rope: filter `{}`: Envoy gave no scheduler; the configuration takes \
-                 effect with its first request",
+                 effect with its first request, and publishes no metrics",
                 config.name
             ),
         ),
@@ -92,7 +93,8 @@ pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
 }
 
 /// A filter configuration: its engine and room, checked but not yet in effect (null,
-/// refusing the configuration, with the reason logged); its commit event is scheduled.
+/// refusing the configuration, with the reason logged); its stats defined in Envoy; its
+/// commit event scheduled.
 ///
 /// # Safety
 /// Envoy's contract: `config_envoy` is the configuration being made; `name` and `config`
@@ -108,7 +110,12 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
         let (name, bytes) = unsafe { (name.bytes(), config.bytes()) };
         let name = String::from_utf8_lossy(name);
         match FilterConfig::from_bytes(&name, bytes) {
-            Ok(c) => {
+            Ok(mut c) => {
+                if let Some(host) = abi::host() {
+                    // SAFETY: `config_new`, on the main thread: `config_envoy` is the
+                    // configuration Envoy is making.
+                    unsafe { c.define_metrics(host, config_envoy) };
+                }
                 let c = Box::new(c);
                 schedule_commit(&c, config_envoy);
                 Box::into_raw(c) as *const c_void
@@ -121,26 +128,34 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
     })
 }
 
-/// Envoy has taken the configuration (its scheduled event came back): it takes effect.
+/// A configuration's event, on Envoy's main thread: its commit event (Envoy has taken the
+/// configuration: it takes effect, and publishes the engine's metrics at once if it is the
+/// engine's publisher now), or a publish event (see `metrics`).
 ///
 /// # Safety
-/// Envoy's contract: `config` is what `config_new` returned, still live.
+/// Envoy's contract: `config_envoy` is the configuration, which Envoy holds for the call, and
+/// `config` is what `config_new` returned for it, still live.
 #[no_mangle]
 pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
-    _config_envoy: ConfigEnvoyPtr,
+    config_envoy: ConfigEnvoyPtr,
     config: *const c_void,
-    _event_id: u64,
+    event_id: u64,
 ) {
     guarded("config scheduled", (), || {
         // SAFETY: made by `config_new`, live until `config_destroy` (this function's contract).
-        if let Some(c) = unsafe { config.cast::<FilterConfig>().as_ref() } {
+        let Some(c) = (unsafe { config.cast::<FilterConfig>().as_ref() }) else {
+            return;
+        };
+        if event_id == COMMIT_EVENT {
             c.commit_on_main_thread();
-            drop(
-                c.commit_event
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take(),
-            );
+        }
+        if event_id == COMMIT_EVENT || event_id == PUBLISH_EVENT {
+            if let Some(host) = abi::host() {
+                // SAFETY: Envoy's live configuration, held by Envoy for this call on its main
+                // thread (this function's contract); used only within the call.
+                let mut stats = unsafe { EnvoyStats::new(host, config_envoy) };
+                c.publish_metrics(&mut stats);
+            }
         }
     })
 }

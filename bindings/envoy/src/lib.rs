@@ -14,10 +14,13 @@
 //! see `stream`). A room with rules or header tickets is decided on the whole request and
 //! Envoy's client address (see `stream`). A route turns the filter off with Envoy's own
 //! `FilterConfig { disabled: true }` (nothing of the module runs there: README, "Envoy", says
-//! how such routes take the command off). See README, "Envoy".
+//! how such routes take the command off). The engine's metrics go into Envoy's own stats
+//! (admin `/stats`, `/stats/prometheus`), published about once a second on Envoy's main
+//! thread (see `metrics`). See README, "Envoy".
 
 pub mod abi;
 pub mod filter_config;
 pub mod hooks;
+pub mod metrics;
 pub mod stream;
 pub mod ticker;

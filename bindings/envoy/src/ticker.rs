@@ -2,7 +2,8 @@
 //! worker ever spends time ticking, and a tick never waits on a request (the engine's tick is
 //! lock-free towards decisions). The interval can change while it runs (it follows the live
 //! filter configurations, see `filter_config`); the thread is stopped and joined when the
-//! ticker is dropped.
+//! ticker is dropped. After each tick it runs its `after_tick` (the engine's cue for
+//! publishing its metrics into Envoy's stats, see `metrics`).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,9 +23,14 @@ pub struct Ticker {
 }
 
 impl Ticker {
-    /// Ticks `engine` at once, then every `interval_ms` until dropped. An error if the thread
-    /// cannot start (the room's figures would never move: the configuration must be refused).
-    pub fn start(engine: Arc<Engine>, interval_ms: u64) -> Result<Self, String> {
+    /// Ticks `engine` at once, then every `interval_ms` until dropped, running `after_tick`
+    /// after each tick (on the ticker's thread). An error if the thread cannot start (the
+    /// room's figures would never move: the configuration must be refused).
+    pub fn start(
+        engine: Arc<Engine>,
+        interval_ms: u64,
+        after_tick: impl Fn() + Send + 'static,
+    ) -> Result<Self, String> {
         let (wake, woken) = channel::<()>();
         let interval = Arc::new(AtomicU64::new(interval_ms.max(1)));
         let every = interval.clone();
@@ -33,8 +39,10 @@ impl Ticker {
             .spawn(move || {
                 let mut reported = false;
                 loop {
-                    let ticked =
-                        catch_unwind(AssertUnwindSafe(|| engine.tick(CoarseSystemClock.now_ms())));
+                    let ticked = catch_unwind(AssertUnwindSafe(|| {
+                        engine.tick(CoarseSystemClock.now_ms());
+                        after_tick();
+                    }));
                     if ticked.is_err() && !reported {
                         // Logged once; the next interval tries again.
                         crate::abi::log(
@@ -113,7 +121,7 @@ mod tests {
         let now = CoarseSystemClock.now_ms();
         engine.admit("r", None, now).unwrap();
         assert_eq!(engine.stats("r").unwrap().active_users, 0, "not folded yet");
-        let ticker = Ticker::start(engine.clone(), 10).unwrap();
+        let ticker = Ticker::start(engine.clone(), 10, || {}).unwrap();
         wait_for("never ticked", || {
             engine.stats("r").unwrap().active_users == 1
         });
@@ -129,7 +137,7 @@ mod tests {
     fn a_new_interval_is_taken_at_once() {
         let engine = engine();
         // An hour between ticks: only the first tick, at start, would ever come.
-        let ticker = Ticker::start(engine.clone(), 3_600_000).unwrap();
+        let ticker = Ticker::start(engine.clone(), 3_600_000, || {}).unwrap();
         std::thread::sleep(Duration::from_millis(50));
         engine.admit("r", None, CoarseSystemClock.now_ms()).unwrap();
         ticker.set_interval(10);

@@ -295,9 +295,12 @@ pub struct Ledger {
     series: HashMap<String, Entry>,
 }
 
-/// A sample's value as Envoy's stats hold it: a whole number, at least 0.
+/// A sample's value as Envoy's stats hold it: a whole number, at least 0; `+Inf` (a cluster
+/// grant's age before the first grant) the largest, so that an alert on it fires.
 fn whole(v: f64) -> u64 {
-    if v.is_finite() && v > 0.0 {
+    if v == f64::INFINITY {
+        u64::MAX
+    } else if v.is_finite() && v > 0.0 {
         // `as` saturates at u64::MAX.
         v.round() as u64
     } else {
@@ -773,7 +776,7 @@ mod tests {
         assert_eq!(whole(2.5), 3);
         assert_eq!(whole(-1.0), 0);
         assert_eq!(whole(f64::NAN), 0);
-        assert_eq!(whole(f64::INFINITY), 0);
+        assert_eq!(whole(f64::INFINITY), u64::MAX);
         assert_eq!(whole(1e30), u64::MAX);
     }
 }

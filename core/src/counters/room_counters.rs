@@ -416,4 +416,57 @@ mod tests {
             .admitted(crate::counters::room_tallies::AdmissionKind::New);
         assert_eq!(fresh.tallies().unwrap().sums().admissions, [1, 0, 0, 0]);
     }
+
+    /// REVIEW (issue 28), fails: docs/compatibility.md promises that "0.2 attaches a region of
+    /// 0.3 and leaves the block alone". 0.2 reads header words 0..=12 only (it does not know
+    /// word 13) and works the offsets out without tallies; but 0.3 put the tallies *between*
+    /// the bucket guards and the revocations, so in a room with `enabled_origin_commands`
+    /// 0.2 looks for the revocation block 2 shards x 384 bytes too early: its revocation lock
+    /// is the tally of new admissions of shard 0, its tables overlap the tallies. A ticket 0.3
+    /// revoked is honoured by 0.2 (the state file reopened after a rollback), and 0.2's
+    /// revocations land in 0.3's tallies. (The tallies belong after the revocations, at the
+    /// end, where a release that does not know them never looks.)
+    #[test]
+    fn review_a_release_before_tallies_finds_the_revocations_of_a_region_this_one_laid_out() {
+        let settings = Settings {
+            shards: 2,
+            ..Settings::default()
+        };
+        let mut room = RoomConfig::new("r", 10, 10);
+        room.enabled_origin_commands = vec![crate::config::OriginCommand::Revoke];
+        let layout = RoomLayout::of(&room, &settings);
+        let backing = Region::owned(layout.size());
+        let base = backing.u64s(0, 1).as_ptr() as *mut u8;
+        // SAFETY: `backing` keeps the memory alive for this test and all access is atomic.
+        let borrowed = || unsafe { Region::borrowed(base, layout.size()) }.unwrap();
+        // This release lays the region out, counts an admission, and revokes ticket 42.
+        let new = RoomCounters::attach(borrowed(), layout, &settings).unwrap();
+        new.tallies()
+            .unwrap()
+            .admitted(crate::counters::room_tallies::AdmissionKind::New);
+        let bucket = 100;
+        assert!(new.revocations().unwrap().revoke(42, bucket, false).is_ok());
+        assert!(new.revocations().unwrap().is_revoked(42, bucket, bucket));
+        // The previous release attaching it: the header's words 0..=12 (word 13 unknown to
+        // it), i.e. this layout without tallies, and the offsets that layout gives.
+        let as_before = RoomLayout {
+            tally_words: 0,
+            ..layout
+        };
+        assert!(borrowed().len() >= as_before.size(), "0.2 accepts the region's size");
+        let old = RoomCounters {
+            region: borrowed(),
+            layout: as_before,
+            offsets: as_before.offsets(),
+            incarnation: AtomicU32::new(new.incarnation()),
+            fork_generation: AtomicU64::new(crate::random::fork_generation()),
+        };
+        assert!(
+            old.revocations().unwrap().is_revoked(42, bucket, bucket),
+            "0.2 does not see the revocation 0.3 made: it reads the revocation block at byte \
+             {} of the room, 0.3 wrote it at {}",
+            old.offsets.revocations,
+            new.offsets.revocations
+        );
+    }
 }

@@ -702,6 +702,22 @@ class Suite:
             assert r.header("Content-Type").startswith("application/json"), (path, r.headers)
             json.loads(r.body)
 
+    def test_review_status_clients_asking_json_first_keep_json(self):
+        # REVIEW (issue 28), fails: before 0.3, `velvet_rope_status` always answered JSON; now
+        # `ngx_http_velvet_rope_wants_metrics` answers OpenMetrics to any Accept that merely
+        # *mentions* `text/plain`, whatever its order or q-value. The default Accept of axios
+        # and of Angular's HttpClient is `application/json, text/plain, */*`: a dashboard
+        # polling the status JSON through them now gets OpenMetrics text and breaks. And
+        # `text/plain;q=0` (RFC 9110: not acceptable) is taken as asking for it. A client that
+        # prefers (or only accepts) JSON must keep getting JSON.
+        for accept in ("application/json, text/plain, */*",
+                       "application/json, text/plain;q=0.5",
+                       "text/plain;q=0, application/json"):
+            r = get(self.port, "/vr-status", None, {"Accept": accept})
+            assert r.status == 200, r
+            assert r.header("Content-Type").startswith("application/json"), (accept, r.headers)
+            json.loads(r.body)
+
     # -- reload ----------------------------------------------------------------------------
 
     def test_reload_keeps_counts(self):
@@ -881,6 +897,7 @@ ORDER = [
     "test_status_page_json",
     "test_queue_drains_fifo",
     "test_metrics_agree_across_workers_and_with_the_crowd",
+    "test_review_status_clients_asking_json_first_keep_json",
     "test_reload_keeps_counts",
     "test_reload_with_new_layout_is_refused",
     "test_restart_counts_returning_visitors",

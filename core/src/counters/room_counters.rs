@@ -453,7 +453,10 @@ mod tests {
             tally_words: 0,
             ..layout
         };
-        assert!(borrowed().len() >= as_before.size(), "0.2 accepts the region's size");
+        assert!(
+            borrowed().len() >= as_before.size(),
+            "0.2 accepts the region's size"
+        );
         let old = RoomCounters {
             region: borrowed(),
             layout: as_before,

@@ -436,6 +436,34 @@ vr_result vr_engine_metrics(const vr_engine *engine,
                             size_t buf_len,
                             size_t *written_out);
 
+// Whether a status request's `Accept` header (`accept_len` bytes; NULL when absent) asks
+// for the metrics' text rather than the JSON status: it names `application/openmetrics-text`
+// or `text/plain` (as Prometheus does) ahead of `application/json` (see
+// `velvet_rope::wants_metrics`). 1 or 0.
+//
+// # Safety
+// `accept` NULL or readable for `accept_len` bytes.
+uint8_t vr_wants_metrics(const char *accept, size_t accept_len);
+
+// Takes the oldest event the engine logged for the host (see `Engine::drain_events`: a
+// room's queue starting or stopping, a scheduled event's phases, a reload done or refused,
+// the cluster store lost or found) as one line of JSON, NUL-terminated, into `buf`, and
+// whether it calls for attention (a refusal, an outage) into `*warning_out` (1 or 0; NULL to
+// skip). `*written_out` is the line's length, 0 when there is no event (then `buf` holds an
+// empty string, if it has room for one). When `buf_len` is too small the result is
+// `VR_BUFFER_TOO_SMALL`, `*written_out` the size needed (NUL included), and the event stays
+// for the next call. Call it after `vr_engine_tick` until it writes nothing: never on a
+// request's path.
+//
+// # Safety
+// `engine` live; `buf` NULL or writable for `buf_len` bytes; `written_out` writable;
+// `warning_out` NULL or writable.
+vr_result vr_engine_next_event(const vr_engine *engine,
+                               char *buf,
+                               size_t buf_len,
+                               size_t *written_out,
+                               uint8_t *warning_out);
+
 // Renders the page for a queue or reject decision: `*page_out` owns a new page (free with
 // [`vr_page_free`]), or is set to NULL for an admit decision. `accept` is the request's
 // `Accept` header (NULL/0 when absent).

@@ -112,6 +112,9 @@ export declare function engineCookieName(engine: number, room: string): string
  */
 export declare function engineDecideRequest(engine: number, request: RequestObject, room?: string | undefined | null, nowMs?: number | undefined | null): PlacedObject | null
 
+/** Every event logged since the last call, oldest first. */
+export declare function engineDrainEvents(engine: number): Array<EventObject>
+
 /** Frees an engine's handle (the package calls it when the `Engine` object is collected). */
 export declare function engineFree(engine: number): void
 
@@ -185,6 +188,24 @@ export declare function engineStatsJson(engine: number): string
  * handle no longer live (a timer that outlived its engine).
  */
 export declare function engineTick(engine: number, nowMs?: number | undefined | null): boolean
+
+/** One event the engine logged for the host's log. */
+export interface EventObject {
+  /** Its name (`queueing_started`, ...). */
+  event: string
+  /** When (ms since the Unix epoch). */
+  atMs: number
+  /** The room it happened to, if any. */
+  room?: string
+  /** Names of its further fields. */
+  fieldNames: Array<string>
+  /** Their values, in the order of `field_names`. */
+  fieldValues: Array<string>
+  /** A refusal or an outage: worth a warning. */
+  warning: boolean
+  /** The event as one line of JSON. */
+  line: string
+}
 
 /** Units the gauge holds at most. */
 export declare function gaugeCapacity(gauge: number): number

@@ -847,6 +847,7 @@ module.exports.engineClearCookie = nativeBinding.engineClearCookie
 module.exports.engineClusterStatus = nativeBinding.engineClusterStatus
 module.exports.engineCookieName = nativeBinding.engineCookieName
 module.exports.engineDecideRequest = nativeBinding.engineDecideRequest
+module.exports.engineDrainEvents = nativeBinding.engineDrainEvents
 module.exports.engineFree = nativeBinding.engineFree
 module.exports.engineHasRoutes = nativeBinding.engineHasRoutes
 module.exports.engineMetrics = nativeBinding.engineMetrics

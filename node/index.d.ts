@@ -6,6 +6,7 @@
  * Written by hand over the generated `binding.d.ts` (the native functions).
  */
 
+import { EventEmitter } from 'node:events'
 import type {
   ClusterStatusObject,
   DecisionObject,
@@ -86,7 +87,20 @@ export interface EngineOptions {
 }
 
 /** The admission engine: one per process, or one per state file shared by processes. */
-export declare class Engine {
+/** One event the engine logged (see `Engine#drainEvents`). */
+export interface EngineEvent {
+  /** `queueing_started`, `queueing_stopped`, `prequeue_opened`, `event_started`, `shuffle_done`, `event_ended`, `config_reloaded`, `config_refused`, `cluster_outage_began`, `cluster_outage_ended` */
+  event: string
+  atMs: number
+  room: string | null
+  fields: Record<string, string>
+  /** A refusal or an outage. */
+  warning: boolean
+  /** The event as one line of JSON. */
+  line: string
+}
+
+export declare class Engine extends EventEmitter {
   /** From configuration text (TOML or JSON). Throws `ConfigError` or `SharedMemoryError`. */
   constructor(config: string, options?: EngineOptions)
   /** From a configuration file. */
@@ -149,6 +163,11 @@ export declare class Engine {
   stats(room: string): RoomStats
   /** Every room's figures as one JSON text (what a status endpoint serves). */
   statsJson(): string
+  /** Every event logged since the last call, oldest first. */
+  drainEvents(): EngineEvent[]
+  /** Emits each event logged since the last call as `'event'` (`startTicking` does, per tick). */
+  emitEvents(): void
+  on(name: 'event', listener: (event: EngineEvent) => void): this
   /** Every room's metrics in the OpenMetrics text format, ending with `# EOF`. */
   metricsText(): string
   /** Every room's metrics, family by family. */

@@ -8,6 +8,7 @@
  * by napi-rs): a native class method costs about ten times a free function call.
  */
 
+const { EventEmitter } = require('node:events')
 const native = require('./binding.js')
 const errors = require('./errors.js')
 const leases = require('./leases.js')
@@ -90,7 +91,7 @@ class Room {
 }
 
 /** The admission engine: one per process, or one per state file shared by processes. */
-class Engine {
+class Engine extends EventEmitter {
   #h
   #state
   /** `Room` objects by name, made on first use. */
@@ -108,6 +109,7 @@ class Engine {
    * that opens it: `node:cluster` workers share exact counts, and counts survive restarts.
    */
   constructor (config, { sharedMemory, nowMs, isPath = false } = {}) {
+    super()
     try {
       this.#h = native.engineNew(String(config), isPath, sharedMemory, nowMs)
     } catch (e) { throw convert(e) }
@@ -246,10 +248,34 @@ class Engine {
     const state = this.#state
     if (state.ticker === null) {
       const h = state.h
-      state.ticker = setInterval(() => native.engineTick(h), intervalMs)
+      // Weakly: a ticking engine nobody holds is still collected (and its ticker stopped).
+      const self = new WeakRef(this)
+      state.ticker = setInterval(() => {
+        native.engineTick(h)
+        self.deref()?.emitEvents()
+      }, intervalMs)
       state.ticker.unref()
     }
     return this
+  }
+
+  /**
+   * Every event logged since the last call, oldest first (a room's queue starting or
+   * stopping, a scheduled event's phases, a reload done or refused, the cluster store lost or
+   * found): `{event, atMs, room, fields, warning, line}`, `line` being the event as one line
+   * of JSON. `startTicking` emits them as `'event'` after each tick.
+   */
+  drainEvents () {
+    return native.engineDrainEvents(this.#h).map((e) => {
+      const fields = {}
+      for (let i = 0; i < e.fieldNames.length; i++) fields[e.fieldNames[i]] = e.fieldValues[i]
+      return { event: e.event, atMs: e.atMs, room: e.room ?? null, fields, warning: e.warning, line: e.line }
+    })
+  }
+
+  /** Emits each event logged since the last call as `'event'` (see `drainEvents`). */
+  emitEvents () {
+    for (const e of this.drainEvents()) this.emit('event', e)
   }
 
   stopTicking () {

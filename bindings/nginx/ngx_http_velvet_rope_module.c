@@ -234,6 +234,7 @@ static ngx_shm_zone_t *ngx_http_velvet_rope_running_zone(ngx_str_t *name,
 static void ngx_http_velvet_rope_cleanup_engines(void *data);
 static ngx_int_t ngx_http_velvet_rope_init_process(ngx_cycle_t *cycle);
 static void ngx_http_velvet_rope_tick(ngx_event_t *ev);
+static void ngx_http_velvet_rope_log_events(vr_engine *engine, ngx_log_t *log);
 
 static void *ngx_http_velvet_rope_create_main_conf(ngx_conf_t *cf);
 static void *ngx_http_velvet_rope_create_loc_conf(ngx_conf_t *cf);
@@ -1185,9 +1186,9 @@ ngx_http_velvet_rope_drop_caching_headers(ngx_http_request_t *r)
 
 /*
  * Whether a status request asks for the metrics (Prometheus' scrape format) rather than the
- * JSON: `?format=prometheus` (or `openmetrics`), or an `Accept` naming
- * `application/openmetrics-text` or `text/plain` (what Prometheus sends; a browser's or
- * curl's does not). `?format=json` asks for the JSON whatever the `Accept`.
+ * JSON: `?format=prometheus` (or `openmetrics`), or an `Accept` that prefers
+ * `application/openmetrics-text` or `text/plain` to `application/json` (what Prometheus
+ * sends; see vr_wants_metrics). `?format=json` asks for the JSON whatever the `Accept`.
  */
 static ngx_uint_t
 ngx_http_velvet_rope_wants_metrics(ngx_http_request_t *r)
@@ -1206,13 +1207,7 @@ ngx_http_velvet_rope_wants_metrics(ngx_http_request_t *r)
     accept = ngx_http_velvet_rope_accept_header(r);
 
     return accept != NULL
-           && (ngx_strlcasestrn(accept->value.data, accept->value.data + accept->value.len,
-                                (u_char *) "application/openmetrics-text",
-                                sizeof("application/openmetrics-text") - 2) != NULL
-               || ngx_strlcasestrn(accept->value.data,
-                                   accept->value.data + accept->value.len,
-                                   (u_char *) "text/plain", sizeof("text/plain") - 2)
-                  != NULL);
+           && vr_wants_metrics((const char *) accept->value.data, accept->value.len);
 }
 
 
@@ -1954,6 +1949,59 @@ ngx_http_velvet_rope_init_process(ngx_cycle_t *cycle)
 }
 
 
+
+/*
+ * Writes the engine's events (a room's queue starting or stopping, a scheduled event's
+ * phases, a reload, the cluster store lost or found) to the error log, one JSON line each:
+ * at notice level, or warn for a refusal or an outage. Each room change is found once for the
+ * host, by whichever worker's tick saw it. At most 64 a tick: the rest wait for the next one.
+ */
+static void
+ngx_http_velvet_rope_log_events(vr_engine *engine, ngx_log_t *log)
+{
+    u_char      line[1024], *big;
+    size_t      written;
+    uint8_t     warning;
+    vr_result   rc;
+    ngx_uint_t  i, level;
+
+    for (i = 0; i < 64; i++) {
+        written = 0;
+        warning = 0;
+        rc = vr_engine_next_event(engine, (char *) line, sizeof(line), &written, &warning);
+
+        if (rc == VR_BUFFER_TOO_SMALL) {
+            /* A long line (a refused configuration's error): a buffer of its size, once. */
+            big = ngx_alloc(written, log);
+            if (big == NULL) {
+                return;
+            }
+
+            rc = vr_engine_next_event(engine, (char *) big, written, &written, &warning);
+
+            if (rc == VR_OK && written > 0) {
+                level = warning ? NGX_LOG_WARN : NGX_LOG_NOTICE;
+                ngx_log_error(level, log, 0, "velvet_rope: event %s", big);
+            }
+
+            ngx_free(big);
+
+            if (rc != VR_OK) {
+                return;
+            }
+
+            continue;
+        }
+
+        if (rc != VR_OK || written == 0) {
+            return;
+        }
+
+        level = warning ? NGX_LOG_WARN : NGX_LOG_NOTICE;
+        ngx_log_error(level, log, 0, "velvet_rope: event %s", line);
+    }
+}
+
 static void
 ngx_http_velvet_rope_tick(ngx_event_t *ev)
 {
@@ -1975,6 +2023,8 @@ ngx_http_velvet_rope_tick(ngx_event_t *ev)
             ngx_http_velvet_rope_log_error(NGX_LOG_ERR, ngx_cycle->log, "vr_engine_tick()",
                                            rc);
         }
+
+        ngx_http_velvet_rope_log_events(vmcf->engine, ngx_cycle->log);
     }
 
     ngx_add_timer(ev, NGX_HTTP_VELVET_ROPE_TICK_MSEC);

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use velvet_rope::admission::cluster::{HostReport, TICK_LOCK_TAKEOVER_MS};
+use velvet_rope::admission::{Event, EventKind};
 use velvet_rope::config::ClusterConfig;
 use velvet_rope::env::{fault_point, FaultPoint};
 use velvet_rope::{Clock, Engine, Millis, SystemClock};
@@ -308,6 +309,8 @@ impl SyncRound {
     fn record(&mut self, room: &str, result: Result<u64, &StoreError>) {
         let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
         s.commands = self.store.commands();
+        self.engine
+            .record_sync(room, result.is_ok(), result.is_err() && !s.in_outage);
         match result {
             Ok(hosts) => {
                 s.syncs += 1;
@@ -317,6 +320,12 @@ impl SyncRound {
                     (self.options.log)(&format!(
                         "store reachable again (room `{room}`): allowances are synced anew"
                     ));
+                    self.engine.record_event(Event {
+                        at: self.options.clock.now_ms(),
+                        kind: EventKind::ClusterOutageEnded,
+                        room: Some(room.to_owned()),
+                        fields: Vec::new(),
+                    });
                 }
             }
             Err(e) => {
@@ -330,6 +339,12 @@ impl SyncRound {
                          then on the fallback share; requests never wait for the store",
                         self.options.lease.as_millis()
                     ));
+                    self.engine.record_event(Event {
+                        at: self.options.clock.now_ms(),
+                        kind: EventKind::ClusterOutageBegan,
+                        room: Some(room.to_owned()),
+                        fields: vec![("error", e.to_string())],
+                    });
                 }
             }
         }

@@ -7,6 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use velvet_rope::admission::EventKind;
 use velvet_rope::{Engine, Outcome};
 use velvet_rope_cluster::{RedisStore, SyncOptions, Syncer};
 
@@ -134,10 +135,31 @@ fn stalled_killed_and_restarted_store() {
         );
     }
     assert!(total <= 20);
+    // The engine's events carry it too, for the host's logger: one line per host.
+    let outage_events = |kind: EventKind| {
+        hosts
+            .iter()
+            .map(|h| {
+                h.engine
+                    .drain_events()
+                    .into_iter()
+                    .filter(|e| e.kind == kind)
+                    .count()
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        outage_events(EventKind::ClusterOutageBegan),
+        vec![1; hosts.len()]
+    );
     redis.resume();
     wait_for(10, "syncs to resume", || {
         hosts.iter().all(|h| !h.sync.status().in_outage)
     });
+    assert_eq!(
+        outage_events(EventKind::ClusterOutageEnded),
+        vec![1; hosts.len()]
+    );
 
     // Killed and restarted empty: the store learns (another run_id), then hands out the rest.
     redis.kill();
@@ -163,6 +185,28 @@ fn stalled_killed_and_restarted_store() {
     assert!(active <= 20, "{active} active");
     for h in &hosts {
         assert_eq!(h.sync.status().outages, 2, "{:?}", h.log.lock().unwrap());
+        // The room's metrics count them too, with the syncs by outcome.
+        let text = h.engine.metrics_text();
+        let sample = |line: &str| {
+            text.lines()
+                .find(|l| l.starts_with(line))
+                .and_then(|l| l.rsplit(' ').next())
+                .map(|v| v.parse::<f64>().unwrap())
+                .unwrap_or_else(|| panic!("no {line} in\n{text}"))
+        };
+        assert_eq!(
+            sample("velvet_rope_cluster_outages_total{room=\"r\"} "),
+            2.0
+        );
+        let status = h.sync.status();
+        assert_eq!(
+            sample("velvet_rope_cluster_syncs_total{room=\"r\",outcome=\"failed\"} "),
+            status.failures as f64
+        );
+        assert_eq!(
+            sample("velvet_rope_cluster_syncs_total{room=\"r\",outcome=\"ok\"} "),
+            status.syncs as f64
+        );
     }
     drop(redis);
 }

@@ -55,9 +55,9 @@ mod sync;
 pub mod ticket;
 
 pub use admission::{
-    find_cookie, find_cookie_bytes, is_revoke_command, wants_json, Decision, Engine, MetricFamily,
-    MetricKind, Outcome, Page, PageRequest, Revocation, RevokeRefused, RoomLabel, RoomStats,
-    Routed, Sample, TicketRejections,
+    find_cookie, find_cookie_bytes, is_revoke_command, wants_json, wants_metrics, Decision, Engine,
+    MetricFamily, MetricKind, Outcome, Page, PageRequest, Revocation, RevokeRefused, RoomLabel,
+    RoomStats, Routed, Sample, TicketRejections,
 };
 pub use clock::{Clock, CoarseSystemClock, FakeClock, Millis, SystemClock, MAX_NOW_MS};
 pub use config::{Config, QueueingMethod, RoomConfig};

@@ -449,6 +449,51 @@ pub fn engine_stats_json(engine: u32) -> napi::Result<String, &'static str> {
     ENGINES.with(engine, |e| e.stats_json())
 }
 
+/// One event the engine logged for the host's log.
+#[napi(object)]
+pub struct EventObject {
+    /// Its name (`queueing_started`, ...).
+    pub event: String,
+    /// When (ms since the Unix epoch).
+    pub at_ms: f64,
+    /// The room it happened to, if any.
+    pub room: Option<String>,
+    /// Names of its further fields.
+    pub field_names: Vec<String>,
+    /// Their values, in the order of `field_names`.
+    pub field_values: Vec<String>,
+    /// A refusal or an outage: worth a warning.
+    pub warning: bool,
+    /// The event as one line of JSON.
+    pub line: String,
+}
+
+/// Every event logged since the last call, oldest first.
+#[napi]
+pub fn engine_drain_events(engine: u32) -> napi::Result<Vec<EventObject>, &'static str> {
+    ENGINES.with(engine, |e| {
+        e.drain_events()
+            .into_iter()
+            .map(|ev| {
+                let (field_names, field_values) = ev
+                    .fields
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                    .unzip();
+                EventObject {
+                    event: ev.kind.as_str().to_owned(),
+                    at_ms: ev.at as f64,
+                    room: ev.room.clone(),
+                    field_names,
+                    field_values,
+                    warning: ev.kind.is_warning(),
+                    line: ev.to_json(),
+                }
+            })
+            .collect()
+    })
+}
+
 /// Every room's metrics in the OpenMetrics text format, ending with `# EOF`.
 #[napi]
 pub fn engine_metrics_text(engine: u32) -> napi::Result<String, &'static str> {

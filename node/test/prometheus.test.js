@@ -184,3 +184,24 @@ test("a lease coordinator's resources, in its text and through prom-client", asy
   const scraped = parsePrometheusText(await registry.metrics())
   assert.equal(scraped.get(key('velvet_rope_lease_clients', { resource: 'api' })), 2)
 })
+
+test("the engine's events: drained, and emitted by its ticker", async () => {
+  const engine = new Engine(CONFIG, { nowMs: T0 })
+  for (let i = 0; i < 4; i++) engine.admit('shop', undefined, T0)
+  engine.tick(T0 + 1000)
+  const events = engine.drainEvents()
+  assert.deepEqual(events.map((e) => [e.event, e.room, e.fields, e.warning]), [
+    ['queueing_started', 'shop', { queue_length: '2' }, false]
+  ])
+  assert.equal(JSON.parse(events[0].line).event, 'queueing_started')
+  assert.deepEqual(engine.drainEvents(), [])
+  // A refused reload: a warning, emitted after the next tick.
+  assert.throws(() => engine.reload(CONFIG.replace('session_duration = 1', 'session_duration = 100')))
+  const seen = []
+  engine.on('event', (e) => seen.push(e))
+  engine.startTicking(10)
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  engine.stopTicking()
+  assert.deepEqual(seen.map((e) => [e.event, e.warning]), [['config_refused', true]])
+  assert.match(seen[0].fields.error, /session_duration/)
+})

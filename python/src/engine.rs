@@ -451,6 +451,37 @@ impl Engine {
         self.inner.stats_json()
     }
 
+    /// Every event logged since the last call (a room's queue starting or stopping, a
+    /// scheduled event's phases, a reload done or refused, the cluster store lost or found),
+    /// oldest first, each a dict: `event` (its name), `at_ms`, `room` (or None), `fields` (a
+    /// dict of strings), `warning` (a refusal or an outage) and `line` (the event as one line
+    /// of JSON). The middleware's tickers log them to the `velvet_rope.events` logger.
+    fn drain_events<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, pyo3::types::PyDict>>> {
+        self.inner
+            .drain_events()
+            .into_iter()
+            .map(|e| {
+                let d = pyo3::types::PyDict::new(py);
+                d.set_item("event", e.kind.as_str())?;
+                d.set_item("at_ms", e.at)?;
+                d.set_item("room", e.room.as_deref())?;
+                let fields = pyo3::types::PyDict::new(py);
+                for (k, v) in &e.fields {
+                    fields.set_item(*k, v)?;
+                }
+                d.set_item("fields", fields)?;
+                d.set_item("warning", e.kind.is_warning())?;
+                d.set_item("line", e.to_json())?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+    /// Events dropped because nobody drained them in time (the log keeps 256).
+    fn events_dropped(&self) -> u64 {
+        self.inner.events_dropped()
+    }
+
     /// Every room's metrics in the OpenMetrics text format (what Prometheus scrapes; serve
     /// it as `application/openmetrics-text; version=1.0.0; charset=utf-8`), ending with
     /// `# EOF`.

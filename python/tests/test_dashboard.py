@@ -73,8 +73,8 @@ def test_every_query_parses_and_reads_metrics_that_exist() -> None:
                 if kind == "histogram" and bare.endswith("_bucket"):
                     assert "histogram_quantile" in query, f"panel {title!r}: raw buckets"
                 if kind == "counter":
-                    assert f"rate({name}" in query, \
-                        f"panel {title!r} shows the counter {name} without rate()"
+                    assert re.search(rf"(?:rate|increase)\({re.escape(name)}\b", query), \
+                        f"panel {title!r} shows the counter {name} without rate() or increase()"
 
 
 def test_every_exported_family_has_a_panel() -> None:

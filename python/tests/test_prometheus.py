@@ -221,3 +221,34 @@ def test_a_coordinators_resources() -> None:
     register(coordinator, registry)
     m = samples(parse_text(generate_latest(registry).decode()))
     assert m[key("velvet_rope_lease_clients", **api)] == 2
+
+
+def test_events_go_to_the_logger(caplog: Any) -> None:
+    import logging
+
+    from velvet_rope._ticker import log_events
+
+    engine = Engine(CONFIG, now_ms=T0)
+    for _ in range(4):
+        engine.admit("shop", None, now_ms=T0)
+    engine.tick(T0 + 1_000)
+    with caplog.at_level(logging.INFO, logger="velvet_rope.events"):
+        log_events(engine)
+    records = [r for r in caplog.records if r.name == "velvet_rope.events"]
+    assert [r.velvet_rope_event["event"] for r in records] == ["queueing_started"]
+    assert records[0].levelno == logging.INFO
+    assert records[0].getMessage().startswith('{"event":"queueing_started"')
+    assert records[0].velvet_rope_event["fields"] == {"queue_length": "2"}
+    # A refused reload (longer sessions than the counters hold) is a warning.
+    try:
+        engine.reload(CONFIG.replace("session_duration = 1", "session_duration = 100"))
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("the reload should have been refused")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="velvet_rope.events"):
+        log_events(engine)
+    assert [(r.velvet_rope_event["event"], r.levelno) for r in caplog.records] == \
+        [("config_refused", logging.WARNING)]
+    assert engine.events_dropped() == 0

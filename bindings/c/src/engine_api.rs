@@ -668,6 +668,84 @@ pub unsafe extern "C" fn vr_engine_metrics(
     })
 }
 
+/// Whether a status request's `Accept` header (`accept_len` bytes; NULL when absent) asks
+/// for the metrics' text rather than the JSON status: it names `application/openmetrics-text`
+/// or `text/plain` (as Prometheus does) ahead of `application/json` (see
+/// `velvet_rope::wants_metrics`). 1 or 0.
+///
+/// # Safety
+/// `accept` NULL or readable for `accept_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn vr_wants_metrics(accept: *const c_char, accept_len: usize) -> u8 {
+    if accept.is_null() {
+        return 0;
+    }
+    // SAFETY: non-null and readable per this function's contract.
+    let bytes = unsafe { std::slice::from_raw_parts(accept.cast::<u8>(), accept_len) };
+    u8::from(engine::wants_metrics(Some(&String::from_utf8_lossy(bytes))))
+}
+
+/// Takes the oldest event the engine logged for the host (see `Engine::drain_events`: a
+/// room's queue starting or stopping, a scheduled event's phases, a reload done or refused,
+/// the cluster store lost or found) as one line of JSON, NUL-terminated, into `buf`, and
+/// whether it calls for attention (a refusal, an outage) into `*warning_out` (1 or 0; NULL to
+/// skip). `*written_out` is the line's length, 0 when there is no event (then `buf` holds an
+/// empty string, if it has room for one). When `buf_len` is too small the result is
+/// `VR_BUFFER_TOO_SMALL`, `*written_out` the size needed (NUL included), and the event stays
+/// for the next call. Call it after `vr_engine_tick` until it writes nothing: never on a
+/// request's path.
+///
+/// # Safety
+/// `engine` live; `buf` NULL or writable for `buf_len` bytes; `written_out` writable;
+/// `warning_out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn vr_engine_next_event(
+    engine: *const vr_engine,
+    buf: *mut c_char,
+    buf_len: usize,
+    written_out: *mut usize,
+    warning_out: *mut u8,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let e = unsafe { engine_ref(engine) }?;
+        if written_out.is_null() {
+            return Err(null("written_out"));
+        }
+        let room = if buf.is_null() { 0 } else { buf_len };
+        let mut line = String::new();
+        let taken = e.next_event_if(|ev| {
+            line = ev.to_json();
+            line.len() < room
+        });
+        let Some(ev) = taken else {
+            if line.is_empty() {
+                // SAFETY: `written_out` checked non-null; `buf`, if given with room, is
+                // writable for at least one byte.
+                unsafe {
+                    written_out.write(0);
+                    if room > 0 {
+                        *buf = 0;
+                    }
+                }
+                return Ok(());
+            }
+            // SAFETY: as above.
+            unsafe { written_out.write(line.len() + 1) };
+            return Err(Failure(
+                VR_BUFFER_TOO_SMALL,
+                format!("the event needs {} bytes, {buf_len} given", line.len() + 1),
+            ));
+        };
+        if !warning_out.is_null() {
+            // SAFETY: non-null and writable per the contract.
+            unsafe { warning_out.write(u8::from(ev.kind.is_warning())) };
+        }
+        // SAFETY: `buf` has `room > line.len()` writable bytes; `written_out` is writable.
+        unsafe { write_text(&line, "the event", buf, buf_len, written_out) }
+    })
+}
+
 /// Copies `text` and a NUL into `buf`, its length into `*written_out`; or, when it does not
 /// fit, the size it needs into `*written_out` and `VR_BUFFER_TOO_SMALL` naming `what`.
 ///

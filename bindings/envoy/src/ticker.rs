@@ -2,8 +2,9 @@
 //! worker ever spends time ticking, and a tick never waits on a request (the engine's tick is
 //! lock-free towards decisions). The interval can change while it runs (it follows the live
 //! filter configurations, see `filter_config`); the thread is stopped and joined when the
-//! ticker is dropped. After each tick it runs its `after_tick` (the engine's cue for
-//! publishing its metrics into Envoy's stats, see `metrics`).
+//! ticker is dropped. After each tick it writes the engine's events to Envoy's log and runs
+//! its `after_tick` (the engine's cue for publishing its metrics into Envoy's stats, see
+//! `metrics`).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +14,20 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use velvet_rope::{Clock, CoarseSystemClock, Engine};
+
+/// Writes the engine's events (a room's queue starting or stopping, a scheduled event's
+/// phases, a reload, the cluster store lost or found) to Envoy's log, one JSON line each: info,
+/// or warning for a refusal or an outage (see `velvet_rope::admission::events`).
+fn log_events(engine: &Engine) {
+    for event in engine.drain_events() {
+        let level = if event.kind.is_warning() {
+            crate::abi::LOG_WARN
+        } else {
+            crate::abi::LOG_INFO
+        };
+        crate::abi::log(level, &format!("velvet-rope: event {}", event.to_json()));
+    }
+}
 
 /// A running ticker; dropping it stops the thread and waits for it.
 pub struct Ticker {
@@ -41,6 +56,7 @@ impl Ticker {
                 loop {
                     let ticked = catch_unwind(AssertUnwindSafe(|| {
                         engine.tick(CoarseSystemClock.now_ms());
+                        log_events(&engine);
                         after_tick();
                     }));
                     if ticked.is_err() && !reported {

@@ -8,7 +8,9 @@ The filters set `metrics_namespace: velvet_rope`, so Prometheus sees
 one engine) and test_envoy_reload.py's listener updates.
 """
 
+import json
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -142,6 +144,12 @@ def test_prometheus_shows_exactly_the_visitors_admitted(proxy):
     s = prometheus(proxy)
     assert value(s, "envoy_velvet_rope_room_admissions_total", kind="new", **room) == k
     assert value(s, "envoy_velvet_rope_room_active_users", **room) == k
+    # The engine's events in Envoy's log: the room began queueing, logged once (one engine,
+    # whichever filter's ticker).
+    started = re.findall(r'velvet-rope: event (\{"event":"queueing_started"[^\n]*?"room":"conc"[^\n]*?\})',
+                         proxy.log_text())
+    assert len(started) == 1, proxy.log_text()[-3000:]
+    assert int(json.loads(started[0])["queue_length"]) == n - k
 
 
 def test_an_admitted_visitors_return_is_not_counted_again(proxy):

@@ -695,6 +695,12 @@ class Suite:
         st = self.ngx.room_stats("conc")
         assert m[("velvet_rope_room_active_users", conc)] == st["active_users"] == CONC_LIMIT
         assert m[("velvet_rope_room_active_users_limit", conc)] == CONC_LIMIT
+        # The events went to the error log, once for the host though both workers tick.
+        log = self.ngx.log()
+        started = re.findall(r'velvet_rope: event (\{"event":"queueing_started"[^\n]*"room":"conc"[^\n]*\})', log)
+        assert len(started) == 1, f"queueing_started for conc logged {len(started)} times"
+        doc = json.loads(started[0].split(", client")[0].split(" while ")[0])
+        assert doc["event"] == "queueing_started" and int(doc["queue_length"]) >= 1, doc
         # Without either, or with ?format=json, the JSON as before.
         for path, headers in (("/vr-status", {"Accept": "*/*"}),
                               ("/vr-status?format=json", {"Accept": PROMETHEUS_ACCEPT})):

@@ -256,7 +256,14 @@ impl Snapshot {
                 })
                 .flatten();
             let to = booking_bucket(room, bucket);
-            let outcome = buckets.count_afresh(t.id, first, to, claimed.is_some());
+            // Counted afresh already in a later bucket (by a request whose clock read later):
+            // counted, once.
+            let latest = room.counters.tick_block().get(Cell::Bucket) + 1;
+            let outcome = if buckets.counted_afresh(t.id, to + 1, latest) {
+                Renewal::AlreadyCounted
+            } else {
+                buckets.count_afresh(t.id, first, to, claimed.is_some())
+            };
             if outcome != Renewal::Counted {
                 if let Some((pool, shard)) = claimed {
                     pool.unclaim(shard);
@@ -310,7 +317,8 @@ impl Snapshot {
         let (bucket, now_secs, rules) = (at.bucket, at.secs, at.rules);
         let room = &view.room;
         if rules.queueing_method == QueueingMethod::Passthrough {
-            return self.arrival_with(view, t.id, at, None);
+            // The gates opened (a reload, an event's method): a waiter let in, with its wait.
+            return self.arrival_with(view, t.id, at, None, Some(&t));
         }
         let epoch = u64::from(now_secs / room.refresh_secs);
         let lanes = room.counters.lanes();
@@ -425,17 +433,29 @@ impl Snapshot {
     /// A visitor with no valid ticket.
     #[inline(never)]
     fn arrival(&self, view: &RoomView, at: &At<'_>, err: Option<TicketError>) -> Decision {
-        self.arrival_with(view, random_id(), at, err)
+        self.arrival_with(view, random_id(), at, err, None)
     }
 
-    /// A new visitor (or a waiter of a `passthrough` room) with ticket id `id`.
+    /// A new visitor, or a `waiter` of a `passthrough` room (counted as let in from the
+    /// queue), with ticket id `id`.
     fn arrival_with(
         &self,
         view: &RoomView,
         id: u64,
         at: &At<'_>,
         err: Option<TicketError>,
+        waiter: Option<&Ticket>,
     ) -> Decision {
+        let counted_in = |room: &Room| match waiter {
+            // Once per waiter: a replay of its queued ticket is let through again, uncounted.
+            Some(t) => {
+                let b = booking_bucket(room, at.bucket);
+                if room.counters.buckets().mark_admitted_from_queue(t.id, b) {
+                    waited(room, t, at.secs);
+                }
+            }
+            None => tally(room, AdmissionKind::New),
+        };
         let (bucket, now_secs, rules) = (at.bucket, at.secs, at.rules);
         let room = &view.room;
         let cfg = &room.cfg;
@@ -444,13 +464,13 @@ impl Snapshot {
             if view.may_claim(at.now) && room.counters.open_pool().try_claim(home_shard()).is_some()
             {
                 let b = book(room, booking_bucket(room, bucket), bucket);
-                tally(room, AdmissionKind::New);
+                counted_in(room);
                 return self.admitted(view, id, b as u32, at, err);
             }
             if passthrough {
                 // Never short of slots in practice (the tick keeps a billion free); admitted
                 // uncounted, and counted afresh on its next request.
-                tally(room, AdmissionKind::New);
+                counted_in(room);
                 return self.admitted(view, id, 0, at, err);
             }
         }

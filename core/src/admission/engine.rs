@@ -15,6 +15,7 @@ use arc_swap::ArcSwap;
 
 use crate::admission::cluster::{self, ClusterGrant, ClusterState, HostReport, SyncTurn};
 use crate::admission::decision::{Decision, RoomStats};
+use crate::admission::events::{self, Event, EventKind, EventLog};
 use crate::admission::front_door::carried_out;
 use crate::admission::governance;
 use crate::admission::keys::keyring_for;
@@ -45,6 +46,8 @@ struct Lifecycle {
 pub struct Engine {
     pub(crate) current: ArcSwap<Snapshot>,
     lifecycle: ForkSafeLock<Lifecycle>,
+    /// Events for the host's log (see `admission::events`).
+    events: EventLog,
 }
 
 impl std::fmt::Debug for Engine {
@@ -142,6 +145,7 @@ impl Engine {
         Ok(Self {
             current: ArcSwap::from_pointee(snapshot),
             lifecycle: ForkSafeLock::new(lifecycle),
+            events: EventLog::default(),
         })
     }
 
@@ -150,13 +154,73 @@ impl Engine {
     /// can serve the new configuration (see README, "Reloads"); a change they cannot serve is
     /// refused, naming the room and the setting. New rooms start with fresh counters; removed
     /// rooms are dropped.
+    /// Logs a `config_reloaded` event, or `config_refused` with the error (see
+    /// [`Engine::drain_events`]).
     pub fn reload(&self, config: Config) -> Result<()> {
         let mut lifecycle = self.lock();
         let previous = self.current.load_full();
         let now = lifecycle.last_now;
-        let snapshot = build(&mut lifecycle, config, Some(&previous), now)?;
-        self.current.store(Arc::new(snapshot));
-        Ok(())
+        let rooms = config.rooms.len();
+        match build(&mut lifecycle, config, Some(&previous), now) {
+            Ok(snapshot) => {
+                self.current.store(Arc::new(snapshot));
+                self.events.push(Event {
+                    at: now,
+                    kind: EventKind::ConfigReloaded,
+                    room: None,
+                    fields: vec![("rooms", rooms.to_string())],
+                });
+                Ok(())
+            }
+            Err(e) => {
+                self.events.push(Event {
+                    at: now,
+                    kind: EventKind::ConfigRefused,
+                    room: None,
+                    fields: vec![("error", e.to_string())],
+                });
+                Err(e)
+            }
+        }
+    }
+
+    /// Every event logged since the last call, oldest first (at most
+    /// [`EVENT_LOG_CAPACITY`](crate::admission::events::EVENT_LOG_CAPACITY); older ones are
+    /// dropped and counted by [`Engine::events_dropped`]): the rooms' queues starting and
+    /// stopping and their scheduled events' phases, found by [`Engine::tick`] (once per host,
+    /// whichever process's tick saw the change), reloads, and what the host adds with
+    /// [`Engine::record_event`]. For the host's own logger: one JSON line each
+    /// ([`Event::to_json`]).
+    pub fn drain_events(&self) -> Vec<Event> {
+        self.events.drain()
+    }
+
+    /// The oldest event, taken if `take` accepts it (a caller with a buffer too small for it
+    /// leaves it for the next call); `None` when there is none or it was left.
+    pub fn next_event_if(&self, take: impl FnOnce(&Event) -> bool) -> Option<Event> {
+        self.events.pop_if(take)
+    }
+
+    /// Counts a sync of `room` through the cluster tier (for the cluster tier's sync loop):
+    /// answered (`ok`) or failed, and whether it began an outage of the store. Counted in the
+    /// room's shared tallies (`velvet_rope_cluster_syncs_total`,
+    /// `velvet_rope_cluster_outages_total`); nothing for a room the engine does not run.
+    pub fn record_sync(&self, room: &str, ok: bool, outage_began: bool) {
+        let snap = self.current.load();
+        if let Some(t) = snap.room(room).ok().and_then(|v| v.room.counters.tallies()) {
+            t.synced(ok, outage_began);
+        }
+    }
+
+    /// Events dropped because nobody drained them in time.
+    pub fn events_dropped(&self) -> u64 {
+        self.events.dropped()
+    }
+
+    /// Adds an event of the host's to the log [`Engine::drain_events`] drains (the cluster
+    /// tier's outages).
+    pub fn record_event(&self, event: Event) {
+        self.events.push(event);
     }
 
     /// Whether [`Engine::reload`] would take `config` now, changing nothing: the configuration
@@ -217,6 +281,9 @@ impl Engine {
             snap.front.clone(),
             rooms,
         );
+        for view in &next.rooms {
+            events::observe(&view.room, &self.events, now);
+        }
         self.current.store(Arc::new(next));
     }
 

@@ -218,6 +218,20 @@ const FAMILIES: &[Family] = &[
             s.gauge(f64::from(u8::from(c.fallback)));
         }
     } },
+    Family { name: "velvet_rope_cluster_syncs", kind: MetricKind::Counter, labels: &["outcome"], help: "Syncs of the room through the cluster's store, answered (ok) or failed, by this host.", write: |s, v| {
+        if let (Some(_), Some(t)) = (&v.cluster, &v.tallies) {
+            for (outcome, n) in ["ok", "failed"].into_iter().zip(t.syncs) {
+                s.counter(&[("outcome", outcome)], n);
+            }
+        }
+    } },
+    Family { name: "velvet_rope_cluster_outages", kind: MetricKind::Counter, labels: &[], help: "Outages of the cluster's store (a failed sync after answered ones) this host's syncs of the room ran into.", write: |s, v| {
+        if let (Some(_), Some(t)) = (&v.cluster, &v.tallies) {
+            s.counter(&[], t.outages);
+        }
+    } },
+    Family { name: "velvet_rope_room_event_active", kind: MetricKind::Gauge, labels: &[], help: "1 while a scheduled event's rules are in force (its pre-queue included).", write: |s, v| s.gauge(f64::from(u8::from(v.rules.event.is_some()))) },
+    Family { name: "velvet_rope_room_prequeue", kind: MetricKind::Gauge, labels: &[], help: "1 while a scheduled event's pre-queue holds everyone arriving until its start.", write: |s, v| s.gauge(f64::from(u8::from(v.rules.prequeue))) },
     Family { name: "velvet_rope_revocations_kept", kind: MetricKind::Gauge, labels: &[], help: "Revoked ticket ids held now.", write: |s, v| {
         if let Some((c, _)) = v.revocations {
             s.gauge(c.kept as f64);

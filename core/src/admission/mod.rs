@@ -6,6 +6,7 @@ pub(crate) mod cookie_finder;
 mod decide;
 pub(crate) mod decision;
 pub(crate) mod engine;
+pub mod events;
 mod front_door;
 mod governance;
 mod keys;
@@ -19,10 +20,11 @@ mod stats;
 mod storage;
 mod tick;
 
-pub use crate::page::{wants_json, Page, PageRequest};
+pub use crate::page::{wants_json, wants_metrics, Page, PageRequest};
 pub use cookie_finder::{find_cookie, find_cookie_bytes};
 pub use decision::{Decision, Outcome, RoomStats, TicketRejections};
 pub use engine::Engine;
+pub use events::{Event, EventKind};
 pub use front_door::{RoomLabel, Routed};
 pub use metrics::{MetricFamily, MetricKind, Sample};
 pub use revoke::{

@@ -211,6 +211,15 @@ impl<'a> Buckets<'a> {
         Renewal::Counted
     }
 
+    /// Whether ticket `id` was counted afresh (see [`Buckets::count_afresh`]) in any of
+    /// buckets `first..=last`.
+    pub(crate) fn counted_afresh(&self, id: u64, first: u64, last: u64) -> bool {
+        let (start, fp) = fingerprint(id ^ AFRESH, self.words);
+        (first..=last)
+            .filter_map(|b| self.slot(b))
+            .any(|s| contains(self.guard_of(s), start, fp))
+    }
+
     /// Whether ticket `id` was admitted from the queue in any of buckets `first..=last`.
     pub(crate) fn admitted_from_queue(&self, id: u64, first: u64, last: u64) -> bool {
         let (start, fp) = fingerprint(id ^ FROM_QUEUE, self.words);

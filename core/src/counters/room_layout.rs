@@ -12,9 +12,9 @@
 //!              queue lane id sets             (lanes x lane_guard_words x u64)
 //!              tick block                     (64 x u64)
 //!              bucket guards                  (buckets x guard_words x u64)
-//!              tallies for the metrics        (shards x tally_words x u64)
 //!              revocations, if the origin may revoke: header (16 x u64), tables
 //!              (5 x revocation_words x u64), outbox (revocation_words x u64)
+//!              tallies for the metrics        (shards x tally_words x u64)
 //! ```
 //! Every block starts on a 128-byte boundary. The size depends only on the room's
 //! configuration, never on the number of visitors.
@@ -126,8 +126,6 @@ impl RoomLayout {
         let lane_guards = take(self.lanes * self.lane_guard_words * 8);
         let tick = take(CELLS * 8);
         let guards = take(self.buckets * self.guard_words * 8);
-        // None in a region laid out before tallies: the revocations then lie where they did.
-        let tallies = take(self.shards * self.tally_words * 8);
         let (revocations, revocation_tables, outbox) = if self.revocation_words > 0 {
             (
                 take(REVOCATION_HEADER * 8),
@@ -135,8 +133,12 @@ impl RoomLayout {
                 take(self.revocation_words * 8),
             )
         } else {
-            (at, at, at)
+            let here = take(0);
+            (here, here, here)
         };
+        // Last: a release before tallies (which reads the blocks above where they were)
+        // never looks here.
+        let tallies = take(self.shards * self.tally_words * 8);
         Offsets {
             open,
             waiters,

@@ -56,7 +56,9 @@ const DECISIONS: usize = 4;
 const WAIT_BUCKETS: usize = 8;
 const WAIT_SUM: usize = WAIT_BUCKETS + WAIT_BOUNDS.len() + 1;
 const ERROR_BUCKETS: usize = WAIT_SUM + 1;
-const USED: usize = ERROR_BUCKETS + ERROR_BOUNDS.len() + 1;
+const SYNCS: usize = ERROR_BUCKETS + ERROR_BOUNDS.len() + 1;
+const OUTAGES: usize = SYNCS + 2;
+const USED: usize = OUTAGES + 1;
 
 /// Words of one shard: three 128-byte lines (the words past `USED` are spare, zero).
 pub(crate) const STRIDE: usize = 48;
@@ -75,6 +77,10 @@ pub(crate) struct TallySums {
     pub(crate) wait_sum: u64,
     /// Those that had been promised a wait, per bucket of [`ERROR_BOUNDS`] (not cumulative).
     pub(crate) error_buckets: [u64; ERROR_BOUNDS.len() + 1],
+    /// The cluster tier's syncs of the room that got an answer, and that failed.
+    pub(crate) syncs: [u64; 2],
+    /// Outages of the cluster's store the syncs ran into.
+    pub(crate) outages: u64,
 }
 
 /// The tallies of a room: shards of `stride` words (`STRIDE` or, in a region a later release
@@ -135,6 +141,16 @@ impl<'a> RoomTallies<'a> {
         }
     }
 
+    /// Counts a sync of the room through the cluster tier: answered (`ok`) or failed, and
+    /// whether it began an outage.
+    pub(crate) fn synced(&self, ok: bool, outage_began: bool) {
+        let shard = self.shard();
+        shard[SYNCS + usize::from(!ok)].fetch_add(1, Ordering::Relaxed);
+        if outage_began {
+            shard[OUTAGES].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Every shard's tallies summed.
     pub(crate) fn sums(&self) -> TallySums {
         let mut s = TallySums::default();
@@ -151,6 +167,10 @@ impl<'a> RoomTallies<'a> {
                 .wait_sum
                 .wrapping_add(shard[WAIT_SUM].load(Ordering::Relaxed));
             add(&mut s.error_buckets, ERROR_BUCKETS);
+            add(&mut s.syncs, SYNCS);
+            s.outages = s
+                .outages
+                .wrapping_add(shard[OUTAGES].load(Ordering::Relaxed));
         }
         s
     }

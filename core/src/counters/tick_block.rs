@@ -84,6 +84,12 @@ pub(crate) enum Cell {
     /// The weight that sum has gathered since the room's first advance (f64 bits): the rate
     /// is the sum over it, so that a young room's rate is not pulled towards zero.
     RateWeightBits,
+    /// Whether the room was queueing (2) or not (1; 0: never logged) when an engine last
+    /// logged it (see `admission::events`): one line per change for the host, not per process.
+    LoggedQueueing,
+    /// The event phase an engine last logged (see `admission::events`): 0 none, else
+    /// `2 * (event + 1) + prequeue`.
+    LoggedPhase,
     /// Cluster: the grant the last sync wrote, a [`Record`] of `GRANT_CELLS` (see
     /// `admission::cluster`): written whole or not at all.
     Grant = 32,

@@ -81,11 +81,31 @@ pub struct PageRequest<'a> {
 
 /// Whether an `Accept` header prefers JSON over HTML.
 pub fn wants_json(accept: Option<&str>) -> bool {
+    prefers(accept, &["application/json"], &["text/html"])
+}
+
+/// Whether a status request's `Accept` header asks for the metrics' text rather than the
+/// JSON status: it names `application/openmetrics-text` or `text/plain` (what Prometheus
+/// sends) with a higher quality than `application/json`, or at the same quality before it.
+/// Wildcards decide nothing; `q=0` refuses. A client that asks for JSON first (axios and
+/// Angular send `application/json, text/plain, */*`) keeps the JSON.
+pub fn wants_metrics(accept: Option<&str>) -> bool {
+    prefers(
+        accept,
+        &["application/openmetrics-text", "text/plain"],
+        &["application/json"],
+    )
+}
+
+/// Whether `accept` prefers one of the media types `these` to all of `those`: the first 32
+/// ranges are read (media types compare without case, parameters other than `q` ignored,
+/// `q=0` refuses); the best-rated range naming each side counts, and at equal quality the one
+/// named first wins. `false` when none of `these` is named acceptably.
+fn prefers(accept: Option<&str>, these: &[&str], those: &[&str]) -> bool {
     let Some(accept) = accept else { return false };
-    // The quality (thousandths) and position of the first range naming each type, among the
-    // first 32 (media types compare without case; `q=0` refuses).
-    let mut json = None;
-    let mut html = None;
+    // The best (quality in thousandths, then earliest position) of each side.
+    let mut mine: Option<(u16, usize)> = None;
+    let mut theirs: Option<(u16, usize)> = None;
     for (i, item) in accept.split(',').take(32).enumerate() {
         let mut parts = item.split(';');
         let media = parts.next().unwrap_or("").trim();
@@ -97,22 +117,22 @@ pub fn wants_json(accept: Option<&str>) -> bool {
             .next()
             .map_or(Some(1000), parse_q);
         let Some(q) = q else { continue };
-        let slot = if media.eq_ignore_ascii_case("application/json") {
-            &mut json
-        } else if media.eq_ignore_ascii_case("text/html") {
-            &mut html
+        let slot = if these.iter().any(|m| media.eq_ignore_ascii_case(m)) {
+            &mut mine
+        } else if those.iter().any(|m| media.eq_ignore_ascii_case(m)) {
+            &mut theirs
         } else {
             continue;
         };
-        if slot.is_none() {
+        if slot.map_or(true, |(best, _)| q > best) {
             *slot = Some((q, i));
         }
     }
-    match (json, html) {
+    match (mine, theirs) {
         (Some((0, _)), _) | (None, _) => false,
-        (Some(_), None) => true,
+        (Some(_), None) | (Some(_), Some((0, _))) => true,
         // The higher quality wins; at equal quality, the one named first.
-        (Some((jq, ji)), Some((hq, hi))) => jq > hq || (jq == hq && ji < hi),
+        (Some((mq, mi)), Some((tq, ti))) => mq > tq || (mq == tq && mi < ti),
     }
 }
 
@@ -246,6 +266,36 @@ mod tests {
         assert!(!wants_json(Some("text/html,application/json;q=0.9")));
         assert!(wants_json(Some("application/json, text/plain")));
         assert!(!wants_json(None));
+    }
+
+    /// Prometheus' `Accept` asks for the metrics; a client asking for JSON first, a browser,
+    /// curl's `*/*` or a refused `text/plain` keep the JSON status.
+    #[test]
+    fn who_wants_the_metrics() {
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                          version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert!(wants_metrics(Some(prometheus)));
+        assert!(wants_metrics(Some("text/plain")));
+        assert!(wants_metrics(Some(
+            "text/plain;version=0.0.4, application/json;q=0.5"
+        )));
+        assert!(wants_metrics(Some("Application/OpenMetrics-Text")));
+        for json in [
+            "application/json, text/plain, */*",
+            "*/*",
+            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+            "text/plain;q=0",
+            "text/plain;q=0.5, application/json",
+            "text/plain;q=bogus",
+            "",
+        ] {
+            assert!(!wants_metrics(Some(json)), "{json}");
+        }
+        assert!(!wants_metrics(None));
+        // The best-rated range of a type counts, not only the first.
+        assert!(wants_json(Some(
+            "application/json;q=0, text/html;q=0.5, application/json"
+        )));
     }
 
     #[test]

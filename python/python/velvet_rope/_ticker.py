@@ -1,15 +1,30 @@
-"""Driving `Engine.tick()` about once a second, on a daemon thread or on an asyncio loop."""
+"""Driving `Engine.tick()` about once a second, on a daemon thread or on an asyncio loop, and
+writing the engine's events to the `velvet_rope.events` logger after each tick."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import weakref
 
 from ._velvet_rope import Engine
 
-__all__ = ["ThreadTicker", "LoopTicker"]
+__all__ = ["ThreadTicker", "LoopTicker", "EVENTS", "log_events"]
+
+#: The logger the tickers write the engine's events to: a room's queue starting and stopping,
+#: a scheduled event's phases, a reload, the cluster store lost or found; one JSON line each,
+#: at INFO (WARNING for a refusal or an outage), the event as a dict in the record's
+#: `velvet_rope_event`.
+EVENTS = logging.getLogger("velvet_rope.events")
+
+
+def log_events(engine: Engine) -> None:
+    """Writes the events `engine` logged since the last call to `EVENTS`."""
+    for event in engine.drain_events():
+        EVENTS.log(logging.WARNING if event["warning"] else logging.INFO, "%s", event["line"],
+                   extra={"velvet_rope_event": event})
 
 #: Seconds between ticks (the engine expects about one a second).
 INTERVAL = 1.0
@@ -54,6 +69,7 @@ class ThreadTicker:
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             self._engine.tick()
+            log_events(self._engine)
 
     def stop(self) -> None:
         """Stops ticking and waits for the thread to end."""
@@ -97,6 +113,7 @@ class LoopTicker:
         while True:
             await asyncio.sleep(self._interval)
             self._engine.tick()
+            log_events(self._engine)
 
     async def stop(self) -> None:
         """Cancels the task and waits for it."""

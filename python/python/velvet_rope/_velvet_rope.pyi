@@ -2,7 +2,7 @@
 
 import os
 from collections.abc import Iterable
-from typing import final
+from typing import Any, final
 
 from typing_extensions import disjoint_base
 
@@ -99,6 +99,10 @@ class Engine:
     def reload(self, config: str | os.PathLike[str]) -> None: ...
     def stats(self, room: str) -> RoomStats: ...
     def stats_json(self) -> str: ...
+    def drain_events(self) -> list[dict[str, Any]]:
+        """Every event logged since the last call, oldest first: `event`, `at_ms`, `room`,
+        `fields`, `warning`, `line` (one line of JSON)."""
+    def events_dropped(self) -> int: ...
     def metrics_text(self) -> str:
         """Every room's metrics in the OpenMetrics text format, ending with `# EOF`."""
     def metrics(

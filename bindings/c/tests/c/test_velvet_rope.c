@@ -169,6 +169,18 @@ static void test_admission_flow(void) {
     CHECK(vr_engine_metrics(e, metrics, need, NULL) == VR_NULL_PARAMETER);
     CHECK(vr_engine_metrics(NULL, metrics, need, &n) == VR_NULL_PARAMETER);
     free(metrics);
+    /* Events for the host's log: the room queued (a waiter above), one JSON line each. */
+    char line[512];
+    size_t got = 0;
+    uint8_t warning = 9;
+    CHECK(vr_engine_next_event(e, line, 4, &got, &warning) == VR_BUFFER_TOO_SMALL && got > 4);
+    CHECK(warning == 9);
+    CHECK(vr_engine_next_event(e, line, sizeof line, &got, &warning) == VR_OK);
+    CHECK(got == strlen(line) && strstr(line, "{\"event\":\"queueing_started\"") == line);
+    CHECK(strstr(line, "\"room\":\"shop\"") != NULL && warning == 0);
+    CHECK(vr_engine_next_event(e, line, sizeof line, &got, NULL) == VR_OK && got == 0 && line[0] == 0);
+    CHECK(vr_engine_next_event(e, NULL, 0, &got, NULL) == VR_OK && got == 0);
+    CHECK(vr_engine_next_event(e, line, sizeof line, NULL, NULL) == VR_NULL_PARAMETER);
     /* Reload to a bigger room keeps the counts. */
     char bigger[2048];
     snprintf(bigger, sizeof bigger, "%s", CONFIG);
@@ -177,6 +189,8 @@ static void test_admission_flow(void) {
     CHECK(vr_engine_reload(e, bigger, strlen(bigger)) == VR_OK);
     CHECK(vr_engine_tick(e, T0 + 2000) == VR_OK);
     CHECK(vr_engine_stats(e, "shop", 4, &st) == VR_OK && st.active_users == 3 && st.free_slots == 1);
+    CHECK(vr_engine_next_event(e, line, sizeof line, &got, &warning) == VR_OK);
+    CHECK(strstr(line, "{\"event\":\"config_reloaded\"") == line && warning == 0);
     vr_engine_free(e);
 }
 

@@ -273,9 +273,21 @@ class Engine extends EventEmitter {
     })
   }
 
-  /** Emits each event logged since the last call as `'event'` (see `drainEvents`). */
+  /**
+   * Emits each event logged since the last call as `'event'` (see `drainEvents`). A listener
+   * that throws does not stop the ticker or the next events (its error becomes a process
+   * warning, `VELVET_ROPE_EVENT_LISTENER`); as with any emitter, the listeners after it do
+   * not see that event.
+   */
   emitEvents () {
-    for (const e of this.drainEvents()) this.emit('event', e)
+    for (const e of this.drainEvents()) {
+      try {
+        this.emit('event', e)
+      } catch (err) {
+        process.emitWarning(`an 'event' listener threw: ${err && err.stack ? err.stack : err}`,
+          { code: 'VELVET_ROPE_EVENT_LISTENER' })
+      }
+    }
   }
 
   stopTicking () {

@@ -1952,7 +1952,8 @@ ngx_http_velvet_rope_init_process(ngx_cycle_t *cycle)
 
 /*
  * Writes the engine's events (a room's queue starting or stopping, a scheduled event's
- * phases, a reload, the cluster store lost or found) to the error log, one JSON line each:
+ * phases, the cluster store lost or found; an nginx reload builds a new engine and logs no
+ * event of its own) to the error log, one JSON line each:
  * at notice level, or warn for a refusal or an outage. Each room change is found once for the
  * host, by whichever worker's tick saw it. At most 64 a tick: the rest wait for the next one.
  */

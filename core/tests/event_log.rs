@@ -132,3 +132,76 @@ fn reloads_are_logged() {
     assert!(EventKind::ConfigRefused.is_warning());
     assert!(kinds(&e).is_empty(), "drained");
 }
+
+/// Two configurations share a room's counters (a rolling restart, two applications on one
+/// state file): only the governing one (the newest) logs, so the events do not flip between
+/// the two configurations' views at every tick.
+#[test]
+fn engines_of_two_configurations_on_one_region_do_not_take_turns() {
+    let dir = std::env::temp_dir().join(format!("vr-events-gov-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rooms.state");
+    let start = T0 + 2 * MIN;
+    let with_event = room(&format!(
+        "[[rooms.events]]\nname = \"drop\"\nevent_start = \"{}\"\nevent_end = \"{}\"\n",
+        rfc3339(start),
+        rfc3339(start + 60 * MIN)
+    ));
+    let old = Engine::open_state_file(Config::from_toml(&room("")).unwrap(), &path, T0).unwrap();
+    let new = Engine::open_state_file(Config::from_toml(&with_event).unwrap(), &path, T0).unwrap();
+    let mut lines = Vec::new();
+    let mut now = start;
+    for _ in 0..20 {
+        now += 1_000;
+        old.tick(now);
+        new.tick(now);
+        lines.extend(old.drain_events().into_iter().map(|e| e.kind));
+        lines.extend(new.drain_events().into_iter().map(|e| e.kind));
+    }
+    assert_eq!(lines, vec![EventKind::EventStarted], "{lines:?}");
+    drop((old, new));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A room whose queue comes and goes with single visitors (each waits, never comes back,
+/// and its place lapses) logs its start once, and its stop only after the queue stayed empty
+/// for a minute.
+#[test]
+fn a_queue_that_comes_and_goes_is_not_a_storm() {
+    let e = Engine::from_text(&room("queue_all = true"), T0).unwrap();
+    let mut now = T0;
+    let mut lines = Vec::new();
+    let step = |now: u64, lines: &mut Vec<EventKind>| {
+        e.tick(now);
+        lines.extend(e.drain_events().into_iter().map(|ev| ev.kind));
+        e.stats("r").unwrap().queue_length
+    };
+    // Three times: one visitor waits, its place lapses, the queue is empty for ten seconds,
+    // then the next one comes.
+    let mut emptied = 0;
+    let mut empty_since = None;
+    assert_eq!(e.admit("r", None, now).unwrap().outcome, Outcome::Queue);
+    while emptied < 3 && now < T0 + 30 * MIN {
+        now += 1_000;
+        match (step(now, &mut lines), empty_since) {
+            (0, None) => empty_since = Some(now),
+            (0, Some(t)) if now - t >= 10_000 => {
+                emptied += 1;
+                empty_since = None;
+                assert_eq!(e.admit("r", None, now).unwrap().outcome, Outcome::Queue);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(emptied, 3, "the queue never emptied");
+    assert_eq!(lines, vec![EventKind::QueueingStarted], "{lines:?}");
+    // The last one lapses, and the queue stays empty for a minute: stopped, once.
+    for _ in 0..(6 * 60) {
+        now += 1_000;
+        step(now, &mut lines);
+    }
+    assert_eq!(
+        lines,
+        vec![EventKind::QueueingStarted, EventKind::QueueingStopped]
+    );
+}

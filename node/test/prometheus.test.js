@@ -205,3 +205,21 @@ test("the engine's events: drained, and emitted by its ticker", async () => {
   assert.deepEqual(seen.map((e) => [e.event, e.warning]), [['config_refused', true]])
   assert.match(seen[0].fields.error, /session_duration/)
 })
+
+test('a listener that throws becomes a warning, not a crash', () => {
+  const engine = new Engine(CONFIG, { nowMs: T0 })
+  for (let i = 0; i < 4; i++) engine.admit('shop', undefined, T0)
+  engine.tick(T0 + 1000)
+  const seen = []
+  const warnings = []
+  const onWarning = (w) => warnings.push(w.code)
+  process.on('warning', onWarning)
+  engine.on('event', (e) => { seen.push(e.event); throw new Error('a broken listener') })
+  engine.emitEvents()
+  assert.deepEqual(seen, ['queueing_started'])
+  return new Promise((resolve) => setImmediate(() => {
+    process.off('warning', onWarning)
+    assert.deepEqual(warnings, ['VELVET_ROPE_EVENT_LISTENER'])
+    resolve()
+  }))
+})

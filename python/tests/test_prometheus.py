@@ -252,3 +252,28 @@ def test_events_go_to_the_logger(caplog: Any) -> None:
     assert [(r.velvet_rope_event["event"], r.levelno) for r in caplog.records] == \
         [("config_refused", logging.WARNING)]
     assert engine.events_dropped() == 0
+
+
+def test_a_raising_log_filter_does_not_stop_the_ticker() -> None:
+    import logging
+    import time
+
+    from velvet_rope._ticker import EVENTS, ThreadTicker
+
+    class Boom(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            raise RuntimeError("a broken filter")
+
+    engine = Engine(CONFIG)
+    for _ in range(4):
+        engine.admit("shop", None)
+    boom = Boom()
+    EVENTS.addFilter(boom)
+    ticker = ThreadTicker(engine, interval=0.02)
+    try:
+        ticker.start()
+        time.sleep(0.3)
+        assert ticker.running, "the ticker thread died"
+    finally:
+        ticker.stop()
+        EVENTS.removeFilter(boom)

@@ -258,11 +258,11 @@ impl Snapshot {
             let to = booking_bucket(room, bucket);
             // Counted afresh already in a later bucket (by a request whose clock read later):
             // counted, once.
+            // Its ticket then says that bucket.
             let latest = room.counters.tick_block().get(Cell::Bucket) + 1;
-            let outcome = if buckets.counted_afresh(t.id, to + 1, latest) {
-                Renewal::AlreadyCounted
-            } else {
-                buckets.count_afresh(t.id, first, to, claimed.is_some())
+            let (outcome, to) = match buckets.counted_afresh(t.id, to + 1, latest) {
+                Some(later) => (Renewal::AlreadyCounted, later),
+                None => (buckets.count_afresh(t.id, first, to, claimed.is_some()), to),
             };
             if outcome != Renewal::Counted {
                 if let Some((pool, shard)) = claimed {
@@ -446,17 +446,32 @@ impl Snapshot {
         err: Option<TicketError>,
         waiter: Option<&Ticket>,
     ) -> Decision {
+        let (bucket, now_secs, rules) = (at.bucket, at.secs, at.rules);
         let counted_in = |room: &Room| match waiter {
-            // Once per waiter: a replay of its queued ticket is let through again, uncounted.
+            // Once per waiter: a replay of its queued ticket (after its holder got in, within
+            // the window a queued ticket lives) is let through again, uncounted. It leaves
+            // the queue's lane it was counted in.
             Some(t) => {
-                let b = booking_bucket(room, at.bucket);
-                if room.counters.buckets().mark_admitted_from_queue(t.id, b) {
-                    waited(room, t, at.secs);
+                let buckets = room.counters.buckets();
+                let window_start = bucket.saturating_sub(u64::from(room.longest_session));
+                let b = booking_bucket(room, bucket);
+                if !buckets.admitted_from_queue(t.id, window_start, bucket + 1)
+                    && buckets.mark_admitted_from_queue(t.id, b)
+                {
+                    waited(room, t, now_secs);
+                    let lanes = room.counters.lanes();
+                    let epoch = u64::from(now_secs / room.refresh_secs);
+                    let counted = (t.incarnation == room.incarnation)
+                        .then_some(u64::from(t.counted))
+                        .filter(|&c| lanes.in_window(c, epoch));
+                    if let Some(c) = counted {
+                        let q = room.counters.layout().queue_slots as u64;
+                        lanes.uncount((u64::from(t.arrival) % q) as usize, c);
+                    }
                 }
             }
             None => tally(room, AdmissionKind::New),
         };
-        let (bucket, now_secs, rules) = (at.bucket, at.secs, at.rules);
         let room = &view.room;
         let cfg = &room.cfg;
         let passthrough = rules.queueing_method == QueueingMethod::Passthrough;

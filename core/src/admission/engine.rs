@@ -15,7 +15,7 @@ use arc_swap::ArcSwap;
 
 use crate::admission::cluster::{self, ClusterGrant, ClusterState, HostReport, SyncTurn};
 use crate::admission::decision::{Decision, RoomStats};
-use crate::admission::events::{self, Event, EventKind, EventLog};
+use crate::admission::events::{Event, EventKind, EventLog};
 use crate::admission::front_door::carried_out;
 use crate::admission::governance;
 use crate::admission::keys::keyring_for;
@@ -269,9 +269,9 @@ impl Engine {
                             .with_pages(v.room.pages.clone())
                             .with_tallies_of(&v.room),
                     );
-                    tick_room(&room, now)
+                    tick_room(&room, now, Some(&self.events))
                 } else {
-                    tick_room(&v.room, now)
+                    tick_room(&v.room, now, Some(&self.events))
                 }
             })
             .collect();
@@ -281,9 +281,6 @@ impl Engine {
             snap.front.clone(),
             rooms,
         );
-        for view in &next.rooms {
-            events::observe(&view.room, &self.events, now);
-        }
         self.current.store(Arc::new(next));
     }
 

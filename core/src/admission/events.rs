@@ -4,20 +4,28 @@
 //! log the host drains after its tick and writes through its own logger (nginx's error log,
 //! Envoy's log, Python's `logging`, a Node event emitter).
 //!
-//! Room events are found by the tick, never by a request: each engine's tick compares what it
-//! sees in the room's shared counters with what was last logged there (two cells of the tick
-//! block) and logs a change only if it wins the swap of that cell, so a host shared by several
-//! processes logs each change once, whichever process's tick saw it. A queue is "queueing"
-//! while it has live waiters (as the last advance counted them).
+//! Room events are found by the tick, never by a request: the process whose tick advances the
+//! room (under its tick lock, with the governing configuration) compares what the advance
+//! published with what was last logged in the room's shared counters (cells of the tick
+//! block), so a host shared by several processes logs each change once, whichever process's
+//! tick made it. A queue starts "queueing" when it has live waiters (as the advance counted
+//! them) and stops once it has been empty for [`QUIET_MS`] (a room at its limit whose queue
+//! comes and goes with single visitors does not log a pair of lines every tick). An event's
+//! phase is identified by its start time (a reload that reorders events changes nothing).
+//! The process that logged a change holds its line: one that crashes before its host drains
+//! it loses that line. A forked child starts with an empty log.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use crate::admission::room::Room;
 use crate::clock::Millis;
-use crate::counters::tick_block::Cell;
+use crate::counters::tick_block::{Cell, TickBlock};
+use crate::fork_safe_lock::ForkSafeLock;
+
+/// How long a room's queue must stay empty before `queueing_stopped` is logged.
+pub const QUIET_MS: Millis = 60_000;
 
 /// Events the log keeps before the oldest are dropped (and counted).
 pub const EVENT_LOG_CAPACITY: usize = 256;
@@ -111,17 +119,44 @@ fn json_string(s: &str) -> String {
     serde_json::Value::String(s.to_owned()).to_string()
 }
 
-/// A bounded log of events, drained by the host.
-#[derive(Debug, Default)]
+/// A bounded log of events, drained by the host: behind a lock a forked child takes over
+/// (a ticker thread may hold it at the fork), and emptied in a child (its parent logs what
+/// was pending).
 pub(crate) struct EventLog {
-    events: Mutex<VecDeque<Event>>,
+    events: ForkSafeLock<(u64, VecDeque<Event>)>,
     dropped: AtomicU64,
 }
 
+impl Default for EventLog {
+    fn default() -> Self {
+        Self {
+            events: ForkSafeLock::new((crate::random::fork_generation(), VecDeque::new())),
+            dropped: AtomicU64::new(0),
+        }
+    }
+}
+
+impl std::fmt::Debug for EventLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventLog").finish_non_exhaustive()
+    }
+}
+
 impl EventLog {
+    /// The queue, emptied first in a forked child.
+    fn queue(&self) -> crate::fork_safe_lock::Guard<'_, (u64, VecDeque<Event>)> {
+        let mut g = self.events.lock();
+        let generation = crate::random::fork_generation();
+        if g.0 != generation {
+            *g = (generation, VecDeque::new());
+        }
+        g
+    }
+
     /// Adds `event`, dropping the oldest when the log is full.
     pub(crate) fn push(&self, event: Event) {
-        let mut q = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = self.queue();
+        let q = &mut g.1;
         if q.len() >= EVENT_LOG_CAPACITY {
             q.pop_front();
             self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -131,9 +166,9 @@ impl EventLog {
 
     /// The oldest event, if `take` accepts it (otherwise it stays first).
     pub(crate) fn pop_if(&self, take: impl FnOnce(&Event) -> bool) -> Option<Event> {
-        let mut q = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        if take(q.front()?) {
-            q.pop_front()
+        let mut g = self.queue();
+        if take(g.1.front()?) {
+            g.1.pop_front()
         } else {
             None
         }
@@ -141,8 +176,7 @@ impl EventLog {
 
     /// Every event logged since the last drain, oldest first.
     pub(crate) fn drain(&self) -> Vec<Event> {
-        let mut q = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        q.drain(..).collect()
+        self.queue().1.drain(..).collect()
     }
 
     /// Events dropped because the log was full.
@@ -151,83 +185,99 @@ impl EventLog {
     }
 }
 
-/// The phase of the room's rules at `clock` as logged: 0 no event, else `2 * (event + 1)`
-/// plus 1 in its pre-queue.
+/// The phase of the room's rules at `clock` as logged: 0 no event, else the event's start
+/// (ms) times 2, plus 1 in its pre-queue, plus 2 (never 0).
 fn phase(room: &Room, clock: Millis) -> u64 {
     let rules = room.rules_at(clock);
-    rules
-        .event
-        .map_or(0, |e| 2 * (e as u64 + 1) + u64::from(rules.prequeue))
+    rules.event.map_or(0, |e| {
+        let start = room.cfg.events.get(e).map_or(0, |e| e.event_start.millis());
+        (start << 1 | u64::from(rules.prequeue)) + 2
+    })
 }
 
-/// The name of event `i` of the room.
-fn event_name(room: &Room, i: usize) -> String {
+/// The event starting at `start` (ms) in the room's configuration: its name, or its start
+/// time if no event of the configuration starts then (removed by a reload).
+fn event_name(room: &Room, start: u64) -> String {
     room.cfg
         .events
-        .get(i)
-        .map_or_else(|| format!("events[{i}]"), |e| e.name.clone())
+        .iter()
+        .find(|e| e.event_start.millis() == start)
+        .map_or_else(
+            || crate::config::Instant::from_millis(start).to_rfc3339(),
+            |e| e.name.clone(),
+        )
 }
 
-/// Logs what changed in `room` since an engine last logged it (see the module documentation),
-/// as of its last advance; `now` stamps the events.
-pub(crate) fn observe(room: &Room, log: &EventLog, now: Millis) {
-    let tb = room.counters.tick_block();
-    if tb.get(Cell::LastTick) == 0 {
-        return;
-    }
+/// Whether the event starting at `start` shuffles its pre-queue.
+fn shuffles(room: &Room, start: u64) -> bool {
+    room.cfg
+        .events
+        .iter()
+        .any(|e| e.event_start.millis() == start && e.shuffle_at_event_start)
+}
+
+/// Logs what the advance that just ran changed in `room` (see the module documentation), at
+/// `now`: called by the tick lock's holder, for the governing configuration, right after its
+/// advance.
+pub(crate) fn observe(room: &Room, tb: &TickBlock<'_>, log: &EventLog, now: Millis) {
     let name = Some(room.cfg.name.clone());
     let queue = tb.get(Cell::QueueLength);
-    let queueing = if queue > 0 { 2 } else { 1 };
     let was = tb.get(Cell::LoggedQueueing);
-    if was != queueing
-        && !(was == 0 && queueing == 1)
-        && tb.compare_exchange(Cell::LoggedQueueing, was, queueing)
-    {
-        log.push(Event {
-            at: now,
-            kind: if queueing == 2 {
-                EventKind::QueueingStarted
-            } else {
-                EventKind::QueueingStopped
-            },
-            room: name.clone(),
-            fields: vec![("queue_length", queue.to_string())],
-        });
+    if queue > 0 {
+        tb.set(Cell::QueueEmptySince, 0);
+        if was != 2 {
+            tb.set(Cell::LoggedQueueing, 2);
+            log.push(Event {
+                at: now,
+                kind: EventKind::QueueingStarted,
+                room: name.clone(),
+                fields: vec![("queue_length", queue.to_string())],
+            });
+        }
+    } else if was == 2 {
+        let since = tb.get(Cell::QueueEmptySince);
+        if since == 0 {
+            tb.set(Cell::QueueEmptySince, now.max(1));
+        } else if now.saturating_sub(since) >= QUIET_MS {
+            tb.set(Cell::LoggedQueueing, 1);
+            tb.set(Cell::QueueEmptySince, 0);
+            log.push(Event {
+                at: now,
+                kind: EventKind::QueueingStopped,
+                room: name.clone(),
+                fields: vec![("empty_for_ms", now.saturating_sub(since).to_string())],
+            });
+        }
     }
     let now_phase = phase(room, tb.get(Cell::RulesClock));
     let was = tb.get(Cell::LoggedPhase);
-    if was == now_phase || !tb.compare_exchange(Cell::LoggedPhase, was, now_phase) {
+    if was == now_phase {
         return;
     }
-    let event = |p: u64| (p >= 2).then(|| (p / 2 - 1) as usize);
+    tb.set(Cell::LoggedPhase, now_phase);
+    // The event's start, and whether in its pre-queue, of a phase.
+    let event = |p: u64| (p >= 2).then(|| ((p - 2) >> 1, (p - 2) & 1 == 1));
     let (before, after) = (event(was), event(now_phase));
-    let push = |kind, i: usize, extra: Vec<(&'static str, String)>| {
-        let mut fields = vec![("event_name", event_name(room, i))];
-        fields.extend(extra);
+    let push = |kind, start: u64| {
         log.push(Event {
             at: now,
             kind,
             room: name.clone(),
-            fields,
+            fields: vec![("event_name", event_name(room, start))],
         });
     };
-    if let Some(b) = before.filter(|&b| Some(b) != after) {
-        push(EventKind::EventEnded, b, Vec::new());
+    let same = |a: Option<(u64, bool)>, b: Option<(u64, bool)>| matches!((a, b), (Some((x, _)), Some((y, _))) if x == y);
+    if let Some((start, _)) = before.filter(|_| !same(before, after)) {
+        push(EventKind::EventEnded, start);
     }
-    if let Some(a) = after {
-        let prequeue = now_phase % 2 == 1;
-        let was_prequeue = before == Some(a) && was % 2 == 1;
-        if prequeue && before != Some(a) {
-            push(EventKind::PrequeueOpened, a, Vec::new());
-        } else if !prequeue && (before != Some(a) || was_prequeue) {
-            push(EventKind::EventStarted, a, Vec::new());
-            let shuffled = room
-                .cfg
-                .events
-                .get(a)
-                .is_some_and(|e| e.shuffle_at_event_start);
-            if was_prequeue && shuffled {
-                push(EventKind::ShuffleDone, a, Vec::new());
+    if let Some((start, prequeue)) = after {
+        let was_prequeue = same(before, after) && before.is_some_and(|(_, p)| p);
+        if prequeue && !same(before, after) {
+            push(EventKind::PrequeueOpened, start);
+        } else if !prequeue && (!same(before, after) || was_prequeue) {
+            push(EventKind::EventStarted, start);
+            if was_prequeue && shuffles(room, start) {
+                push(EventKind::ShuffleDone, start);
             }
         }
     }

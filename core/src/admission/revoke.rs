@@ -217,7 +217,7 @@ impl Engine {
                     room.counters.buckets().count_out(u64::from(t.counted));
                 }
                 // Free the seat now rather than at the next tick, if nobody is ticking.
-                let _ = tick_room(room, now);
+                let _ = tick_room(room, now, None);
                 Revocation::Revoked
             }
             Ok(Revoked::Already) => Revocation::AlreadyRevoked,

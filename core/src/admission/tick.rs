@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use crate::admission::budget::{self, Figures, Split, PASSTHROUGH_FREE};
 use crate::admission::cluster;
+use crate::admission::events::{self, EventLog};
 use crate::admission::governance;
 use crate::admission::room::Room;
 use crate::admission::snapshot::{RoomName, RoomView};
@@ -37,12 +38,16 @@ use crate::counters::tick_block::{Cell, TickBlock};
 use crate::env::{self, FaultPoint};
 
 /// Advances `room` if this process gets its tick lock (never waits for it) and its
-/// configuration governs the room, then views it.
-pub(crate) fn tick_room(room: &Arc<Room>, now: Millis) -> RoomView {
+/// configuration governs the room, then views it. With `log`, what the advance changed goes
+/// there as events (see `events`), once for the host.
+pub(crate) fn tick_room(room: &Arc<Room>, now: Millis, log: Option<&EventLog>) -> RoomView {
     let tb = room.counters.tick_block();
     if let Some(held) = tb.try_lock() {
         if governance::governs(room, &tb) {
             advance(room, &tb, now, &held);
+            if let Some(log) = log {
+                events::observe(room, &tb, log, now);
+            }
         }
     }
     observe(room, &tb, now)
@@ -360,12 +365,12 @@ mod tests {
         let r = room();
         let tb = r.counters.tick_block();
         let held = tb.try_lock().unwrap();
-        let view = tick_room(&r, T0 + 1_000);
+        let view = tick_room(&r, T0 + 1_000, None);
         assert_eq!(tb.get(Cell::Bucket), 0, "not advanced under a live holder");
         assert_eq!(view.queue_length, 0);
         drop(held);
         tb.set(Cell::Lock, held_by(dead_pid(), 0));
-        tick_room(&r, T0 + MIN + 1);
+        tick_room(&r, T0 + MIN + 1, None);
         assert_eq!(tb.get(Cell::Bucket), (T0 + MIN) / MIN, "advanced at once");
         assert_eq!(tb.get(Cell::Lock), 0, "and released");
     }

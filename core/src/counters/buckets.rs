@@ -211,13 +211,14 @@ impl<'a> Buckets<'a> {
         Renewal::Counted
     }
 
-    /// Whether ticket `id` was counted afresh (see [`Buckets::count_afresh`]) in any of
-    /// buckets `first..=last`.
-    pub(crate) fn counted_afresh(&self, id: u64, first: u64, last: u64) -> bool {
+    /// The first of buckets `first..=last` in which ticket `id` was counted afresh (see
+    /// [`Buckets::count_afresh`]), if any.
+    pub(crate) fn counted_afresh(&self, id: u64, first: u64, last: u64) -> Option<u64> {
         let (start, fp) = fingerprint(id ^ AFRESH, self.words);
-        (first..=last)
-            .filter_map(|b| self.slot(b))
-            .any(|s| contains(self.guard_of(s), start, fp))
+        (first..=last).find(|&b| {
+            self.slot(b)
+                .is_some_and(|s| contains(self.guard_of(s), start, fp))
+        })
     }
 
     /// Whether ticket `id` was admitted from the queue in any of buckets `first..=last`.

@@ -84,12 +84,15 @@ pub(crate) enum Cell {
     /// The weight that sum has gathered since the room's first advance (f64 bits): the rate
     /// is the sum over it, so that a young room's rate is not pulled towards zero.
     RateWeightBits,
-    /// Whether the room was queueing (2) or not (1; 0: never logged) when an engine last
-    /// logged it (see `admission::events`): one line per change for the host, not per process.
+    /// Whether the room was queueing (2) or not (1; 0: never logged) when it was last logged
+    /// (see `admission::events`): one line per change for the host, not per process.
     LoggedQueueing,
-    /// The event phase an engine last logged (see `admission::events`): 0 none, else
-    /// `2 * (event + 1) + prequeue`.
+    /// The event phase an engine last logged (see `admission::events`): 0 none, else the
+    /// event's start (ms) times 2, plus 1 in its pre-queue, plus 2.
     LoggedPhase,
+    /// Since when (engine clock, ms; 0: not empty, or not logged as queueing) the room's queue
+    /// has been empty while logged as queueing (see `admission::events`).
+    QueueEmptySince,
     /// Cluster: the grant the last sync wrote, a [`Record`] of `GRANT_CELLS` (see
     /// `admission::cluster`): written whole or not at all.
     Grant = 32,
@@ -103,7 +106,7 @@ pub(crate) const GRANT_CELLS: usize = 9;
 /// Cells of an applied record: total, bucket, minute, minute next.
 pub(crate) const APPLIED_CELLS: usize = 4;
 const _: () = assert!(Cell::Applied as usize + 1 + 2 * APPLIED_CELLS <= CELLS);
-const _: () = assert!((Cell::RateWeightBits as usize) < (Cell::Grant as usize));
+const _: () = assert!((Cell::QueueEmptySince as usize) < (Cell::Grant as usize));
 
 /// A record of `N` cells that a crash never leaves half written: two slots and a selector
 /// (its parity says which slot is current). A writer (one at a time: the tick lock's holder)

@@ -26,6 +26,22 @@ def log_events(engine: Engine) -> None:
         EVENTS.log(logging.WARNING if event["warning"] else logging.INFO, "%s", event["line"],
                    extra={"velvet_rope_event": event})
 
+
+_FAILED = logging.getLogger("velvet_rope")
+
+
+def _tick(engine: Engine, failed: list[bool]) -> None:
+    """One tick and its events: an error (a logging filter or handler that raises) is logged
+    once per ticker, and ticking goes on (a ticker that stopped would leave the room's
+    figures where they were)."""
+    try:
+        engine.tick()
+        log_events(engine)
+    except Exception:
+        if not failed[0]:
+            failed[0] = True
+            _FAILED.exception("velvet-rope: a tick failed; ticking goes on")
+
 #: Seconds between ticks (the engine expects about one a second).
 INTERVAL = 1.0
 
@@ -67,9 +83,9 @@ class ThreadTicker:
             self._thread.start()
 
     def _run(self) -> None:
+        failed = [False]
         while not self._stop.wait(self._interval):
-            self._engine.tick()
-            log_events(self._engine)
+            _tick(self._engine, failed)
 
     def stop(self) -> None:
         """Stops ticking and waits for the thread to end."""
@@ -110,10 +126,10 @@ class LoopTicker:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
+        failed = [False]
         while True:
             await asyncio.sleep(self._interval)
-            self._engine.tick()
-            log_events(self._engine)
+            _tick(self._engine, failed)
 
     async def stop(self) -> None:
         """Cancels the task and waits for it."""

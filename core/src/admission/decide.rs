@@ -257,8 +257,7 @@ impl Snapshot {
                 .flatten();
             let to = booking_bucket(room, bucket);
             // Counted afresh already in a later bucket (by a request whose clock read later):
-            // counted, once.
-            // Its ticket then says that bucket.
+            // counted, once; its ticket then says that bucket.
             let latest = room.counters.tick_block().get(Cell::Bucket) + 1;
             let (outcome, to) = match buckets.counted_afresh(t.id, to + 1, latest) {
                 Some(later) => (Renewal::AlreadyCounted, later),

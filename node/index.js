@@ -13,6 +13,7 @@ const native = require('./binding.js')
 const errors = require('./errors.js')
 const leases = require('./leases.js')
 const middleware = require('./middleware.js')
+const { eventOf, familyOf } = require('./native_shapes.js')
 
 const { convert } = errors
 
@@ -266,11 +267,7 @@ class Engine extends EventEmitter {
    * of JSON. `startTicking` emits them as `'event'` after each tick.
    */
   drainEvents () {
-    return native.engineDrainEvents(this.#h).map((e) => {
-      const fields = {}
-      for (let i = 0; i < e.fieldNames.length; i++) fields[e.fieldNames[i]] = e.fieldValues[i]
-      return { event: e.event, atMs: e.atMs, room: e.room ?? null, fields, warning: e.warning, line: e.line }
-    })
+    return native.engineDrainEvents(this.#h).map(eventOf)
   }
 
   /**
@@ -343,16 +340,7 @@ class Engine extends EventEmitter {
    * them to prom-client.
    */
   metrics () {
-    return native.engineMetrics(this.#h).map((f) => ({
-      name: f.name,
-      type: f.type,
-      help: f.help,
-      samples: f.samples.map((s) => {
-        const labels = {}
-        for (let i = 0; i < s.labelNames.length; i++) labels[s.labelNames[i]] = s.labelValues[i]
-        return { name: s.name, labels, value: s.value }
-      })
-    }))
+    return native.engineMetrics(this.#h).map(familyOf)
   }
 
   /**

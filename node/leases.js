@@ -3,6 +3,7 @@
 
 const native = require('./binding.js')
 const { convert, InvalidArgumentError } = require('./errors.js')
+const { familyOf } = require('./native_shapes.js')
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -60,20 +61,6 @@ class Coordinator {
     try {
       return native.coordinatorMetrics(this.#h, nowMs).map(familyOf)
     } catch (e) { throw convert(e) }
-  }
-}
-
-/** A native metric family as JavaScript uses it: each sample's labels an object. */
-function familyOf (f) {
-  return {
-    name: f.name,
-    type: f.type,
-    help: f.help,
-    samples: f.samples.map((s) => {
-      const labels = {}
-      for (let i = 0; i < s.labelNames.length; i++) labels[s.labelNames[i]] = s.labelValues[i]
-      return { name: s.name, labels, value: s.value }
-    })
   }
 }
 

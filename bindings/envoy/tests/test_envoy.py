@@ -398,25 +398,31 @@ def connections_per_worker(proxy):
     return [int(n) for n in re.findall(r"worker_\d+\.downstream_cx_total: (\d+)", stats)]
 
 
-def test_exactly_k_of_n_concurrent_new_visitors_across_both_workers(proxy):
-    before = connections_per_worker(proxy)
-    barrier = threading.Barrier(CONC_VISITORS)
-    results = [None] * CONC_VISITORS
+def crowd(port, path, n):
+    """`n` fresh visitors at once (a barrier), each on its own connection: their responses."""
+    barrier = threading.Barrier(n)
+    results = [None] * n
 
     def visit(i):
         try:
             barrier.wait(timeout=10)
-            results[i] = get(proxy.port, f"/conc/{i}", Jar())
+            results[i] = get(port, f"{path}{i}", Jar())
         except Exception as e:      # asserted below
             results[i] = e
 
-    threads = [threading.Thread(target=visit, args=(i,)) for i in range(CONC_VISITORS)]
+    threads = [threading.Thread(target=visit, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=30)
     errors = [r for r in results if not isinstance(r, Response)]
     assert not errors, errors[:3]
+    return results
+
+
+def test_exactly_k_of_n_concurrent_new_visitors_across_both_workers(proxy):
+    before = connections_per_worker(proxy)
+    results = crowd(proxy.port, "/conc/", CONC_VISITORS)
     admitted = sum(r.admitted for r in results)
     waiting = sum(r.waiting for r in results)
     other = [r for r in results if not r.admitted and not r.waiting]

@@ -13,7 +13,6 @@ import os
 import re
 import sys
 import tempfile
-import threading
 import time
 
 import pytest
@@ -22,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_envoy as te  # noqa: E402
 import test_envoy_reload as tr  # noqa: E402
-from http_client import Jar, Response, get  # noqa: E402
+from http_client import Jar, get  # noqa: E402
 
 NAMESPACE = "velvet_rope"
 PUBLISH_WAIT = 6.0  # a tick and a publish (each about a second), with room to spare
@@ -93,23 +92,7 @@ def proxy():
 
 def test_prometheus_shows_exactly_the_visitors_admitted(proxy):
     n, k = te.CONC_VISITORS, te.CONC_LIMIT
-    barrier = threading.Barrier(n)
-    results = [None] * n
-
-    def visit(i):
-        try:
-            barrier.wait(timeout=10)
-            results[i] = get(proxy.port, f"/conc/m{i}", Jar())
-        except Exception as e:      # asserted below
-            results[i] = e
-
-    threads = [threading.Thread(target=visit, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
-    errors = [r for r in results if not isinstance(r, Response)]
-    assert not errors, errors[:3]
+    results = te.crowd(proxy.port, "/conc/m", n)
     admitted = sum(r.admitted for r in results)
     assert admitted == k, f"{admitted} of {n} admitted, limit {k}"
 

@@ -71,7 +71,7 @@ fn full_room_with_waiters(seats: usize, extra: &str) -> (Engine, Vec<String>) {
     (e, waiters)
 }
 
-/// REVIEW (issue 28), fails: "one wait sample per waiter let in" does not hold for two
+/// REVIEW (issue 28), open (ignored, see its note): "one wait sample per waiter let in" does not hold for two
 /// requests carrying the same queued ticket at once across a bucket boundary (a page and its
 /// assets sent in parallel by one browser, or two worker processes whose clocks read either
 /// side of the minute). Each checks `admitted_from_queue` over its window, neither sees the
@@ -147,7 +147,7 @@ fn one_round_of_waiters_presented_twice(seats: usize, apart: u64) {
     );
 }
 
-/// REVIEW (issue 28), fails (low): waiters let in because the room turned `passthrough` (a
+/// REVIEW (issue 28), fixed in ef9c0b6 (the test failed before): waiters let in because the room turned `passthrough` (a
 /// reload, or an event's `queueing_method`, opening the gates to drain the queue) are counted
 /// as `kind="new"` and leave no sample in either wait histogram: `waiter` hands a passthrough
 /// room's waiter to `arrival_with`, which tallies `New`. The README's table says
@@ -193,7 +193,7 @@ fn review_waiters_let_in_by_a_switch_to_passthrough_are_waiters_let_in() {
 const KEYED: &str = "[tickets]\nsigning_key = 1\n[[tickets.keys]]\nid = 1\n\
                      secret = \"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"\n";
 
-/// REVIEW (issue 28), fails: the same race as the waiter's, for `kind="recounted"`. A
+/// REVIEW (issue 28), open (ignored, see its note): the same race as the waiter's, for `kind="recounted"`. A
 /// visitor admitted by other counters (another incarnation: a restart without kept counters,
 /// another host sharing the ticket key) is counted afresh once (`Buckets::count_afresh`), but
 /// "once" is guarded by the set of the bucket it is counted into: two requests at once
@@ -247,7 +247,7 @@ fn review_a_visitor_of_other_counters_presented_twice_across_a_bucket_boundary_i
     }
 }
 
-/// REVIEW (issue 28), fails, deterministically: the sequential form of the test above. A
+/// REVIEW (issue 28), fixed in dc1e50a (the test failed before, deterministically): the sequential form of the test above. A
 /// visitor of other counters is counted afresh by a request at the first millisecond of
 /// bucket `b + 1` (booked to `b + 1`, which the tick has opened), then presents the same
 /// ticket in a request stamped a millisecond earlier (bucket `b`: another worker whose clock

@@ -709,7 +709,7 @@ class Suite:
             json.loads(r.body)
 
     def test_review_status_clients_asking_json_first_keep_json(self):
-        # REVIEW (issue 28), fails: before 0.3, `velvet_rope_status` always answered JSON; now
+        # REVIEW (issue 28), fixed in dc1e50a (the test failed before): before 0.3, `velvet_rope_status` always answered JSON; now
         # `ngx_http_velvet_rope_wants_metrics` answers OpenMetrics to any Accept that merely
         # *mentions* `text/plain`, whatever its order or q-value. The default Accept of axios
         # and of Angular's HttpClient is `application/json, text/plain, */*`: a dashboard

@@ -417,7 +417,7 @@ mod tests {
         assert_eq!(fresh.tallies().unwrap().sums().admissions, [1, 0, 0, 0]);
     }
 
-    /// REVIEW (issue 28), fails: docs/compatibility.md promises that "0.2 attaches a region of
+    /// REVIEW (issue 28), fixed in dc1e50a (the test failed before): docs/compatibility.md promises that "0.2 attaches a region of
     /// 0.3 and leaves the block alone". 0.2 reads header words 0..=12 only (it does not know
     /// word 13) and works the offsets out without tallies; but 0.3 put the tallies *between*
     /// the bucket guards and the revocations, so in a room with `enabled_origin_commands`

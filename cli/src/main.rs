@@ -1,4 +1,4 @@
-//! The `velvet-rope` command: run the demo, check a configuration, compute lease grants, make
+//! The `velvet-rope` command: run the demo, simulate a scenario, check a configuration, compute lease grants, make
 //! keys, read tickets, import a Cloudflare waiting room.
 
 use std::io::Read;
@@ -13,6 +13,7 @@ use velvet_rope::Config;
 mod allocate;
 mod demo;
 mod import_cloudflare;
+mod simulate;
 
 /// velvet-rope: an in-process admission engine (virtual waiting room and capacity leases).
 #[derive(Parser)]
@@ -20,7 +21,7 @@ mod import_cloudflare;
     name = "velvet-rope",
     version,
     about = "velvet-rope: an in-process admission engine (a virtual waiting room, and capacity \
-             leases).\nCommands: demo, check-config, allocate, keygen, inspect, import-cloudflare."
+             leases).\nCommands: demo, simulate, check-config, allocate, keygen, inspect, import-cloudflare."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -31,6 +32,10 @@ struct Cli {
 enum Command {
     /// Drive a flash sale through the real engine in virtual time and print a per-minute table.
     Demo(demo::DemoArgs),
+    /// Run a scenario (a room, its hosts, a crowd, faults) through the real engine in virtual
+    /// time: how long people wait, how full the origin gets, what a failure costs. Prints a
+    /// table (or JSON) and draws a plot.
+    Simulate(simulate::SimulateArgs),
     /// Validate a configuration file (TOML, or JSON when it ends in .json).
     CheckConfig {
         /// The file.
@@ -96,6 +101,7 @@ fn main() -> ExitCode {
                 Err("the demo saw a limit broken (see the verdict above)".into())
             }
         }),
+        Command::Simulate(args) => simulate::run(&args),
         Command::CheckConfig { path } => check_config(&path),
         Command::Allocate => {
             let mut input = String::new();

@@ -474,6 +474,9 @@ fn an_event_lowering_the_limit_is_exact_across_hosts() {
             start_ms: 9_000,
             end_ms: 16_000,
             total: 12,
+            per_minute: None,
+            prequeue_ms: None,
+            shuffle: false,
         }),
         ..Scenario::default()
     };

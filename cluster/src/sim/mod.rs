@@ -29,13 +29,17 @@
 //! assert!(outcome.violation.is_none(), "{}", outcome.report());
 //! ```
 
+mod crowd;
 mod faults;
+mod measure;
 mod network;
 mod process;
 mod truth;
 mod world;
 
+pub use crowd::{Crowd, Spike};
 pub use faults::{Fault, Point, ProcessFault};
+pub use measure::{Distribution, Measured, Sample};
 
 /// What a simulation runs: the cluster, the room, the crowd, and the faults.
 #[derive(Debug, Clone)]
@@ -81,6 +85,15 @@ pub struct Scenario {
     /// cookie, one in three) replays it: the host must refuse it, and the seat it freed
     /// counts for nobody else. 0: no revocations (the seed's draws are as before).
     pub revocations: f64,
+    /// A planned crowd (`velvet-rope simulate`) instead of the fault tests' bursts: its
+    /// arrivals and behaviour, and the run measures it (see [`Outcome::measured`]).
+    pub crowd: Option<Crowd>,
+    /// `refresh_interval`, seconds (a waiter refreshes that often).
+    pub refresh_secs: u32,
+    /// `max_live_waiters`.
+    pub max_live_waiters: u32,
+    /// `queue_buckets`.
+    pub queue_buckets: u32,
 }
 
 /// A scheduled event of the simulated room: another `total_active_users` from `start_ms` to
@@ -95,6 +108,12 @@ pub struct SimEvent {
     pub end_ms: u64,
     /// `total_active_users` during it.
     pub total: u64,
+    /// `new_users_per_minute` during it (`None`: the room's).
+    pub per_minute: Option<u64>,
+    /// When its pre-queue opens (`None`: no pre-queue).
+    pub prequeue_ms: Option<u64>,
+    /// Whether the start shuffles the pre-queue.
+    pub shuffle: bool,
 }
 
 /// Which faults a seed draws.
@@ -129,6 +148,10 @@ impl Default for Scenario {
             trace: 60,
             event: None,
             revocations: 0.0,
+            crowd: None,
+            refresh_secs: 1,
+            max_live_waiters: 1024,
+            queue_buckets: 64,
         }
     }
 }
@@ -184,6 +207,8 @@ pub struct Outcome {
     pub crashes: u64,
     /// Reports the store found older than their host's last grant.
     pub stale_reports: u64,
+    /// With a planned crowd: what the run measured.
+    pub measured: Option<Measured>,
 }
 
 impl Outcome {
@@ -220,5 +245,11 @@ impl Outcome {
 /// Runs `scenario` with `seed`. Deterministic: the same scenario and seed give the same
 /// outcome.
 pub fn run(scenario: &Scenario, seed: u64) -> Outcome {
-    world::World::new(scenario, seed).run()
+    world::World::new(scenario, seed).run(&mut |_| {})
+}
+
+/// [`run`], telling `progress` the virtual time reached (ms from the start) about once a
+/// simulated second.
+pub fn run_with_progress(scenario: &Scenario, seed: u64, progress: &mut dyn FnMut(u64)) -> Outcome {
+    world::World::new(scenario, seed).run(progress)
 }

@@ -94,6 +94,11 @@ impl Truth {
             .sum()
     }
 
+    /// First admissions booked to `bucket`.
+    pub(crate) fn admissions_in(&self, bucket: u64) -> u64 {
+        self.admissions.get(&bucket).copied().unwrap_or(0)
+    }
+
     /// Visitors holding a current seat at host `h`, whose bucket now is `bucket`.
     pub(crate) fn active_at(&self, h: usize, bucket: u64) -> u64 {
         self.seats[h]

@@ -1,8 +1,7 @@
 //! The simulated world: hosts and their processes, the crowd, the faults, the checks, and the
 //! scheduler that runs them in virtual time, one step at a time.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +13,7 @@ use velvet_rope::ticket::{Keyring, RoomId, TicketState};
 use velvet_rope::{Config, Engine, Outcome as Decided, Revocation};
 
 use super::faults::{self, Fault, ProcessFault};
+use super::measure::{Recorder, Waiter};
 use super::network::Network;
 use super::process::{
     run_inline, HostClock, Plan, ProcessHooks, ProcessThread, RandomSource, Resume, Shared,
@@ -78,12 +78,20 @@ struct Host {
 
 enum Event {
     Arrival,
+    /// A planned crowd's next visitor (drawn from its rate).
+    Planned,
+    /// A planned crowd's rate looked at again (no visitor: the rate may have changed).
+    PlannedWake,
+    /// A spike's next visitor, and how many are left after it.
+    Spike(usize, u64),
+    /// A second of a planned crowd's run ends: a sample.
+    Sample,
     Request(usize),
     Round(usize, usize, u64),
-    Resume(usize, usize, u64, Resume),
+    Resume(usize, usize, u64, Box<Resume>),
     /// The store's answer to a write that waited for the replica (lost if the store failed
     /// over first).
-    Reply(usize, usize, u64, Resume, u64),
+    Reply(usize, usize, u64, Box<Resume>, u64),
     Restart(usize, usize),
     Fault(Fault),
     StallEnds,
@@ -91,26 +99,27 @@ enum Event {
     Prune,
 }
 
-struct Scheduled {
-    at: u64,
-    seq: u64,
-    event: Event,
+/// Events by the time they happen, each time's in the order they were scheduled: the same
+/// order as a heap on (time, sequence), with far fewer cache misses for the hundreds of
+/// thousands of visitors a large crowd keeps scheduled.
+#[derive(Default)]
+struct Agenda {
+    at: BTreeMap<u64, VecDeque<Event>>,
 }
 
-impl PartialEq for Scheduled {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
+impl Agenda {
+    fn push(&mut self, at: u64, event: Event) {
+        self.at.entry(at).or_default().push_back(event);
     }
-}
-impl Eq for Scheduled {}
-impl PartialOrd for Scheduled {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Scheduled {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(other.at, other.seq))
+
+    fn pop(&mut self) -> Option<(u64, Event)> {
+        let mut first = self.at.first_entry()?;
+        let at = *first.key();
+        let event = first.get_mut().pop_front();
+        if first.get().is_empty() {
+            first.remove();
+        }
+        event.map(|e| (at, e))
     }
 }
 
@@ -126,6 +135,12 @@ struct Visitor {
     /// The ticket cookie whose session the origin revoked, when this visitor replays it, and
     /// when it was revoked.
     revoked: Option<(String, u64)>,
+    /// Its first request (virtual ms).
+    arrived: u64,
+    /// A planned crowd's visitor waiting in the queue: the wait first promised, seconds.
+    waiting: Option<Option<u64>>,
+    /// It came during a pre-queue that the event's start shuffles.
+    shuffled: bool,
 }
 
 /// The shared random source the processes draw from (ticket ids, nonces, incarnations).
@@ -138,8 +153,7 @@ pub(crate) struct World {
     shared: Arc<Shared>,
     random: Arc<Randomness>,
     hosts: Vec<Host>,
-    events: BinaryHeap<Reverse<Scheduled>>,
-    seq: u64,
+    events: Agenda,
     next_pid: u32,
     visitors: Vec<Visitor>,
     truth: Truth,
@@ -155,6 +169,10 @@ pub(crate) struct World {
     last_active: u64,
     out: Outcome,
     trace: VecDeque<String>,
+    /// A planned crowd's measurements.
+    recorder: Option<Recorder>,
+    /// When `check` last looked at every host's grant.
+    hosts_checked_at: u64,
 }
 
 impl World {
@@ -195,8 +213,7 @@ impl World {
             shared,
             random,
             hosts,
-            events: BinaryHeap::new(),
-            seq: 0,
+            events: Agenda::default(),
             next_pid: 4_000_000,
             visitors: Vec::new(),
             truth: Truth::new(s.hosts, s.session),
@@ -212,9 +229,27 @@ impl World {
                 ..Outcome::default()
             },
             trace: VecDeque::new(),
+            recorder: s.crowd.as_ref().map(|_| {
+                Recorder::new(
+                    s.total,
+                    s.per_minute,
+                    u64::from(s.bucket_secs) * 1000,
+                    u64::from(s.refresh_secs) * 1000,
+                )
+            }),
+            hosts_checked_at: 0,
             rng,
         };
-        w.reweigh();
+        match &s.crowd {
+            None => w.reweigh(),
+            Some(c) => {
+                if let Some(weights) = &c.weights {
+                    for (w, &x) in w.weights.iter_mut().zip(weights) {
+                        *w = x.max(0.0);
+                    }
+                }
+            }
+        }
         for f in faults {
             w.out.faults.push(format!("{f:?}"));
             w.schedule(f.at(), Event::Fault(f));
@@ -226,7 +261,18 @@ impl World {
                 w.start(h, p);
             }
         }
-        w.schedule(0, Event::Arrival);
+        match s.crowd.clone() {
+            None => w.schedule(0, Event::Arrival),
+            Some(c) => {
+                w.schedule(0, Event::PlannedWake);
+                for (i, spike) in c.spikes.iter().enumerate() {
+                    if spike.visitors > 0 {
+                        w.schedule(spike.at_ms, Event::Spike(i, spike.visitors - 1));
+                    }
+                }
+                w.schedule(1000, Event::Sample);
+            }
+        }
         w.schedule(5000, Event::Prune);
         w
     }
@@ -262,12 +308,7 @@ impl World {
     }
 
     fn schedule(&mut self, at: u64, event: Event) {
-        self.seq += 1;
-        self.events.push(Reverse(Scheduled {
-            at,
-            seq: self.seq,
-            event,
-        }));
+        self.events.push(at, event);
     }
 
     fn note(&mut self, line: String) {
@@ -297,17 +338,23 @@ impl World {
         })
     }
 
-    /// Runs the simulation to its end.
-    pub(crate) fn run(mut self) -> Outcome {
-        while let Some(Reverse(next)) = self.events.pop() {
-            if next.at > self.s.run_ms || self.out.violation.is_some() {
+    /// Runs the simulation to its end, telling `progress` the virtual time reached once a
+    /// simulated second.
+    pub(crate) fn run(mut self, progress: &mut dyn FnMut(u64)) -> Outcome {
+        let mut told = 0;
+        while let Some((at, event)) = self.events.pop() {
+            if at > self.s.run_ms || self.out.violation.is_some() {
                 break;
             }
-            self.now = next.at;
+            self.now = at;
             self.shared.time.now.store(self.now, Ordering::SeqCst);
             self.out.steps += 1;
-            self.step(next.event);
+            self.step(event);
             self.check();
+            if self.now >= told + 1000 {
+                told = self.now;
+                progress(self.now);
+            }
         }
         self.finish()
     }
@@ -333,6 +380,9 @@ impl World {
             }
         }
         self.out.trace = self.trace.drain(..).collect();
+        if let Some(r) = self.recorder.take() {
+            self.out.measured = Some(r.finish(self.out.max_per_bucket));
+        }
         self.out.stale_reports = self
             .shared
             .network
@@ -355,12 +405,20 @@ impl World {
     fn step(&mut self, event: Event) {
         match event {
             Event::Arrival => self.arrival(),
+            Event::Planned => {
+                let host = self.pick_host();
+                self.new_visitor(host);
+                self.next_planned();
+            }
+            Event::PlannedWake => self.next_planned(),
+            Event::Spike(i, left) => self.spike(i, left),
+            Event::Sample => self.sample(),
             Event::Request(v) => self.request(v),
             Event::Round(h, p, life) => self.round(h, p, life),
             Event::Resume(h, p, life, r) => {
                 if self.hosts[h].processes[p].life == life && self.hosts[h].processes[p].alive {
                     self.hosts[h].processes[p].stopped = false;
-                    self.resume(h, p, r);
+                    self.resume(h, p, *r);
                 }
             }
             Event::Reply(h, p, life, r, write) => {
@@ -372,7 +430,7 @@ impl World {
                         .unwrap_or_else(|e| e.into_inner())
                         .survived(write);
                     let r = if survived {
-                        r
+                        *r
                     } else {
                         Resume::Store(Err(crate::store::StoreError::Unreachable(
                             "the store failed over".into(),
@@ -522,7 +580,10 @@ impl World {
                     ));
                     self.hosts[h].processes[p].stopped = true;
                 }
-                self.schedule(self.now + ms, Event::Resume(h, p, life, Resume::Go));
+                self.schedule(
+                    self.now + ms,
+                    Event::Resume(h, p, life, Box::new(Resume::Go)),
+                );
             }
             Yield::Store(req) => {
                 let sent = req.sent;
@@ -548,9 +609,9 @@ impl World {
                 if d.reply_at <= self.now {
                     self.resume(h, p, r);
                 } else if let Some(write) = d.write {
-                    self.schedule(d.reply_at, Event::Reply(h, p, life, r, write));
+                    self.schedule(d.reply_at, Event::Reply(h, p, life, Box::new(r), write));
                 } else {
-                    self.schedule(d.reply_at, Event::Resume(h, p, life, r));
+                    self.schedule(d.reply_at, Event::Resume(h, p, life, Box::new(r)));
                 }
             }
         }
@@ -660,8 +721,12 @@ impl World {
         }
     }
 
-    fn arrival(&mut self) {
+    /// A host for a new visitor, by the hosts' traffic weights.
+    fn pick_host(&mut self) -> usize {
         let total: f64 = self.weights.iter().sum();
+        if total <= 0.0 {
+            return 0;
+        }
         let mut x = self.rng.gen_range(0.0..total);
         let mut host = 0;
         for (h, w) in self.weights.iter().enumerate() {
@@ -671,13 +736,32 @@ impl World {
             }
             x -= w;
         }
+        host
+    }
+
+    /// A new visitor at host `h`, and its first request.
+    fn new_visitor(&mut self, host: usize) {
+        let shuffled = self.s.event.is_some_and(|e| {
+            e.shuffle && e.prequeue_ms.is_some_and(|p| self.now >= p) && self.now < e.start_ms
+        });
         self.visitors.push(Visitor {
             host,
             cookie: None,
             mood: Mood::Waiting { until: 0 },
             revoked: None,
+            arrived: self.now,
+            waiting: None,
+            shuffled,
         });
+        if let Some(r) = &mut self.recorder {
+            r.arrived();
+        }
         self.request(self.visitors.len() - 1);
+    }
+
+    fn arrival(&mut self) {
+        let host = self.pick_host();
+        self.new_visitor(host);
         if self.rng.gen_bool(0.002) {
             self.reweigh();
         }
@@ -688,19 +772,195 @@ impl World {
         self.schedule(self.now + gap, Event::Arrival);
     }
 
+    /// A planned crowd's next arrival from now: a Poisson stream at the rate of the moment,
+    /// looked at again at least once a second (the rate moves).
+    fn next_planned(&mut self) {
+        let Some(crowd) = &self.s.crowd else { return };
+        let rate = crowd.per_sec_at(self.now);
+        if rate <= 0.0 {
+            self.schedule(self.now + 1000, Event::PlannedWake);
+            return;
+        }
+        let gap = exponential(&mut self.rng, 1000.0 / rate);
+        if gap >= 1000.0 {
+            self.schedule(self.now + 1000, Event::PlannedWake);
+        } else {
+            self.schedule(self.now + gap as u64, Event::Planned);
+        }
+    }
+
+    /// Spike `i`'s next visitor; `left` more after it.
+    fn spike(&mut self, i: usize, left: u64) {
+        let Some(spike) = self.s.crowd.as_ref().map(|c| c.spikes[i]) else {
+            return;
+        };
+        let host = match spike.host {
+            Some(h) => h.min(self.hosts.len() - 1),
+            None => self.pick_host(),
+        };
+        self.new_visitor(host);
+        if left > 0 {
+            let gap = if spike.over_ms == 0 {
+                0.0
+            } else {
+                exponential(&mut self.rng, spike.over_ms as f64 / spike.visitors as f64)
+            };
+            self.schedule(self.now + gap as u64, Event::Spike(i, left - 1));
+        }
+    }
+
+    /// The limits in force now: `total_active_users` and `new_users_per_minute` (the event's
+    /// during it).
+    fn limits_in_force(&self) -> (u64, u64) {
+        match self.s.event {
+            Some(e) if self.now >= e.start_ms && self.now < e.end_ms => {
+                (e.total, e.per_minute.unwrap_or(self.s.per_minute))
+            }
+            _ => (self.s.total, self.s.per_minute),
+        }
+    }
+
+    fn sample(&mut self) {
+        let active = self.truth.active(&self.buckets());
+        let (limit, per_minute) = self.limits_in_force();
+        let second = self.now / 1000;
+        if let Some(r) = &mut self.recorder {
+            r.sample(second, active, limit, per_minute);
+        }
+        self.schedule(self.now + 1000, Event::Sample);
+    }
+
+    /// What a planned crowd's visitor `v` does after the answer `d` at host `h`.
+    fn planned_next(
+        &mut self,
+        v: usize,
+        h: usize,
+        d: &velvet_rope::Decision,
+        first_admission: bool,
+    ) {
+        let Some(crowd) = self.s.crowd.as_ref() else {
+            return;
+        };
+        let (pages_per_minute, session_minutes, patience_minutes, come_back, come_back_minutes) = (
+            crowd.pages_per_minute,
+            crowd.session_minutes,
+            crowd.patience_minutes,
+            crowd.come_back,
+            crowd.come_back_minutes,
+        );
+        let now = self.now;
+        let waiter = |vis: &Visitor, promised| Waiter {
+            visitor: v,
+            arrived: vis.arrived,
+            promised,
+            shuffled: vis.shuffled,
+        };
+        match d.outcome {
+            Decided::Admit => {
+                if first_admission {
+                    let w = self.visitors[v]
+                        .waiting
+                        .take()
+                        .map(|p| waiter(&self.visitors[v], p));
+                    if let Some(r) = &mut self.recorder {
+                        r.admitted(w, now);
+                    }
+                    let session_ms = exponential(&mut self.rng, session_minutes * 60_000.0);
+                    let pages = (session_ms / 60_000.0 * pages_per_minute).round() as u32;
+                    self.visitors[v].mood = Mood::Admitted { visits: pages + 1 };
+                }
+                let Mood::Admitted { visits } = self.visitors[v].mood else {
+                    // A waiter let in by a replay of an older admission: it browses a page.
+                    self.visitors[v].mood = Mood::Admitted { visits: 1 };
+                    return;
+                };
+                if visits > 1 && pages_per_minute > 0.0 {
+                    self.visitors[v].mood = Mood::Admitted { visits: visits - 1 };
+                    let gap = exponential(&mut self.rng, 60_000.0 / pages_per_minute);
+                    self.schedule(now + gap.max(1.0) as u64, Event::Request(v));
+                }
+            }
+            Decided::Queue | Decided::Reject => {
+                if self.visitors[v].waiting.is_none() {
+                    // Queued on arrival, or an admitted visitor whose seat lapsed.
+                    let promised = d.estimated_wait_secs;
+                    let first = matches!(self.visitors[v].mood, Mood::Waiting { until: 0 });
+                    let back = matches!(self.visitors[v].mood, Mood::Waiting { until: 1 });
+                    if !first && !back {
+                        // An admitted visitor whose seat lapsed queues anew.
+                        self.visitors[v].arrived = now;
+                    }
+                    self.visitors[v].waiting = Some(promised);
+                    let w = waiter(&self.visitors[v], promised);
+                    let (limit, per_minute) = self.limits_in_force();
+                    // Early: the room had a seat for it even if everyone waiting got one first.
+                    let early = first && {
+                        let bucket = self.buckets()[h];
+                        let active = self.truth.active(&self.buckets());
+                        let waiting = self.recorder.as_ref().map_or(0, Recorder::waiting);
+                        active + waiting < limit
+                            && self.truth.admissions_in(bucket) + waiting < per_minute
+                    };
+                    if let Some(r) = &mut self.recorder {
+                        if first {
+                            r.queued(w, early);
+                        } else if back {
+                            r.came_back();
+                        } else {
+                            r.requeued();
+                        }
+                    }
+                    let patience = if patience_minutes > 0.0 {
+                        exponential(&mut self.rng, patience_minutes * 60_000.0) as u64
+                    } else {
+                        u64::MAX / 2
+                    };
+                    // (0 marks a visitor yet to be answered, 1 one coming back.)
+                    self.visitors[v].mood = Mood::Waiting {
+                        until: (now + patience).max(2),
+                    };
+                }
+                let Mood::Waiting { until } = self.visitors[v].mood else {
+                    return;
+                };
+                if now < until {
+                    // The waiting page refreshes when the answer says (a tenth of jitter).
+                    let every = d.retry_after_secs.unwrap_or(u64::from(self.s.refresh_secs));
+                    let gap = every.max(1) * 1000;
+                    let gap = self.rng.gen_range(gap * 9 / 10..=gap * 11 / 10);
+                    self.schedule(now + gap, Event::Request(v));
+                    return;
+                }
+                // It gives up, and may come back later with the cookie it had.
+                let promised = self.visitors[v].waiting.take().flatten();
+                let w = waiter(&self.visitors[v], promised);
+                if let Some(r) = &mut self.recorder {
+                    r.gave_up(w);
+                }
+                if self.rng.gen_bool(come_back.clamp(0.0, 1.0)) {
+                    self.visitors[v].mood = Mood::Waiting { until: 1 };
+                    let back = exponential(&mut self.rng, come_back_minutes * 60_000.0);
+                    self.schedule(now + back.max(1000.0) as u64, Event::Request(v));
+                }
+            }
+        }
+    }
+
     /// A serving process of host `h` (alive, started, not stopped), if any.
     fn server(&mut self, h: usize) -> Option<usize> {
-        let serving: Vec<usize> = self.hosts[h]
+        let serves = |q: &Process| q.alive && !q.stopped && q.engine.is_some();
+        let n = self.hosts[h].processes.iter().filter(|q| serves(q)).count();
+        if n == 0 {
+            return None;
+        }
+        let k = self.rng.gen_range(0..n);
+        self.hosts[h]
             .processes
             .iter()
             .enumerate()
-            .filter(|(_, q)| q.alive && !q.stopped && q.engine.is_some())
+            .filter(|(_, q)| serves(q))
+            .nth(k)
             .map(|(i, _)| i)
-            .collect();
-        if serving.is_empty() {
-            return None;
-        }
-        Some(serving[self.rng.gen_range(0..serving.len())])
     }
 
     fn request(&mut self, v: usize) {
@@ -743,14 +1003,16 @@ impl World {
         }
         match d.outcome {
             Decided::Admit => {
-                if d.set_cookie.is_some() {
-                    self.seat(v, h, &engine);
-                }
+                let first_admission = d.set_cookie.is_some() && self.seat(v, h, &engine);
                 if self.s.revocations > 0.0
                     && self.rng.gen_bool(self.s.revocations)
                     && self.hosts[h].processes[p].busy.is_none()
                 {
                     self.revoke(v, h, p, &engine, cookie.as_deref(), d.ticket());
+                    return;
+                }
+                if self.s.crowd.is_some() {
+                    self.planned_next(v, h, &d, first_admission);
                     return;
                 }
                 let visits = match self.visitors[v].mood {
@@ -764,6 +1026,10 @@ impl World {
                 }
             }
             Decided::Queue | Decided::Reject => {
+                if self.s.crowd.is_some() {
+                    self.planned_next(v, h, &d, false);
+                    return;
+                }
                 if first_request {
                     self.out.queued += 1;
                     let patience = self.rng.gen_range(3000..30_000);
@@ -850,9 +1116,10 @@ impl World {
     }
 
     /// Visitor `v` was handed an admission ticket at host `h`: its seat, from the ticket.
-    fn seat(&mut self, v: usize, h: usize, engine: &Arc<Engine>) {
+    /// Whether it is a first admission (a new seat).
+    fn seat(&mut self, v: usize, h: usize, engine: &Arc<Engine>) -> bool {
         let Some(cookie) = self.visitors[v].cookie.clone() else {
-            return;
+            return false;
         };
         let value = cookie.split_once('=').map_or("", |(_, v)| v);
         let keyring = self.keyring.get_or_insert_with(|| engine.keyring()).clone();
@@ -860,10 +1127,10 @@ impl World {
             self.out.violation = Some(format!(
                 "visitor {v}: the engine handed out a ticket it cannot open"
             ));
-            return;
+            return false;
         };
         if t.state != TicketState::Admitted {
-            return;
+            return false;
         }
         let buckets = self.buckets();
         if let Some(n) = self.truth.admitted(v, h, u64::from(t.counted), &buckets) {
@@ -874,17 +1141,24 @@ impl World {
                 self.fallback_seen(h, &state);
             }
             self.bounds();
-            if n > self.s.per_minute + self.out.bound_per_bucket {
+            let per_minute = self
+                .s
+                .event
+                .and_then(|e| e.per_minute)
+                .map_or(self.s.per_minute, |m| m.max(self.s.per_minute));
+            if n > per_minute + self.out.bound_per_bucket {
                 self.out.violation = Some(format!(
-                    "bucket {} admitted {n}, over {} (bound {})",
-                    t.counted, self.s.per_minute, self.out.bound_per_bucket
+                    "bucket {} admitted {n}, over {per_minute} (bound {})",
+                    t.counted, self.out.bound_per_bucket
                 ));
             }
             self.note(format!(
                 "visitor {v} admitted at host {h} in bucket {}",
                 t.counted
             ));
+            return true;
         }
+        false
     }
 
     fn fallback_seen(&mut self, h: usize, state: &ClusterState) {
@@ -1073,8 +1347,13 @@ impl World {
         // A host whose visitors hold seats past the time the store may have dropped its
         // reservation (a lease and a session after the last grant it applied) is beyond the
         // guarantee. A grant's lease that goes back is a bug (the host would fall back while
-        // the store still reserves its grant).
-        for (h, &bucket) in buckets.iter().enumerate() {
+        // the store still reserves its grant). A planned crowd's run looks every 100 ms of
+        // virtual time (a first admission on a fallback share is seen at once, in `seat`).
+        let look = self.s.crowd.is_none() || self.now >= self.hosts_checked_at + 100;
+        if look {
+            self.hosts_checked_at = self.now;
+        }
+        for (h, &bucket) in buckets.iter().enumerate().filter(|_| look) {
             let engine = self.hosts[h]
                 .processes
                 .iter()
@@ -1111,10 +1390,7 @@ impl World {
         }
         // The limit in force now (the event's during it): nobody let in while the room holds
         // it or more (visitors let in before a switch to a lower limit stay).
-        let in_force = match self.s.event {
-            Some(e) if self.now >= e.start_ms && self.now < e.end_ms => e.total,
-            _ => self.s.total,
-        };
+        let (in_force, _) = self.limits_in_force();
         if active > self.last_active && active > in_force + self.out.bound {
             self.out.violation = Some(format!(
                 "{active} visitors (from {}) with {in_force} in force at {} ms (bound over it \
@@ -1151,9 +1427,9 @@ name = "{ROOM}"
 total_active_users = {total}
 new_users_per_minute = {minute}
 session_duration = {session}
-refresh_interval = 1
-max_live_waiters = 1024
-queue_buckets = 64
+refresh_interval = {refresh}
+max_live_waiters = {waiters}
+queue_buckets = {queue_buckets}
 {commands}[rooms.cookie]
 secure = false
 {event}"#,
@@ -1166,6 +1442,9 @@ secure = false
         total = s.total,
         minute = s.per_minute,
         session = s.session,
+        refresh = s.refresh_secs,
+        waiters = s.max_live_waiters,
+        queue_buckets = s.queue_buckets,
         commands = if s.revocations > 0.0 {
             "enabled_origin_commands = [\"revoke\"]\n"
         } else {
@@ -1173,13 +1452,28 @@ secure = false
         },
         event = s.event.map_or(String::new(), |e| {
             let at = |ms: u64| velvet_rope::config::Instant::from_millis(T0 + ms).to_rfc3339();
-            format!(
+            let mut t = format!(
                 "[[rooms.events]]\nname = \"sim\"\nevent_start = \"{}\"\nevent_end = \"{}\"\n\
                  total_active_users = {}\n",
                 at(e.start_ms),
                 at(e.end_ms),
                 e.total
-            )
+            );
+            if let Some(p) = e.prequeue_ms {
+                t += &format!("prequeue_start = \"{}\"\n", at(p));
+            }
+            if e.shuffle {
+                t += "shuffle_at_event_start = true\n";
+            }
+            if let Some(m) = e.per_minute {
+                t += &format!("new_users_per_minute = {m}\n");
+            }
+            t
         }),
     )
+}
+
+/// An exponentially distributed draw with this mean.
+fn exponential(rng: &mut StdRng, mean: f64) -> f64 {
+    -(1.0 - rng.gen::<f64>()).ln() * mean
 }

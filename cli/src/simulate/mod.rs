@@ -1,0 +1,287 @@
+//! `velvet-rope simulate <scenario.toml>`: a room through the real engine in virtual time,
+//! with the crowd, hosts and faults a scenario file describes, measured and plotted.
+//!
+//! The run is the cluster tier's deterministic simulation (the one its exactness tests use):
+//! real engines over shared counters, one per simulated worker process, real tickets, ticks
+//! and syncs through the in-process store; what it replaces is time, the network and the
+//! store's server. The figures come from the simulation's own visitors and the ground truth
+//! of seats, not from the engines' stats. The same scenario and seed repeat exactly.
+
+mod plot;
+mod scenario;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+use velvet_rope_cluster::sim::{run_with_progress, Distribution, Measured};
+
+pub use scenario::ScenarioFile;
+
+/// `simulate`'s arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimulateArgs {
+    /// The scenario file (TOML; see scenarios/ and docs/simulate.md).
+    pub scenario: PathBuf,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Draw the run into this file (.svg or .png).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// The seed (the scenario's own unless given).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Simulate this many minutes instead of the scenario's.
+    #[arg(long)]
+    pub minutes: Option<f64>,
+}
+
+/// What `--json` prints.
+#[derive(Debug, Serialize)]
+struct Report<'a> {
+    scenario: &'a str,
+    description: &'a str,
+    seed: u64,
+    hosts: usize,
+    processes: usize,
+    minutes: f64,
+    /// Wall-clock seconds the run took.
+    took_secs: f64,
+    /// Events the simulation stepped through.
+    steps: u64,
+    /// The first broken invariant of the room (more visitors than the limit in force
+    /// without a fault beyond the guarantee to excuse it), if any.
+    violation: Option<String>,
+    syncs: u64,
+    sync_failures: u64,
+    faults: Vec<String>,
+    #[serde(flatten)]
+    measured: &'a Measured,
+}
+
+/// Runs `simulate`.
+pub fn run(args: &SimulateArgs) -> Result<(), String> {
+    let text = std::fs::read_to_string(&args.scenario)
+        .map_err(|e| format!("{}: {e}", args.scenario.display()))?;
+    let file =
+        ScenarioFile::parse(&text).map_err(|e| format!("{}: {e}", args.scenario.display()))?;
+    if args.minutes.is_some_and(|m| !(m > 0.0)) {
+        return Err("--minutes: more than 0".into());
+    }
+    let seed = args.seed.unwrap_or(file.seed);
+    let scenario = file.to_scenario(args.minutes);
+    let minutes = scenario.run_ms as f64 / 60_000.0;
+    let started = Instant::now();
+
+    // A bar once a run takes longer than a second, on a terminal only.
+    let bar =
+        ProgressBar::with_draw_target(Some(scenario.run_ms / 1000), ProgressDrawTarget::hidden());
+    bar.set_style(
+        ProgressStyle::with_template(
+            "simulating {bar:40} {pos}/{len} virtual seconds ({elapsed}, {eta} left)",
+        )
+        .map_err(|e| e.to_string())?,
+    );
+    let mut shown = false;
+    let outcome = run_with_progress(&scenario, seed, &mut |ms| {
+        if !shown && started.elapsed().as_secs_f64() > 1.0 {
+            shown = true;
+            bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+        bar.set_position(ms / 1000);
+    });
+    bar.finish_and_clear();
+    let took = started.elapsed().as_secs_f64();
+    let measured = outcome
+        .measured
+        .clone()
+        .ok_or("the simulation measured nothing")?;
+
+    if let Some(path) = &args.plot {
+        let title = format!("{} (seed {seed})", file.name);
+        plot::plot(path, &title, &measured.series)?;
+    }
+    let report = Report {
+        scenario: &file.name,
+        description: file.description.trim(),
+        seed,
+        hosts: scenario.hosts,
+        processes: scenario.processes,
+        minutes,
+        took_secs: took,
+        steps: outcome.steps,
+        violation: outcome.violation.clone(),
+        syncs: outcome.syncs,
+        sync_failures: outcome.sync_failures,
+        faults: outcome.faults.clone(),
+        measured: &measured,
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", table(&report));
+        if let Some(path) = &args.plot {
+            println!("plot                    {}", path.display());
+        }
+    }
+    if let Some(v) = &outcome.violation {
+        return Err(format!("the room's limits did not hold: {v}"));
+    }
+    Ok(())
+}
+
+fn pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".into()
+    } else {
+        format!("{:.1} %", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+fn clock(seconds: u64) -> String {
+    format!(
+        "{}:{:02}:{:02}",
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60
+    )
+}
+
+fn seconds(d: &Option<Distribution>, signed: bool) -> String {
+    let Some(d) = d else {
+        return "- (nobody waited)".into();
+    };
+    let f = |x: f64| {
+        if signed {
+            format!("{x:+.0} s")
+        } else {
+            format!("{x:.0} s")
+        }
+    };
+    let mut s = format!(
+        "mean {}, p50 {}, p90 {}, p99 {}, max {} ({} samples)",
+        f(d.mean),
+        f(d.p50),
+        f(d.p90),
+        f(d.p99),
+        f(d.max),
+        d.samples
+    );
+    if signed {
+        s += &format!(", mean |error| {:.0} s", d.mean_abs);
+    }
+    s
+}
+
+/// The report as a table.
+fn table(r: &Report) -> String {
+    let m = r.measured;
+    let mut t = String::new();
+    let mut row = |k: &str, v: String| t.push_str(&format!("{k:<24}{v}\n"));
+    row("scenario", r.scenario.to_string());
+    row(
+        "run",
+        format!(
+            "seed {}, {} host(s) x {} process(es), {:.0} minutes in {:.2} s ({} steps)",
+            r.seed, r.hosts, r.processes, r.minutes, r.took_secs, r.steps
+        ),
+    );
+    row(
+        "room",
+        format!(
+            "{} active users, {} new users per minute",
+            m.limit, m.per_minute
+        ),
+    );
+    row(
+        "visitors",
+        format!(
+            "{} arrived, {} admitted ({} after waiting), {} queued on arrival",
+            m.visitors, m.admitted, m.admitted_from_queue, m.queued
+        ),
+    );
+    row(
+        "gave up",
+        format!(
+            "{} ({} came back), {} still waiting at the end",
+            m.gave_up, m.came_back, m.waiting_at_end
+        ),
+    );
+    row(
+        "peak active",
+        format!(
+            "{} of {} (at {})",
+            m.peak_active,
+            m.limit,
+            clock(m.peak_active_at)
+        ),
+    );
+    row(
+        "above the limit",
+        format!(
+            "{} s (seconds holding more than the limit in force)",
+            m.seconds_above_limit
+        ),
+    );
+    row(
+        "admissions, a minute",
+        format!(
+            "peak {} (limit {})",
+            m.peak_admissions_in_a_minute, m.per_minute
+        ),
+    );
+    row(
+        "queued early",
+        format!(
+            "{} ({} of the queued): a seat for them even after every waiter had one",
+            m.queued_early,
+            pct(m.queued_early, m.queued)
+        ),
+    );
+    row(
+        "use while waiting",
+        match m.utilisation_while_waiting {
+            Some(u) => format!(
+                "{:.1} % of the seats held, over {} s with waiters",
+                u * 100.0,
+                m.seconds_with_waiters
+            ),
+            None => "- (nobody waited)".into(),
+        },
+    );
+    row("wait", seconds(&m.wait, false));
+    row(
+        "FIFO inversions",
+        format!(
+            "{} (waiters let in a refresh or more before one of an earlier minute)",
+            m.fifo_inversions
+        ),
+    );
+    row(
+        "estimate error",
+        format!(
+            "{} (wait minus first promise)",
+            seconds(&m.estimate_error, true)
+        ),
+    );
+    row(
+        "cluster",
+        format!("{} syncs, {} failed", r.syncs, r.sync_failures),
+    );
+    if !r.faults.is_empty() {
+        row("faults", r.faults.join("; "));
+    }
+    row(
+        "limits",
+        match &r.violation {
+            None => "held (checked against the ground truth after every step)".into(),
+            Some(v) => format!("BROKEN: {v}"),
+        },
+    );
+    t
+}

@@ -1,0 +1,324 @@
+//! A scenario file (TOML): the room, the hosts, the crowd, the faults, read into the cluster
+//! tier's simulation. Unknown keys are errors, named with their table.
+
+use serde::Deserialize;
+use velvet_rope_cluster::sim::{Crowd, Fault, RandomFaults, Scenario, SimEvent, Spike};
+
+/// A scenario file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioFile {
+    /// A title for the report and the plot.
+    pub name: String,
+    /// What it reproduces, and from where.
+    #[serde(default)]
+    pub description: String,
+    /// Minutes simulated.
+    pub minutes: f64,
+    /// The seed (`--seed` overrides it).
+    #[serde(default = "one")]
+    pub seed: u64,
+    pub room: Room,
+    #[serde(default)]
+    pub hosts: Hosts,
+    #[serde(default)]
+    pub arrivals: Arrivals,
+    #[serde(default)]
+    pub visitors: Visitors,
+    #[serde(default)]
+    pub faults: Vec<FaultSpec>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// The room's settings (as in a configuration's `[[rooms]]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Room {
+    pub total_active_users: u64,
+    pub new_users_per_minute: u64,
+    /// Minutes.
+    #[serde(default = "five")]
+    pub session_duration: u32,
+    /// Seconds.
+    #[serde(default = "thirty")]
+    pub refresh_interval: u32,
+    #[serde(default = "queue_buckets")]
+    pub queue_buckets: u32,
+    #[serde(default = "max_live_waiters")]
+    pub max_live_waiters: u32,
+    pub event: Option<Event>,
+}
+
+fn five() -> u32 {
+    5
+}
+fn thirty() -> u32 {
+    30
+}
+fn queue_buckets() -> u32 {
+    1024
+}
+fn max_live_waiters() -> u32 {
+    32_768
+}
+
+/// A scheduled event of the room, in minutes from the start.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Event {
+    pub prequeue_minute: Option<f64>,
+    pub start_minute: f64,
+    pub end_minute: f64,
+    pub total_active_users: u64,
+    pub new_users_per_minute: Option<u64>,
+    #[serde(default)]
+    pub shuffle: bool,
+}
+
+/// The hosts sharing the room and their sync through the store.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Hosts {
+    pub count: usize,
+    /// Worker processes per host (they share the host's counters).
+    pub processes: usize,
+    /// Relative share of the traffic per host.
+    pub weights: Option<Vec<f64>>,
+    pub sync_interval_ms: u64,
+    pub lease_ms: u64,
+    pub timeout_ms: u64,
+    pub fallback_share: f64,
+}
+
+impl Default for Hosts {
+    fn default() -> Self {
+        Self {
+            count: 1,
+            processes: 2,
+            weights: None,
+            sync_interval_ms: 1000,
+            lease_ms: 5000,
+            timeout_ms: 200,
+            fallback_share: 0.3,
+        }
+    }
+}
+
+/// New visitors over time.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Arrivals {
+    /// `[minute, new visitors per minute]` points, linear between them.
+    #[serde(default)]
+    pub rate: Vec<(f64, f64)>,
+    #[serde(default)]
+    pub spikes: Vec<SpikeSpec>,
+}
+
+/// A burst of visitors.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpikeSpec {
+    pub at_minute: f64,
+    pub visitors: u64,
+    #[serde(default)]
+    pub over_seconds: f64,
+    pub host: Option<usize>,
+}
+
+/// How visitors behave.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Visitors {
+    pub pages_per_minute: f64,
+    pub session_minutes: f64,
+    /// 0: nobody gives up.
+    pub patience_minutes: f64,
+    pub come_back: f64,
+    pub come_back_minutes: f64,
+}
+
+impl Default for Visitors {
+    fn default() -> Self {
+        let c = Crowd::default();
+        Self {
+            pages_per_minute: c.pages_per_minute,
+            session_minutes: c.session_minutes,
+            patience_minutes: c.patience_minutes,
+            come_back: c.come_back,
+            come_back_minutes: c.come_back_minutes,
+        }
+    }
+}
+
+/// A fault at a set time.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultSpec {
+    /// `store_down`, `store_stall`, `store_wipe`, `store_failover`, `host_partition` or
+    /// `host_restart`.
+    pub kind: String,
+    pub at_minute: f64,
+    /// How long (down, stall, partition).
+    #[serde(default)]
+    pub seconds: f64,
+    /// Which host (partition, restart).
+    #[serde(default)]
+    pub host: usize,
+}
+
+fn ms(minutes: f64) -> u64 {
+    (minutes * 60_000.0).round().max(0.0) as u64
+}
+
+impl ScenarioFile {
+    /// Reads a scenario from TOML text.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let f: Self = toml::from_str(text).map_err(|e| e.to_string())?;
+        f.validate()?;
+        Ok(f)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let bad = |what: &str| Err(format!("{what}"));
+        if !(self.minutes > 0.0 && self.minutes <= 60.0 * 24.0 * 14.0) {
+            return bad("minutes: between 0 and two weeks");
+        }
+        if self.room.total_active_users == 0 || self.room.new_users_per_minute == 0 {
+            return bad("room: total_active_users and new_users_per_minute must be at least 1");
+        }
+        let h = &self.hosts;
+        if h.count == 0 || h.count > 1000 || h.processes == 0 || h.processes > 16 {
+            return bad("hosts: count between 1 and 1000, processes between 1 and 16");
+        }
+        if h.weights
+            .as_ref()
+            .is_some_and(|w| w.len() != h.count || w.iter().any(|x| !(x.is_finite() && *x >= 0.0)))
+        {
+            return bad("hosts.weights: one non-negative weight per host");
+        }
+        if h.sync_interval_ms == 0 || h.lease_ms < h.sync_interval_ms {
+            return bad("hosts: sync_interval_ms at least 1 and lease_ms at least the interval");
+        }
+        for (i, p) in self.arrivals.rate.iter().enumerate() {
+            if !(p.0.is_finite() && p.1.is_finite() && p.1 >= 0.0) {
+                return bad("arrivals.rate: [minute, visitors per minute] pairs, not negative");
+            }
+            if i > 0 && p.0 < self.arrivals.rate[i - 1].0 {
+                return bad("arrivals.rate: minutes in order");
+            }
+        }
+        for s in &self.arrivals.spikes {
+            if s.host.is_some_and(|x| x >= h.count) {
+                return bad("arrivals.spikes: host out of range");
+            }
+            if !(s.at_minute >= 0.0 && s.over_seconds >= 0.0) {
+                return bad("arrivals.spikes: at_minute and over_seconds not negative");
+            }
+        }
+        let v = &self.visitors;
+        if !(v.pages_per_minute >= 0.0
+            && v.session_minutes >= 0.0
+            && v.patience_minutes >= 0.0
+            && (0.0..=1.0).contains(&v.come_back)
+            && v.come_back_minutes >= 0.0)
+        {
+            return bad("visitors: values not negative, come_back a chance (0 to 1)");
+        }
+        if let Some(e) = &self.room.event {
+            if !(e.start_minute < e.end_minute
+                && e.prequeue_minute.is_none_or(|p| p <= e.start_minute))
+            {
+                return bad("room.event: prequeue_minute <= start_minute < end_minute");
+            }
+        }
+        for f in &self.faults {
+            self.fault(f)?;
+        }
+        Ok(())
+    }
+
+    fn fault(&self, f: &FaultSpec) -> Result<Fault, String> {
+        let (at, ms_, host) = (ms(f.at_minute), (f.seconds * 1000.0) as u64, f.host);
+        if host >= self.hosts.count {
+            return Err(format!("faults: host {host} out of range"));
+        }
+        Ok(match f.kind.as_str() {
+            "store_down" => Fault::StoreDown { at, ms: ms_ },
+            "store_stall" => Fault::StoreStall { at, ms: ms_ },
+            "store_wipe" => Fault::StoreWipe { at },
+            "store_failover" => Fault::StoreFailover { at },
+            "host_partition" => Fault::HostPartition { at, host, ms: ms_ },
+            "host_restart" => Fault::HostRestart { at, host },
+            other => {
+                return Err(format!(
+                    "faults: unknown kind `{other}` (store_down, store_stall, store_wipe, \
+                     store_failover, host_partition, host_restart)"
+                ))
+            }
+        })
+    }
+
+    /// The simulation's scenario, `minutes` long (the file's unless given).
+    pub fn to_scenario(&self, minutes: Option<f64>) -> Scenario {
+        let h = &self.hosts;
+        let v = &self.visitors;
+        Scenario {
+            hosts: h.count,
+            processes: h.processes,
+            total: self.room.total_active_users,
+            per_minute: self.room.new_users_per_minute,
+            session: self.room.session_duration,
+            bucket_secs: 60,
+            sync_interval_ms: h.sync_interval_ms,
+            lease_ms: h.lease_ms,
+            timeout_ms: h.timeout_ms,
+            fallback_share: h.fallback_share,
+            replicas: 1,
+            run_ms: ms(minutes.unwrap_or(self.minutes)),
+            arrivals_per_sec: 0.0,
+            faults: self
+                .faults
+                .iter()
+                .filter_map(|f| self.fault(f).ok())
+                .collect(),
+            random_faults: RandomFaults::None,
+            trace: 0,
+            event: self.room.event.as_ref().map(|e| SimEvent {
+                start_ms: ms(e.start_minute),
+                end_ms: ms(e.end_minute),
+                total: e.total_active_users,
+                per_minute: e.new_users_per_minute,
+                prequeue_ms: e.prequeue_minute.map(ms),
+                shuffle: e.shuffle,
+            }),
+            revocations: 0.0,
+            crowd: Some(Crowd {
+                rate: self.arrivals.rate.clone(),
+                spikes: self
+                    .arrivals
+                    .spikes
+                    .iter()
+                    .map(|s| Spike {
+                        at_ms: ms(s.at_minute),
+                        visitors: s.visitors,
+                        over_ms: (s.over_seconds * 1000.0) as u64,
+                        host: s.host,
+                    })
+                    .collect(),
+                weights: h.weights.clone(),
+                pages_per_minute: v.pages_per_minute,
+                session_minutes: v.session_minutes,
+                patience_minutes: v.patience_minutes,
+                come_back: v.come_back,
+                come_back_minutes: v.come_back_minutes,
+            }),
+            refresh_secs: self.room.refresh_interval,
+            max_live_waiters: self.room.max_live_waiters,
+            queue_buckets: self.room.queue_buckets,
+        }
+    }
+}

@@ -67,8 +67,8 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", args.scenario.display()))?;
     let file =
         ScenarioFile::parse(&text).map_err(|e| format!("{}: {e}", args.scenario.display()))?;
-    if args.minutes.is_some_and(|m| !(m > 0.0)) {
-        return Err("--minutes: more than 0".into());
+    if args.minutes.is_some_and(|m| !scenario::minutes_in_range(m)) {
+        return Err("--minutes: more than 0, at most two weeks (20160)".into());
     }
     let seed = args.seed.unwrap_or(file.seed);
     let scenario = file.to_scenario(args.minutes);

@@ -39,6 +39,14 @@ pub fn plot(path: &Path, title: &str, series: &[Sample]) -> Result<(), String> {
     }
 }
 
+/// A panel: its figure's label, its limit's label (empty: none), the figure, the limit.
+type Panel = (
+    &'static str,
+    &'static str,
+    fn(&Point) -> u64,
+    fn(&Point) -> u64,
+);
+
 /// Per point: minute, and the most of each figure over its stretch.
 struct Point {
     minute: f64,
@@ -93,30 +101,20 @@ where
     let orange = RGBColor(255, 127, 14);
     let grey = RGBColor(90, 90, 90);
 
-    let lines: [(
-        &str,
-        &str,
-        Box<dyn Fn(&Point) -> u64>,
-        Box<dyn Fn(&Point) -> u64>,
-    ); 3] = [
+    let lines: [Panel; 3] = [
         (
             "active users",
             "total_active_users",
-            Box::new(|p| p.active),
-            Box::new(|p| p.limit),
+            |p| p.active,
+            |p| p.limit,
         ),
         (
             "admissions in the last minute",
             "new_users_per_minute",
-            Box::new(|p| p.admitted_last_minute),
-            Box::new(|p| p.per_minute_limit),
+            |p| p.admitted_last_minute,
+            |p| p.per_minute_limit,
         ),
-        (
-            "visitors waiting",
-            "",
-            Box::new(|p| p.waiting),
-            Box::new(|_| 0),
-        ),
+        ("visitors waiting", "", |p| p.waiting, |_| 0),
     ];
     for (area, (label, limit_label, value, limit)) in panels.iter().zip(lines) {
         let top = points

@@ -170,6 +170,11 @@ pub struct FaultSpec {
     pub host: usize,
 }
 
+/// Whether a run of `minutes` can be simulated: more than none, at most two weeks.
+pub fn minutes_in_range(minutes: f64) -> bool {
+    minutes > 0.0 && minutes <= 60.0 * 24.0 * 14.0
+}
+
 fn ms(minutes: f64) -> u64 {
     (minutes * 60_000.0).round().max(0.0) as u64
 }
@@ -183,9 +188,9 @@ impl ScenarioFile {
     }
 
     fn validate(&self) -> Result<(), String> {
-        let bad = |what: &str| Err(format!("{what}"));
-        if !(self.minutes > 0.0 && self.minutes <= 60.0 * 24.0 * 14.0) {
-            return bad("minutes: between 0 and two weeks");
+        let bad = |what: &str| Err(what.to_string());
+        if !minutes_in_range(self.minutes) {
+            return bad("minutes: more than 0, at most two weeks (20160)");
         }
         if self.room.total_active_users == 0 || self.room.new_users_per_minute == 0 {
             return bad("room: total_active_users and new_users_per_minute must be at least 1");
@@ -230,7 +235,7 @@ impl ScenarioFile {
         }
         if let Some(e) = &self.room.event {
             if !(e.start_minute < e.end_minute
-                && e.prequeue_minute.is_none_or(|p| p <= e.start_minute))
+                && e.prequeue_minute.map_or(true, |p| p <= e.start_minute))
             {
                 return bad("room.event: prequeue_minute <= start_minute < end_minute");
             }

@@ -321,18 +321,19 @@ mod tests {
         r.queued(waiter(4, 62_000), false);
         r.queued(waiter(5, 63_000), false);
         // Within a minute, any order.
-        r.admitted(Some(waiter(2, 2000)), 30_000);
+        r.admitted(Some(waiter(2, 2000)), 100_000);
         // Within a refresh of the earlier minute's last: in order.
-        r.admitted(Some(waiter(3, 61_000)), 31_000);
-        r.admitted(Some(waiter(1, 1000)), 40_000);
+        r.admitted(Some(waiter(3, 61_000)), 105_000);
+        r.admitted(Some(waiter(1, 1000)), 110_000);
         // Passed waiter 1 by more than a refresh.
-        r.admitted(Some(waiter(4, 62_000)), 20_000);
+        r.admitted(Some(waiter(4, 62_000)), 90_000);
         let m = r.finish(2);
         // Waiter 4 passed waiter 1; waiter 5 still waits, passed by nobody later.
         assert_eq!(m.fifo_inversions, 1);
-        assert_eq!(m.admitted_from_queue, 2);
+        assert_eq!(m.admitted_from_queue, 4);
         let e = m.estimate_error.unwrap();
-        assert_eq!((e.samples, e.max), (2, 20.0));
+        // Waited 98, 44, 109 and 28 s, each promised 10.
+        assert_eq!((e.samples, e.max, e.mean), (4, 99.0, 59.75));
     }
 
     #[test]

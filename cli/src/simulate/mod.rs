@@ -57,6 +57,8 @@ struct Report<'a> {
     syncs: u64,
     sync_failures: u64,
     faults: Vec<String>,
+    /// The event's `new_users_per_minute`, if it has one.
+    event_per_minute: Option<u64>,
     #[serde(flatten)]
     measured: &'a Measured,
 }
@@ -71,13 +73,18 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
         return Err("--minutes: more than 0, at most two weeks (20160)".into());
     }
     let seed = args.seed.unwrap_or(file.seed);
+    let minutes = args.minutes.unwrap_or(file.minutes);
     let scenario = file.to_scenario(args.minutes);
-    let minutes = scenario.run_ms as f64 / 60_000.0;
+    file.check_size(&scenario)?;
+    // The hosts' and the store's warm-up before the crowd (not measured, not shown).
+    let warm = scenario.crowd.as_ref().map_or(0, |c| c.start_ms);
     let started = Instant::now();
 
     // A bar once a run takes longer than a second, on a terminal only.
-    let bar =
-        ProgressBar::with_draw_target(Some(scenario.run_ms / 1000), ProgressDrawTarget::hidden());
+    let bar = ProgressBar::with_draw_target(
+        Some((scenario.run_ms - warm) / 1000),
+        ProgressDrawTarget::hidden(),
+    );
     bar.set_style(
         ProgressStyle::with_template(
             "simulating {bar:40} {pos}/{len} virtual seconds ({elapsed}, {eta} left)",
@@ -90,8 +97,8 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
             shown = true;
             bar.set_draw_target(ProgressDrawTarget::stderr());
         }
-        bar.set_position(ms / 1000);
-    });
+        bar.set_position(ms.saturating_sub(warm) / 1000);
+    })?;
     bar.finish_and_clear();
     let took = started.elapsed().as_secs_f64();
     let measured = outcome
@@ -115,7 +122,10 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
         violation: outcome.violation.clone(),
         syncs: outcome.syncs,
         sync_failures: outcome.sync_failures,
-        faults: outcome.faults.clone(),
+        faults: file.faults_within(minutes),
+        event_per_minute: scenario
+            .event
+            .map(|e| e.per_minute.unwrap_or(scenario.per_minute)),
         measured: &measured,
     };
     if args.json {
@@ -133,6 +143,12 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
         return Err(format!("the room's limits did not hold: {v}"));
     }
     Ok(())
+}
+
+/// Minutes as written: whole ones without decimals.
+fn trim(minutes: f64) -> String {
+    let s = format!("{minutes:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 fn pct(part: u64, whole: u64) -> String {
@@ -154,7 +170,7 @@ fn clock(seconds: u64) -> String {
 
 fn seconds(d: &Option<Distribution>, signed: bool) -> String {
     let Some(d) = d else {
-        return "- (nobody waited)".into();
+        return "- (nobody let in after waiting)".into();
     };
     let f = |x: f64| {
         if signed {
@@ -187,8 +203,13 @@ fn table(r: &Report) -> String {
     row(
         "run",
         format!(
-            "seed {}, {} host(s) x {} process(es), {:.0} minutes in {:.2} s ({} steps)",
-            r.seed, r.hosts, r.processes, r.minutes, r.took_secs, r.steps
+            "seed {}, {} host(s) x {} process(es), {} minutes in {:.2} s ({} steps)",
+            r.seed,
+            r.hosts,
+            r.processes,
+            trim(r.minutes),
+            r.took_secs,
+            r.steps
         ),
     );
     row(
@@ -201,23 +222,24 @@ fn table(r: &Report) -> String {
     row(
         "visitors",
         format!(
-            "{} arrived, {} admitted ({} after waiting), {} queued on arrival",
-            m.visitors, m.admitted, m.admitted_from_queue, m.queued
+            "{} arrived, {} admitted ({} after waiting), {} queued on arrival, {} seats \
+             lapsed and taken again",
+            m.visitors, m.admitted, m.admitted_from_queue, m.queued, m.readmitted
         ),
     );
     row(
         "gave up",
         format!(
-            "{} ({} came back), {} still waiting at the end",
+            "{} visitors ({} came back), {} still waiting at the end",
             m.gave_up, m.came_back, m.waiting_at_end
         ),
     );
     row(
         "peak active",
         format!(
-            "{} of {} (at {})",
+            "{} of {} in force then (at {})",
             m.peak_active,
-            m.limit,
+            m.limit_at_peak,
             clock(m.peak_active_at)
         ),
     );
@@ -231,8 +253,11 @@ fn table(r: &Report) -> String {
     row(
         "admissions, a minute",
         format!(
-            "peak {} (limit {})",
-            m.peak_admissions_in_a_minute, m.per_minute
+            "peak {} (limit {}{})",
+            m.peak_admissions_in_a_minute,
+            m.per_minute,
+            r.event_per_minute
+                .map_or(String::new(), |e| format!("; {e} during the event"))
         ),
     );
     row(
@@ -265,8 +290,10 @@ fn table(r: &Report) -> String {
     row(
         "estimate error",
         format!(
-            "{} (wait minus first promise)",
-            seconds(&m.estimate_error, true)
+            "{} (wait minus first promise, of those let in); {} not let in had waited past \
+             their promise",
+            seconds(&m.estimate_error, true),
+            m.promises_overrun_unadmitted
         ),
     );
     row(

@@ -53,33 +53,51 @@ struct Point {
     active: u64,
     limit: u64,
     per_minute_limit: u64,
-    admitted_last_minute: u64,
+    admitted_in_minute: u64,
     waiting: u64,
 }
 
 fn reduce(series: &[Sample]) -> Vec<Point> {
-    // Admissions over the last 60 s, second by second.
-    let mut window = 0u64;
-    let mut per_minute = Vec::with_capacity(series.len());
-    for (i, s) in series.iter().enumerate() {
-        window += s.admitted;
-        if i >= 60 {
-            window -= series[i - 60].admitted;
+    // Admissions of each second's minute (the minutes `new_users_per_minute` counts: sample
+    // `s` covers the second before `s`).
+    let minute_of = |s: &Sample| s.second.saturating_sub(1) / 60;
+    let mut totals: Vec<u64> = Vec::new();
+    for s in series {
+        let m = minute_of(s) as usize;
+        if totals.len() <= m {
+            totals.resize(m + 1, 0);
         }
-        per_minute.push(window);
+        totals[m] += s.admitted;
     }
+    let per_minute: Vec<u64> = series
+        .iter()
+        .map(|s| totals[minute_of(s) as usize])
+        .collect();
     let stretch = series.len().div_ceil(MAX_POINTS).max(1);
-    series
-        .chunks(stretch)
-        .zip(per_minute.chunks(stretch))
-        .map(|(c, m)| Point {
-            minute: c[c.len() - 1].second as f64 / 60.0,
-            active: c.iter().map(|s| s.active).max().unwrap_or(0),
-            limit: c.iter().map(|s| s.limit).max().unwrap_or(0),
-            per_minute_limit: c.iter().map(|s| s.per_minute).max().unwrap_or(0),
-            admitted_last_minute: m.iter().copied().max().unwrap_or(0),
-            waiting: c.iter().map(|s| s.waiting).max().unwrap_or(0),
-        })
+    // The lines start at 0 (the crowd's start) from nothing.
+    let start = series.first().map(|s| Point {
+        minute: 0.0,
+        active: 0,
+        limit: s.limit,
+        per_minute_limit: s.per_minute,
+        admitted_in_minute: 0,
+        waiting: 0,
+    });
+    start
+        .into_iter()
+        .chain(
+            series
+                .chunks(stretch)
+                .zip(per_minute.chunks(stretch))
+                .map(|(c, m)| Point {
+                    minute: c[c.len() - 1].second as f64 / 60.0,
+                    active: c.iter().map(|s| s.active).max().unwrap_or(0),
+                    limit: c.iter().map(|s| s.limit).max().unwrap_or(0),
+                    per_minute_limit: c.iter().map(|s| s.per_minute).max().unwrap_or(0),
+                    admitted_in_minute: m.iter().copied().max().unwrap_or(0),
+                    waiting: c.iter().map(|s| s.waiting).max().unwrap_or(0),
+                }),
+        )
         .collect()
 }
 
@@ -109,9 +127,9 @@ where
             |p| p.limit,
         ),
         (
-            "admissions in the last minute",
+            "admissions per minute",
             "new_users_per_minute",
-            |p| p.admitted_last_minute,
+            |p| p.admitted_in_minute,
             |p| p.per_minute_limit,
         ),
         ("visitors waiting", "", |p| p.waiting, |_| 0),
@@ -134,8 +152,8 @@ where
             .configure_mesh()
             .x_desc("minutes")
             .y_desc(label)
-            .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| format!("{y:.0}"))
+            .x_label_formatter(&|x| tick(*x, end))
+            .y_label_formatter(&|y| tick(*y, top))
             .light_line_style(WHITE.mix(0.0))
             .draw()
             .map_err(err)?;
@@ -176,6 +194,15 @@ where
     Ok(())
 }
 
+/// A tick label: whole numbers on an axis up to `span` of 10 or more, tenths below.
+fn tick(value: f64, span: f64) -> String {
+    if span >= 10.0 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.1}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,9 +220,33 @@ mod tests {
             })
             .collect();
         let points = reduce(&series);
-        assert!(points.len() <= MAX_POINTS);
+        assert!(points.len() <= MAX_POINTS + 1);
         assert_eq!(points.iter().map(|p| p.active).max(), Some(999));
-        // One admission a second: 60 in any full minute.
-        assert_eq!(points.last().map(|p| p.admitted_last_minute), Some(60));
+        assert_eq!(points[0].minute, 0.0);
+        // One admission a second: 60 in every full minute; 40 in the last (10,000 s is 166
+        // minutes and 40 s).
+        assert_eq!(points[1].admitted_in_minute, 60);
+        assert_eq!(points.last().map(|p| p.admitted_in_minute), Some(40));
+    }
+
+    #[test]
+    fn admissions_are_counted_per_calendar_minute() {
+        // 100 in the last second of minute 0 and 100 in the first of minute 1: a sliding
+        // window would show 200 in a minute; the limit counts minutes.
+        let series: Vec<Sample> = (1..=120)
+            .map(|i| Sample {
+                second: i,
+                admitted: if i == 60 || i == 61 { 100 } else { 0 },
+                ..Sample::default()
+            })
+            .collect();
+        let points = reduce(&series);
+        assert_eq!(points.iter().map(|p| p.admitted_in_minute).max(), Some(100));
+    }
+
+    #[test]
+    fn short_axes_keep_their_tenths() {
+        assert_eq!(tick(2.5, 4.0), "2.5");
+        assert_eq!(tick(2.5, 40.0), "2");
     }
 }

@@ -170,9 +170,18 @@ pub struct FaultSpec {
     pub host: usize,
 }
 
+/// Two weeks, in minutes: the longest a scenario's times go.
+const TWO_WEEKS: f64 = 60.0 * 24.0 * 14.0;
+/// The most new visitors a minute a rate may ask for.
+const MAX_RATE: f64 = 1_000_000.0;
+/// The most visitors one run may bring (each is simulated: memory and time).
+const MAX_VISITORS: f64 = 5_000_000.0;
+/// The most simulated processes (each has a thread).
+const MAX_PROCESSES: usize = 1000;
+
 /// Whether a run of `minutes` can be simulated: more than none, at most two weeks.
 pub fn minutes_in_range(minutes: f64) -> bool {
-    minutes > 0.0 && minutes <= 60.0 * 24.0 * 14.0
+    minutes > 0.0 && minutes <= TWO_WEEKS
 }
 
 fn ms(minutes: f64) -> u64 {
@@ -189,6 +198,8 @@ impl ScenarioFile {
 
     fn validate(&self) -> Result<(), String> {
         let bad = |what: &str| Err(what.to_string());
+        // Minutes anywhere in a scenario: from 0 to two weeks.
+        let minute_ok = |m: f64| (0.0..=TWO_WEEKS).contains(&m);
         if !minutes_in_range(self.minutes) {
             return bad("minutes: more than 0, at most two weeks (20160)");
         }
@@ -199,18 +210,32 @@ impl ScenarioFile {
         if h.count == 0 || h.count > 1000 || h.processes == 0 || h.processes > 16 {
             return bad("hosts: count between 1 and 1000, processes between 1 and 16");
         }
-        if h.weights
-            .as_ref()
-            .is_some_and(|w| w.len() != h.count || w.iter().any(|x| !(x.is_finite() && *x >= 0.0)))
-        {
-            return bad("hosts.weights: one non-negative weight per host");
+        if h.count * h.processes > MAX_PROCESSES {
+            return Err(format!(
+                "hosts: {} processes in all ({} x {}); at most {MAX_PROCESSES} (each is a \
+                 thread of the simulation)",
+                h.count * h.processes,
+                h.count,
+                h.processes
+            ));
         }
-        if h.sync_interval_ms == 0 || h.lease_ms < h.sync_interval_ms {
-            return bad("hosts: sync_interval_ms at least 1 and lease_ms at least the interval");
+        if let Some(w) = &h.weights {
+            if w.len() != h.count || w.iter().any(|x| !(0.0..=1e9).contains(x)) {
+                return bad("hosts.weights: one weight per host, from 0 to 1e9");
+            }
+            if w.iter().sum::<f64>() <= 0.0 {
+                return bad("hosts.weights: at least one host gets traffic");
+            }
+        }
+        if !(0.0..=1.0).contains(&h.fallback_share) {
+            return bad("hosts.fallback_share: from 0 to 1");
         }
         for (i, p) in self.arrivals.rate.iter().enumerate() {
-            if !(p.0.is_finite() && p.1.is_finite() && p.1 >= 0.0) {
-                return bad("arrivals.rate: [minute, visitors per minute] pairs, not negative");
+            if !(minute_ok(p.0) && (0.0..=MAX_RATE).contains(&p.1)) {
+                return Err(format!(
+                    "arrivals.rate: [minute, new visitors a minute] pairs, minutes from 0 to \
+                     20160, rates from 0 to {MAX_RATE}"
+                ));
             }
             if i > 0 && p.0 < self.arrivals.rate[i - 1].0 {
                 return bad("arrivals.rate: minutes in order");
@@ -220,34 +245,84 @@ impl ScenarioFile {
             if s.host.is_some_and(|x| x >= h.count) {
                 return bad("arrivals.spikes: host out of range");
             }
-            if !(s.at_minute >= 0.0 && s.over_seconds >= 0.0) {
-                return bad("arrivals.spikes: at_minute and over_seconds not negative");
+            if !(minute_ok(s.at_minute) && minute_ok(s.over_seconds / 60.0)) {
+                return bad("arrivals.spikes: at_minute and over_seconds from 0 to two weeks");
             }
         }
         let v = &self.visitors;
-        if !(v.pages_per_minute >= 0.0
-            && v.session_minutes >= 0.0
-            && v.patience_minutes >= 0.0
+        if !((0.0..=600.0).contains(&v.pages_per_minute)
+            && minute_ok(v.session_minutes)
+            && minute_ok(v.patience_minutes)
             && (0.0..=1.0).contains(&v.come_back)
-            && v.come_back_minutes >= 0.0)
+            && minute_ok(v.come_back_minutes))
         {
-            return bad("visitors: values not negative, come_back a chance (0 to 1)");
+            return bad(
+                "visitors: pages_per_minute from 0 to 600, minutes from 0 to two weeks, \
+                 come_back a chance (0 to 1)",
+            );
         }
         if let Some(e) = &self.room.event {
-            if !(e.start_minute < e.end_minute
-                && e.prequeue_minute.map_or(true, |p| p <= e.start_minute))
-            {
-                return bad("room.event: prequeue_minute <= start_minute < end_minute");
+            let ok = minute_ok(e.start_minute)
+                && minute_ok(e.end_minute)
+                && e.prequeue_minute.map_or(true, minute_ok)
+                && ms(e.start_minute) < ms(e.end_minute)
+                && e.prequeue_minute
+                    .map_or(true, |p| ms(p) <= ms(e.start_minute));
+            if !ok {
+                return bad(
+                    "room.event: minutes from 0 to two weeks, prequeue_minute <= start_minute < \
+                     end_minute (a millisecond apart at least)",
+                );
             }
         }
         for f in &self.faults {
-            self.fault(f)?;
+            if !(minute_ok(f.at_minute) && minute_ok(f.seconds / 60.0)) {
+                return bad("faults: at_minute and seconds from 0 to two weeks");
+            }
+            self.fault(f, 0)?;
         }
         Ok(())
     }
 
-    fn fault(&self, f: &FaultSpec) -> Result<Fault, String> {
-        let (at, ms_, host) = (ms(f.at_minute), (f.seconds * 1000.0) as u64, f.host);
+    /// Checks what a run of `run_ms` would bring: the crowd it must hold.
+    pub fn check_size(&self, scenario: &Scenario) -> Result<(), String> {
+        let expected = scenario.crowd.as_ref().map_or(0.0, |c| {
+            c.expected_visitors(scenario.run_ms.saturating_sub(c.start_ms))
+        });
+        if expected > MAX_VISITORS {
+            return Err(format!(
+                "the crowd would bring about {expected:.0} visitors; at most {MAX_VISITORS:.0} \
+                 in one run"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The faults that happen within a run of `minutes`, described for the report.
+    pub fn faults_within(&self, minutes: f64) -> Vec<String> {
+        self.faults
+            .iter()
+            .filter(|f| f.at_minute <= minutes)
+            .map(|f| {
+                let mut d = format!("{} at minute {}", f.kind, f.at_minute);
+                if matches!(
+                    f.kind.as_str(),
+                    "store_down" | "store_stall" | "host_partition"
+                ) {
+                    d += &format!(" for {} s", f.seconds);
+                }
+                if f.kind.starts_with("host_") {
+                    d += &format!(" (host {})", f.host);
+                }
+                d
+            })
+            .collect()
+    }
+
+    /// Fault `f`, its time `offset` ms later (the warm-up).
+    fn fault(&self, f: &FaultSpec, offset: u64) -> Result<Fault, String> {
+        let at = ms(f.at_minute) + offset;
+        let (ms_, host) = ((f.seconds * 1000.0) as u64, f.host);
         if host >= self.hosts.count {
             return Err(format!("faults: host {host} out of range"));
         }
@@ -267,11 +342,12 @@ impl ScenarioFile {
         })
     }
 
-    /// The simulation's scenario, `minutes` long (the file's unless given).
+    /// The simulation's scenario, `minutes` long (the file's unless given), after a warm-up
+    /// (see [`warm_up_ms`]): every time of the file counts from its end.
     pub fn to_scenario(&self, minutes: Option<f64>) -> Scenario {
         let h = &self.hosts;
         let v = &self.visitors;
-        Scenario {
+        let mut s = Scenario {
             hosts: h.count,
             processes: h.processes,
             total: self.room.total_active_users,
@@ -285,11 +361,7 @@ impl ScenarioFile {
             replicas: 1,
             run_ms: ms(minutes.unwrap_or(self.minutes)),
             arrivals_per_sec: 0.0,
-            faults: self
-                .faults
-                .iter()
-                .filter_map(|f| self.fault(f).ok())
-                .collect(),
+            faults: Vec::new(),
             random_faults: RandomFaults::None,
             trace: 0,
             event: self.room.event.as_ref().map(|e| SimEvent {
@@ -302,6 +374,7 @@ impl ScenarioFile {
             }),
             revocations: 0.0,
             crowd: Some(Crowd {
+                start_ms: 0,
                 rate: self.arrivals.rate.clone(),
                 spikes: self
                     .arrivals
@@ -324,6 +397,31 @@ impl ScenarioFile {
             refresh_secs: self.room.refresh_interval,
             max_live_waiters: self.room.max_live_waiters,
             queue_buckets: self.room.queue_buckets,
+        };
+        let warm = warm_up_ms(&s);
+        s.run_ms += warm;
+        if let Some(c) = &mut s.crowd {
+            c.start_ms = warm;
         }
+        if let Some(e) = &mut s.event {
+            e.start_ms += warm;
+            e.end_ms += warm;
+            e.prequeue_ms = e.prequeue_ms.map(|p| p + warm);
+        }
+        s.faults = self
+            .faults
+            .iter()
+            .filter_map(|f| self.fault(f, warm).ok())
+            .collect();
+        s
     }
+}
+
+/// How long the hosts and the store run before the crowd: a store that starts empty learns
+/// what hosts hold before it grants (its learning lease: every new visitor is queued
+/// meanwhile), which is a deployment's first seconds, not a sale's. Twice the learning lease
+/// and two syncs, in whole minutes so that the crowd's minutes are the room's (its buckets).
+pub fn warm_up_ms(s: &Scenario) -> u64 {
+    let need = 2 * s.learn_ms() + 2 * s.sync_interval_ms;
+    need.div_ceil(60_000).max(1) * 60_000
 }

@@ -5,6 +5,11 @@
 /// New visitors over time and what they do.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Crowd {
+    /// When the crowd starts (virtual ms): its rate's minutes, its spikes and the samples
+    /// measured count from it. Before it the hosts and the store warm up: a store that
+    /// starts empty learns what the hosts hold before it grants (every new visitor is
+    /// queued meanwhile), which is not the sale's start that a scenario describes.
+    pub start_ms: u64,
     /// New visitors per minute over time: `(minute, rate)` points, linear between them, the
     /// last one held (before the first, its rate). Empty: none but the spikes'.
     pub rate: Vec<(f64, f64)>,
@@ -28,6 +33,7 @@ pub struct Crowd {
 impl Default for Crowd {
     fn default() -> Self {
         Self {
+            start_ms: 0,
             rate: vec![(0.0, 60.0)],
             spikes: Vec::new(),
             weights: None,
@@ -44,18 +50,19 @@ impl Default for Crowd {
 /// at one host or spread as the traffic is.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Spike {
-    /// When it starts (ms from the run's start).
+    /// When it starts (ms from the crowd's start).
     pub at_ms: u64,
     /// How many arrive.
     pub visitors: u64,
-    /// Over how long (0: all at once, a millisecond apart).
+    /// Over how long (0: all at once, in the same millisecond).
     pub over_ms: u64,
     /// The host they all reach (`None`: spread by the hosts' weights).
     pub host: Option<usize>,
 }
 
 impl Crowd {
-    /// New visitors per second at `ms` (from the rate points; spikes not included).
+    /// New visitors per second at `ms` from the crowd's start (from the rate points; spikes
+    /// not included).
     pub fn per_sec_at(&self, ms: u64) -> f64 {
         let minute = ms as f64 / 60_000.0;
         let Some(&(m0, r0)) = self.rate.first() else {
@@ -74,8 +81,8 @@ impl Crowd {
         self.rate.last().map_or(0.0, |&(_, r)| r / 60.0)
     }
 
-    /// Visitors the rate and the spikes bring within the first `ms` (what a run of that length
-    /// should see arrive, about).
+    /// Visitors the rate and the spikes bring within the first `ms` from the crowd's start
+    /// (what a run of that length should see arrive, about).
     pub fn expected_visitors(&self, ms: u64) -> f64 {
         let seconds = ms / 1000;
         let from_rate: f64 = (0..seconds).map(|s| self.per_sec_at(s * 1000 + 500)).sum();

@@ -74,15 +74,19 @@ pub struct Measured {
     pub per_minute: u64,
     /// New visitors that arrived.
     pub visitors: u64,
-    /// Visitors admitted (first admissions: a seat each).
+    /// Visitors admitted (each once, at its first admission).
     pub admitted: u64,
-    /// Of those, admitted after waiting in the queue.
+    /// Of those, admitted after waiting in the queue (also those who gave up, came back and
+    /// were let in).
     pub admitted_from_queue: u64,
+    /// Admissions of visitors admitted before, whose seat had lapsed (a gap between pages
+    /// longer than the session): a seat again, not a visitor more.
+    pub readmitted: u64,
     /// Visitors queued on their first request.
     pub queued: u64,
-    /// Waiters who gave up.
+    /// Visitors who gave up waiting (at least once).
     pub gave_up: u64,
-    /// Of those, who came back later.
+    /// Of those, who came back later (at least once).
     pub came_back: u64,
     /// Visitors still waiting at the end.
     pub waiting_at_end: u64,
@@ -90,18 +94,22 @@ pub struct Measured {
     pub peak_active: u64,
     /// When (seconds from the start).
     pub peak_active_at: u64,
+    /// `total_active_users` in force then (an event's, during it).
+    pub limit_at_peak: u64,
     /// Seconds in which the room held more than the limit in force.
     pub seconds_above_limit: u64,
     /// The most first admissions booked to one minute.
     pub peak_admissions_in_a_minute: u64,
     /// New visitors queued while the room had a seat for them even if everyone waiting got
-    /// one first (seats held plus waiters under the limit, and the same for the minute's
-    /// admissions): queued early.
+    /// one first (seats held plus waiters under the limit the engine enforces, and the same
+    /// for the minute's admissions): queued early. The limit enforced is the lowest in force
+    /// within a lease and a session (an event lowering the room is enforced that far ahead).
+    /// An event's pre-queue queues everyone by design: none of its visitors is early.
     pub queued_early: u64,
     /// Seconds in which somebody waited.
     pub seconds_with_waiters: u64,
-    /// Seats in use over seats in force, over the seconds in which somebody waited (1.0: the
-    /// room was full whenever people waited).
+    /// Seats in use over seats enforced (as for `queued_early`), over the seconds in which
+    /// somebody waited (1.0: the room was full whenever people waited).
     pub utilisation_while_waiting: Option<f64>,
     /// Seconds from the first request to the admission, of visitors who waited.
     pub wait: Option<Distribution>,
@@ -112,8 +120,13 @@ pub struct Measured {
     /// back are left out.
     pub fifo_inversions: u64,
     /// The wait minus the wait first promised (`estimated_wait_secs` of the first waiting
-    /// answer), seconds: positive when the estimate was short.
+    /// answer), seconds: positive when the estimate was short. Of waiters let in only: those
+    /// who gave up or still wait are in `promises_overrun_unadmitted` when they had waited
+    /// longer than promised.
     pub estimate_error: Option<Distribution>,
+    /// Waiters not let in (who gave up, or still wait at the end) who had waited longer than
+    /// their first promise: estimates known to be short that `estimate_error` cannot hold.
+    pub promises_overrun_unadmitted: u64,
     /// Second by second.
     #[serde(skip)]
     pub series: Vec<Sample>,
@@ -154,6 +167,7 @@ impl Recorder {
     /// A recorder for a room with these limits, arrival buckets `bucket_ms` wide, whose
     /// waiters refresh every `refresh_ms`.
     pub(crate) fn new(limit: u64, per_minute: u64, bucket_ms: u64, refresh_ms: u64) -> Self {
+        // (Buckets are counted from the virtual clock's start, a whole minute.)
         Self {
             m: Measured {
                 limit,
@@ -175,8 +189,8 @@ impl Recorder {
         self.m.visitors += 1;
     }
 
-    /// A new visitor's first request was queued (`early`: with a seat free and nobody
-    /// waiting).
+    /// A new visitor's first request was queued (`early`: with a seat for it even after
+    /// every waiter had one).
     pub(crate) fn queued(&mut self, w: Waiter, early: bool) {
         self.m.queued += 1;
         self.m.queued_early += u64::from(early);
@@ -186,10 +200,14 @@ impl Recorder {
         }
     }
 
-    pub(crate) fn gave_up(&mut self, w: Waiter) {
-        self.m.gave_up += 1;
+    /// A waiter gave up at `now` (`first`: for the first time).
+    pub(crate) fn gave_up(&mut self, w: Waiter, first: bool, now: u64) {
         self.waiters -= 1;
         self.waiting.remove(&(w.arrived, w.visitor));
+        if first {
+            self.m.gave_up += 1;
+            self.m.promises_overrun_unadmitted += u64::from(overran(w, now));
+        }
     }
 
     /// An admitted visitor whose seat lapsed was queued again.
@@ -197,20 +215,25 @@ impl Recorder {
         self.waiters += 1;
     }
 
-    /// A waiter who gave up came back (with its cookie: the place it keeps is the engine's
-    /// business; it is left out of the order measured).
-    pub(crate) fn came_back(&mut self) {
-        self.m.came_back += 1;
+    /// A waiter who gave up came back and was queued (`first`: for the first time). It keeps
+    /// the place its ticket holds, the engine's business: it is left out of the order
+    /// measured.
+    pub(crate) fn came_back(&mut self, first: bool) {
+        self.m.came_back += u64::from(first);
         self.waiters += 1;
     }
 
-    /// A first admission at `now`, of a waiter (`Some`) or straight in.
-    pub(crate) fn admitted(&mut self, waiter: Option<Waiter>, now: u64) {
+    /// A visitor's first admission at `now`: `queued_before`, when it waited at some point;
+    /// `waiting_now`, when it was counted waiting (not when it came back and went straight
+    /// in).
+    pub(crate) fn admitted(&mut self, now: u64, queued_before: Option<Waiter>, waiting_now: bool) {
         self.m.admitted += 1;
         self.admitted_this_second += 1;
-        let Some(w) = waiter else { return };
+        if waiting_now {
+            self.waiters -= 1;
+        }
+        let Some(w) = queued_before else { return };
         self.m.admitted_from_queue += 1;
-        self.waiters -= 1;
         let waited = now.saturating_sub(w.arrived) as f64 / 1000.0;
         self.waits.push(waited);
         if let Some(p) = w.promised {
@@ -221,18 +244,34 @@ impl Recorder {
         }
     }
 
-    /// The second ending at `now`: `active` seats held, with these limits in force.
-    pub(crate) fn sample(&mut self, second: u64, active: u64, limit: u64, per_minute: u64) {
+    /// A visitor admitted before was admitted again (its seat had lapsed).
+    pub(crate) fn readmitted(&mut self, waiting_now: bool) {
+        self.m.readmitted += 1;
+        if waiting_now {
+            self.waiters -= 1;
+        }
+    }
+
+    /// A second ended: `active` seats held, with these limits in force (`total_active_users`
+    /// and `new_users_per_minute`) and `enforced` seats enforced.
+    pub(crate) fn sample(
+        &mut self,
+        second: u64,
+        active: u64,
+        (limit, per_minute): (u64, u64),
+        enforced: u64,
+    ) {
         let waiting = self.waiters;
         if active > self.m.peak_active {
             self.m.peak_active = active;
             self.m.peak_active_at = second;
+            self.m.limit_at_peak = limit;
         }
         self.m.seconds_above_limit += u64::from(active > limit);
         if waiting > 0 {
             self.m.seconds_with_waiters += 1;
-            self.limit_seconds.0 += active.min(limit);
-            self.limit_seconds.1 += limit;
+            self.limit_seconds.0 += active.min(enforced);
+            self.limit_seconds.1 += enforced;
         }
         self.m.series.push(Sample {
             second,
@@ -245,8 +284,11 @@ impl Recorder {
         self.m.seconds = second;
     }
 
-    pub(crate) fn finish(mut self, peak_per_minute: u64) -> Measured {
+    /// The measurements, given the most admissions booked to a minute and the waiters still
+    /// waiting who had waited longer than promised.
+    pub(crate) fn finish(mut self, peak_per_minute: u64, overrun_waiting: u64) -> Measured {
         self.m.peak_admissions_in_a_minute = peak_per_minute;
+        self.m.promises_overrun_unadmitted += overrun_waiting;
         self.m.waiting_at_end = self.waiters;
         if self.limit_seconds.1 > 0 {
             self.m.utilisation_while_waiting =
@@ -264,6 +306,12 @@ impl Recorder {
         self.m.estimate_error = Distribution::of(&mut self.errors);
         self.m
     }
+}
+
+/// Whether waiter `w` had waited longer than first promised by `now`.
+pub(crate) fn overran(w: Waiter, now: u64) -> bool {
+    w.promised
+        .is_some_and(|p| now.saturating_sub(w.arrived) > p.saturating_mul(1000))
 }
 
 /// Admissions (bucket, at) made more than `slack` ms before an admission (or none: `MAX`) of
@@ -321,13 +369,13 @@ mod tests {
         r.queued(waiter(4, 62_000), false);
         r.queued(waiter(5, 63_000), false);
         // Within a minute, any order.
-        r.admitted(Some(waiter(2, 2000)), 100_000);
+        r.admitted(100_000, Some(waiter(2, 2000)), true);
         // Within a refresh of the earlier minute's last: in order.
-        r.admitted(Some(waiter(3, 61_000)), 105_000);
-        r.admitted(Some(waiter(1, 1000)), 110_000);
+        r.admitted(105_000, Some(waiter(3, 61_000)), true);
+        r.admitted(110_000, Some(waiter(1, 1000)), true);
         // Passed waiter 1 by more than a refresh.
-        r.admitted(Some(waiter(4, 62_000)), 90_000);
-        let m = r.finish(2);
+        r.admitted(90_000, Some(waiter(4, 62_000)), true);
+        let m = r.finish(2, 0);
         // Waiter 4 passed waiter 1; waiter 5 still waits, passed by nobody later.
         assert_eq!(m.fifo_inversions, 1);
         assert_eq!(m.admitted_from_queue, 4);
@@ -341,8 +389,8 @@ mod tests {
         let mut r = Recorder::new(10, 10, 60_000, 10_000);
         r.queued(waiter(1, 1000), false);
         r.queued(waiter(2, 61_000), false);
-        r.admitted(Some(waiter(2, 61_000)), 100_000);
-        assert_eq!(r.finish(1).fifo_inversions, 1);
+        r.admitted(100_000, Some(waiter(2, 61_000)), true);
+        assert_eq!(r.finish(1, 0).fifo_inversions, 1);
     }
 
     #[test]
@@ -350,10 +398,10 @@ mod tests {
         let mut r = Recorder::new(10, 10, 60_000, 10_000);
         r.queued(waiter(1, 1000), false);
         r.queued(waiter(2, 62_000), false);
-        r.gave_up(waiter(1, 1000));
-        r.admitted(Some(waiter(2, 62_000)), 90_000);
-        r.sample(1, 10, 10, 10);
-        let m = r.finish(1);
+        r.gave_up(waiter(1, 1000), true, 5_000);
+        r.admitted(90_000, Some(waiter(2, 62_000)), true);
+        r.sample(1, 10, (10, 10), 10);
+        let m = r.finish(1, 0);
         assert_eq!((m.fifo_inversions, m.gave_up, m.waiting_at_end), (0, 1, 0));
         assert_eq!(m.series[0].admitted, 1);
     }

@@ -244,12 +244,24 @@ impl Outcome {
 
 /// Runs `scenario` with `seed`. Deterministic: the same scenario and seed give the same
 /// outcome.
+///
+/// # Panics
+///
+/// When a host's configuration is refused (the scenario's settings out of the engine's
+/// ranges): [`run_with_progress`] returns that as an error.
 pub fn run(scenario: &Scenario, seed: u64) -> Outcome {
-    world::World::new(scenario, seed).run(&mut |_| {})
+    match world::World::new(scenario, seed) {
+        Ok(w) => w.run(&mut |_| {}),
+        Err(e) => panic!("{e}"),
+    }
 }
 
 /// [`run`], telling `progress` the virtual time reached (ms from the start) about once a
-/// simulated second.
-pub fn run_with_progress(scenario: &Scenario, seed: u64, progress: &mut dyn FnMut(u64)) -> Outcome {
-    world::World::new(scenario, seed).run(progress)
+/// simulated second; an error when a host's configuration is refused.
+pub fn run_with_progress(
+    scenario: &Scenario,
+    seed: u64,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Outcome, String> {
+    Ok(world::World::new(scenario, seed)?.run(progress))
 }

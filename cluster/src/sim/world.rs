@@ -13,7 +13,7 @@ use velvet_rope::ticket::{Keyring, RoomId, TicketState};
 use velvet_rope::{Config, Engine, Outcome as Decided, Revocation};
 
 use super::faults::{self, Fault, ProcessFault};
-use super::measure::{Recorder, Waiter};
+use super::measure::Recorder;
 use super::network::Network;
 use super::process::{
     run_inline, HostClock, Plan, ProcessHooks, ProcessThread, RandomSource, Resume, Shared,
@@ -22,6 +22,9 @@ use super::process::{
 use super::truth::Truth;
 use super::{Outcome, Scenario};
 use crate::syncer::{SyncOptions, SyncRound};
+
+mod planned;
+use planned::Track;
 
 /// The virtual clock's start: 2027-01-15, a whole number of minutes.
 const T0: u64 = 1_800_000_000_000;
@@ -135,12 +138,8 @@ struct Visitor {
     /// The ticket cookie whose session the origin revoked, when this visitor replays it, and
     /// when it was revoked.
     revoked: Option<(String, u64)>,
-    /// Its first request (virtual ms).
-    arrived: u64,
-    /// A planned crowd's visitor waiting in the queue: the wait first promised, seconds.
-    waiting: Option<Option<u64>>,
-    /// It came during a pre-queue that the event's start shuffles.
-    shuffled: bool,
+    /// What a planned crowd's run follows of it.
+    track: Track,
 }
 
 /// The shared random source the processes draw from (ticket ids, nonces, incarnations).
@@ -173,10 +172,14 @@ pub(crate) struct World {
     recorder: Option<Recorder>,
     /// When `check` last looked at every host's grant.
     hosts_checked_at: u64,
+    /// A planned crowd's arrivals draw from a stream of their own, so that a scenario run
+    /// with other settings sees the same arrivals.
+    arrivals: StdRng,
 }
 
 impl World {
-    pub(crate) fn new(s: &Scenario, seed: u64) -> Self {
+    /// The world of `s` and `seed`; an error when a host's configuration is refused.
+    pub(crate) fn new(s: &Scenario, seed: u64) -> Result<Self, String> {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut faults = s.faults.clone();
         faults.extend(faults::draw(s, &mut rng));
@@ -191,9 +194,13 @@ impl World {
         let random = Arc::new(Randomness(Mutex::new(StdRng::seed_from_u64(
             seed ^ 0x5eed_5eed_5eed_5eed,
         ))));
-        let hosts = (0..s.hosts)
-            .map(|h| {
-                let config = Config::from_text(&host_config(s, h)).expect("a valid configuration");
+        let configs = (0..s.hosts)
+            .map(|h| Config::from_text(&host_config(s, h)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("the room's configuration: {e}"))?;
+        let hosts = configs
+            .into_iter()
+            .map(|config| {
                 let size = Engine::shared_region_size(&config).div_ceil(128);
                 Host {
                     // Hosts' clocks differ by up to a fifth of a second.
@@ -238,6 +245,7 @@ impl World {
                 )
             }),
             hosts_checked_at: 0,
+            arrivals: StdRng::seed_from_u64(seed ^ 0xa771_7a15_a771_7a15),
             rng,
         };
         match &s.crowd {
@@ -263,18 +271,10 @@ impl World {
         }
         match s.crowd.clone() {
             None => w.schedule(0, Event::Arrival),
-            Some(c) => {
-                w.schedule(0, Event::PlannedWake);
-                for (i, spike) in c.spikes.iter().enumerate() {
-                    if spike.visitors > 0 {
-                        w.schedule(spike.at_ms, Event::Spike(i, spike.visitors - 1));
-                    }
-                }
-                w.schedule(1000, Event::Sample);
-            }
+            Some(_) => w.plan_crowd(),
         }
         w.schedule(5000, Event::Prune);
-        w
+        Ok(w)
     }
 
     fn new_process(&mut self) -> Process {
@@ -380,9 +380,7 @@ impl World {
             }
         }
         self.out.trace = self.trace.drain(..).collect();
-        if let Some(r) = self.recorder.take() {
-            self.out.measured = Some(r.finish(self.out.max_per_bucket));
-        }
+        self.finish_planned();
         self.out.stale_reports = self
             .shared
             .network
@@ -406,7 +404,7 @@ impl World {
         match event {
             Event::Arrival => self.arrival(),
             Event::Planned => {
-                let host = self.pick_host();
+                let host = pick_host(&self.weights, &mut self.arrivals);
                 self.new_visitor(host);
                 self.next_planned();
             }
@@ -721,46 +719,21 @@ impl World {
         }
     }
 
-    /// A host for a new visitor, by the hosts' traffic weights.
-    fn pick_host(&mut self) -> usize {
-        let total: f64 = self.weights.iter().sum();
-        if total <= 0.0 {
-            return 0;
-        }
-        let mut x = self.rng.gen_range(0.0..total);
-        let mut host = 0;
-        for (h, w) in self.weights.iter().enumerate() {
-            if x < *w {
-                host = h;
-                break;
-            }
-            x -= w;
-        }
-        host
-    }
-
     /// A new visitor at host `h`, and its first request.
     fn new_visitor(&mut self, host: usize) {
-        let shuffled = self.s.event.is_some_and(|e| {
-            e.shuffle && e.prequeue_ms.is_some_and(|p| self.now >= p) && self.now < e.start_ms
-        });
+        let track = self.track_new();
         self.visitors.push(Visitor {
             host,
             cookie: None,
             mood: Mood::Waiting { until: 0 },
             revoked: None,
-            arrived: self.now,
-            waiting: None,
-            shuffled,
+            track,
         });
-        if let Some(r) = &mut self.recorder {
-            r.arrived();
-        }
         self.request(self.visitors.len() - 1);
     }
 
     fn arrival(&mut self) {
-        let host = self.pick_host();
+        let host = pick_host(&self.weights, &mut self.rng);
         self.new_visitor(host);
         if self.rng.gen_bool(0.002) {
             self.reweigh();
@@ -770,180 +743,6 @@ impl World {
         let rate = self.s.arrivals_per_sec * [0.1, 1.0, 3.0, 0.6][phase as usize];
         let gap = (-(1.0 - self.rng.gen::<f64>()).ln() / rate * 1000.0).max(1.0) as u64;
         self.schedule(self.now + gap, Event::Arrival);
-    }
-
-    /// A planned crowd's next arrival from now: a Poisson stream at the rate of the moment,
-    /// looked at again at least once a second (the rate moves).
-    fn next_planned(&mut self) {
-        let Some(crowd) = &self.s.crowd else { return };
-        let rate = crowd.per_sec_at(self.now);
-        if rate <= 0.0 {
-            self.schedule(self.now + 1000, Event::PlannedWake);
-            return;
-        }
-        let gap = exponential(&mut self.rng, 1000.0 / rate);
-        if gap >= 1000.0 {
-            self.schedule(self.now + 1000, Event::PlannedWake);
-        } else {
-            self.schedule(self.now + gap as u64, Event::Planned);
-        }
-    }
-
-    /// Spike `i`'s next visitor; `left` more after it.
-    fn spike(&mut self, i: usize, left: u64) {
-        let Some(spike) = self.s.crowd.as_ref().map(|c| c.spikes[i]) else {
-            return;
-        };
-        let host = match spike.host {
-            Some(h) => h.min(self.hosts.len() - 1),
-            None => self.pick_host(),
-        };
-        self.new_visitor(host);
-        if left > 0 {
-            let gap = if spike.over_ms == 0 {
-                0.0
-            } else {
-                exponential(&mut self.rng, spike.over_ms as f64 / spike.visitors as f64)
-            };
-            self.schedule(self.now + gap as u64, Event::Spike(i, left - 1));
-        }
-    }
-
-    /// The limits in force now: `total_active_users` and `new_users_per_minute` (the event's
-    /// during it).
-    fn limits_in_force(&self) -> (u64, u64) {
-        match self.s.event {
-            Some(e) if self.now >= e.start_ms && self.now < e.end_ms => {
-                (e.total, e.per_minute.unwrap_or(self.s.per_minute))
-            }
-            _ => (self.s.total, self.s.per_minute),
-        }
-    }
-
-    fn sample(&mut self) {
-        let active = self.truth.active(&self.buckets());
-        let (limit, per_minute) = self.limits_in_force();
-        let second = self.now / 1000;
-        if let Some(r) = &mut self.recorder {
-            r.sample(second, active, limit, per_minute);
-        }
-        self.schedule(self.now + 1000, Event::Sample);
-    }
-
-    /// What a planned crowd's visitor `v` does after the answer `d` at host `h`.
-    fn planned_next(
-        &mut self,
-        v: usize,
-        h: usize,
-        d: &velvet_rope::Decision,
-        first_admission: bool,
-    ) {
-        let Some(crowd) = self.s.crowd.as_ref() else {
-            return;
-        };
-        let (pages_per_minute, session_minutes, patience_minutes, come_back, come_back_minutes) = (
-            crowd.pages_per_minute,
-            crowd.session_minutes,
-            crowd.patience_minutes,
-            crowd.come_back,
-            crowd.come_back_minutes,
-        );
-        let now = self.now;
-        let waiter = |vis: &Visitor, promised| Waiter {
-            visitor: v,
-            arrived: vis.arrived,
-            promised,
-            shuffled: vis.shuffled,
-        };
-        match d.outcome {
-            Decided::Admit => {
-                if first_admission {
-                    let w = self.visitors[v]
-                        .waiting
-                        .take()
-                        .map(|p| waiter(&self.visitors[v], p));
-                    if let Some(r) = &mut self.recorder {
-                        r.admitted(w, now);
-                    }
-                    let session_ms = exponential(&mut self.rng, session_minutes * 60_000.0);
-                    let pages = (session_ms / 60_000.0 * pages_per_minute).round() as u32;
-                    self.visitors[v].mood = Mood::Admitted { visits: pages + 1 };
-                }
-                let Mood::Admitted { visits } = self.visitors[v].mood else {
-                    // A waiter let in by a replay of an older admission: it browses a page.
-                    self.visitors[v].mood = Mood::Admitted { visits: 1 };
-                    return;
-                };
-                if visits > 1 && pages_per_minute > 0.0 {
-                    self.visitors[v].mood = Mood::Admitted { visits: visits - 1 };
-                    let gap = exponential(&mut self.rng, 60_000.0 / pages_per_minute);
-                    self.schedule(now + gap.max(1.0) as u64, Event::Request(v));
-                }
-            }
-            Decided::Queue | Decided::Reject => {
-                if self.visitors[v].waiting.is_none() {
-                    // Queued on arrival, or an admitted visitor whose seat lapsed.
-                    let promised = d.estimated_wait_secs;
-                    let first = matches!(self.visitors[v].mood, Mood::Waiting { until: 0 });
-                    let back = matches!(self.visitors[v].mood, Mood::Waiting { until: 1 });
-                    if !first && !back {
-                        // An admitted visitor whose seat lapsed queues anew.
-                        self.visitors[v].arrived = now;
-                    }
-                    self.visitors[v].waiting = Some(promised);
-                    let w = waiter(&self.visitors[v], promised);
-                    let (limit, per_minute) = self.limits_in_force();
-                    // Early: the room had a seat for it even if everyone waiting got one first.
-                    let early = first && {
-                        let bucket = self.buckets()[h];
-                        let active = self.truth.active(&self.buckets());
-                        let waiting = self.recorder.as_ref().map_or(0, Recorder::waiting);
-                        active + waiting < limit
-                            && self.truth.admissions_in(bucket) + waiting < per_minute
-                    };
-                    if let Some(r) = &mut self.recorder {
-                        if first {
-                            r.queued(w, early);
-                        } else if back {
-                            r.came_back();
-                        } else {
-                            r.requeued();
-                        }
-                    }
-                    let patience = if patience_minutes > 0.0 {
-                        exponential(&mut self.rng, patience_minutes * 60_000.0) as u64
-                    } else {
-                        u64::MAX / 2
-                    };
-                    // (0 marks a visitor yet to be answered, 1 one coming back.)
-                    self.visitors[v].mood = Mood::Waiting {
-                        until: (now + patience).max(2),
-                    };
-                }
-                let Mood::Waiting { until } = self.visitors[v].mood else {
-                    return;
-                };
-                if now < until {
-                    // The waiting page refreshes when the answer says (a tenth of jitter).
-                    let every = d.retry_after_secs.unwrap_or(u64::from(self.s.refresh_secs));
-                    let gap = every.max(1) * 1000;
-                    let gap = self.rng.gen_range(gap * 9 / 10..=gap * 11 / 10);
-                    self.schedule(now + gap, Event::Request(v));
-                    return;
-                }
-                // It gives up, and may come back later with the cookie it had.
-                let promised = self.visitors[v].waiting.take().flatten();
-                let w = waiter(&self.visitors[v], promised);
-                if let Some(r) = &mut self.recorder {
-                    r.gave_up(w);
-                }
-                if self.rng.gen_bool(come_back.clamp(0.0, 1.0)) {
-                    self.visitors[v].mood = Mood::Waiting { until: 1 };
-                    let back = exponential(&mut self.rng, come_back_minutes * 60_000.0);
-                    self.schedule(now + back.max(1000.0) as u64, Event::Request(v));
-                }
-            }
-        }
     }
 
     /// A serving process of host `h` (alive, started, not stopped), if any.
@@ -1476,4 +1275,22 @@ secure = false
 /// An exponentially distributed draw with this mean.
 fn exponential(rng: &mut StdRng, mean: f64) -> f64 {
     -(1.0 - rng.gen::<f64>()).ln() * mean
+}
+
+/// A host for a new visitor, by the hosts' traffic weights.
+fn pick_host(weights: &[f64], rng: &mut StdRng) -> usize {
+    let total: f64 = weights.iter().sum();
+    if !(total > 0.0 && total.is_finite()) {
+        return 0;
+    }
+    let mut x = rng.gen_range(0.0..total);
+    let mut host = 0;
+    for (h, w) in weights.iter().enumerate() {
+        if x < *w {
+            host = h;
+            break;
+        }
+        x -= w;
+    }
+    host
 }

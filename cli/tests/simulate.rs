@@ -367,3 +367,42 @@ fn only_the_faults_that_happened_are_listed() {
     assert_eq!(faults.len(), 1, "{r}");
     assert_eq!(faults[0], "store_down at minute 10 for 120 s", "{r}");
 }
+
+#[test]
+fn the_ways_of_sharing_rank_as_the_seed_says() {
+    // Eight hosts, uneven traffic, a quiet room, then a spike: per-host division queues early
+    // and leaves seats idle while people wait; the utilisation curve overshoots the room on
+    // the spike; the store's allowances do neither as much (and never overshoot).
+    let way = |w: &str| {
+        report(
+            "spike-after-quiet.toml",
+            &["--minutes", "12", "--sharing", w],
+        )
+    };
+    let (store, division, curve) = (way("store"), way("division"), way("curve"));
+    let n = |r: &serde_json::Value, k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k}: {r}"));
+    let f = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k}: {r}"));
+    assert_eq!(store["sharing"], "store");
+    assert_eq!(n(&store, "seconds_above_limit"), 0, "{store}");
+    assert!(n(&store, "peak_active") <= 200, "{store}");
+    assert!(
+        n(&curve, "peak_active") > 200,
+        "the curve overshoots: {curve}"
+    );
+    assert!(n(&curve, "seconds_above_limit") > 0, "{curve}");
+    assert!(
+        n(&division, "queued_early") > n(&store, "queued_early"),
+        "division queues earlier: {division} vs {store}"
+    );
+    assert!(
+        f(&division, "utilisation_while_waiting") < f(&store, "utilisation_while_waiting"),
+        "division leaves seats idle: {division} vs {store}"
+    );
+    let bad = simulate(&[
+        scenarios().join("spike-after-quiet.toml").to_str().unwrap(),
+        "--sharing",
+        "gossip",
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("store, division or curve"));
+}

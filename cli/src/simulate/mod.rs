@@ -36,12 +36,18 @@ pub struct SimulateArgs {
     /// Simulate this many minutes instead of the scenario's.
     #[arg(long)]
     pub minutes: Option<f64>,
+    /// Share the room among the hosts this way instead of the scenario's: `store`
+    /// (velvet-rope's), or the seed's `division` or `curve`, to compare on one crowd.
+    #[arg(long)]
+    pub sharing: Option<String>,
 }
 
 /// What `--json` prints.
 #[derive(Debug, Serialize)]
 struct Report<'a> {
     scenario: &'a str,
+    /// How the hosts shared the room.
+    sharing: &'a str,
     description: &'a str,
     seed: u64,
     hosts: usize,
@@ -67,8 +73,8 @@ struct Report<'a> {
 pub fn run(args: &SimulateArgs) -> Result<(), String> {
     let text = std::fs::read_to_string(&args.scenario)
         .map_err(|e| format!("{}: {e}", args.scenario.display()))?;
-    let file =
-        ScenarioFile::parse(&text).map_err(|e| format!("{}: {e}", args.scenario.display()))?;
+    let file = ScenarioFile::parse_with(&text, args.sharing.as_deref())
+        .map_err(|e| format!("{}: {e}", args.scenario.display()))?;
     if args.minutes.is_some_and(|m| !scenario::minutes_in_range(m)) {
         return Err("--minutes: more than 0, at most two weeks (20160)".into());
     }
@@ -112,6 +118,7 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
     }
     let report = Report {
         scenario: &file.name,
+        sharing: &file.hosts.sharing,
         description: file.description.trim(),
         seed,
         hosts: scenario.hosts,
@@ -203,10 +210,11 @@ fn table(r: &Report) -> String {
     row(
         "run",
         format!(
-            "seed {}, {} host(s) x {} process(es), {} minutes in {:.2} s ({} steps)",
+            "seed {}, {} host(s) x {} process(es) sharing by {}, {} minutes in {:.2} s ({} steps)",
             r.seed,
             r.hosts,
             r.processes,
+            r.sharing,
             trim(r.minutes),
             r.took_secs,
             r.steps

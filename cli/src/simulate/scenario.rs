@@ -2,7 +2,7 @@
 //! tier's simulation. Unknown keys are errors, named with their table.
 
 use serde::Deserialize;
-use velvet_rope_cluster::sim::{Crowd, Fault, RandomFaults, Scenario, SimEvent, Spike};
+use velvet_rope_cluster::sim::{Crowd, Fault, RandomFaults, Scenario, Sharing, SimEvent, Spike};
 
 /// A scenario file.
 #[derive(Debug, Clone, Deserialize)]
@@ -91,6 +91,9 @@ pub struct Hosts {
     pub lease_ms: u64,
     pub timeout_ms: u64,
     pub fallback_share: f64,
+    /// How the hosts share the room: `store` (velvet-rope's cluster tier), or the seed's
+    /// `division` or `curve`, to compare.
+    pub sharing: String,
 }
 
 impl Default for Hosts {
@@ -103,6 +106,7 @@ impl Default for Hosts {
             lease_ms: 5000,
             timeout_ms: 200,
             fallback_share: 0.3,
+            sharing: "store".into(),
         }
     }
 }
@@ -189,9 +193,13 @@ fn ms(minutes: f64) -> u64 {
 }
 
 impl ScenarioFile {
-    /// Reads a scenario from TOML text.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let f: Self = toml::from_str(text).map_err(|e| e.to_string())?;
+    /// Reads a scenario from TOML text, its hosts sharing the room the way named by
+    /// `sharing` if given.
+    pub fn parse_with(text: &str, sharing: Option<&str>) -> Result<Self, String> {
+        let mut f: Self = toml::from_str(text).map_err(|e| e.to_string())?;
+        if let Some(s) = sharing {
+            f.hosts.sharing = s.to_owned();
+        }
         f.validate()?;
         Ok(f)
     }
@@ -226,6 +234,12 @@ impl ScenarioFile {
             if w.iter().sum::<f64>() <= 0.0 {
                 return bad("hosts.weights: at least one host gets traffic");
             }
+        }
+        let Some(sharing) = Sharing::parse(&h.sharing) else {
+            return bad("hosts.sharing: store, division or curve");
+        };
+        if sharing != Sharing::Store && self.room.event.is_some() {
+            return bad("hosts.sharing: division and curve take no room.event (limits per host)");
         }
         if !(0.0..=1.0).contains(&h.fallback_share) {
             return bad("hosts.fallback_share: from 0 to 1");
@@ -397,6 +411,7 @@ impl ScenarioFile {
             refresh_secs: self.room.refresh_interval,
             max_live_waiters: self.room.max_live_waiters,
             queue_buckets: self.room.queue_buckets,
+            sharing: Sharing::parse(&h.sharing).unwrap_or_default(),
         };
         let warm = warm_up_ms(&s);
         s.run_ms += warm;

@@ -34,12 +34,14 @@ mod faults;
 mod measure;
 mod network;
 mod process;
+mod sharing;
 mod truth;
 mod world;
 
 pub use crowd::{Crowd, Spike};
 pub use faults::{Fault, Point, ProcessFault};
 pub use measure::{Distribution, Measured, Sample};
+pub use sharing::Sharing;
 
 /// What a simulation runs: the cluster, the room, the crowd, and the faults.
 #[derive(Debug, Clone)]
@@ -94,6 +96,9 @@ pub struct Scenario {
     pub max_live_waiters: u32,
     /// `queue_buckets`.
     pub queue_buckets: u32,
+    /// How the hosts share the room: through the store (what the checks hold to the limits),
+    /// or one of the seed's divisions, to compare (measured only: their overshoot is theirs).
+    pub sharing: Sharing,
 }
 
 /// A scheduled event of the simulated room: another `total_active_users` from `start_ms` to
@@ -152,6 +157,7 @@ impl Default for Scenario {
             refresh_secs: 1,
             max_live_waiters: 1024,
             queue_buckets: 64,
+            sharing: Sharing::Store,
         }
     }
 }

@@ -20,10 +20,11 @@ use super::process::{
     SimStore, VirtualTime, Work, Yield,
 };
 use super::truth::Truth;
-use super::{Outcome, Scenario};
+use super::{Outcome, Scenario, Sharing};
 use crate::syncer::{SyncOptions, SyncRound};
 
 mod planned;
+mod sharing;
 use planned::Track;
 
 /// The virtual clock's start: 2027-01-15, a whole number of minutes.
@@ -195,7 +196,7 @@ impl World {
             seed ^ 0x5eed_5eed_5eed_5eed,
         ))));
         let configs = (0..s.hosts)
-            .map(|h| Config::from_text(&host_config(s, h)))
+            .map(|h| Config::from_text(&host_config(s, h, sharing::first_limits(s))))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("the room's configuration: {e}"))?;
         let hosts = configs
@@ -668,6 +669,11 @@ impl World {
         if self.keyring.is_none() {
             self.keyring = Some(engine.keyring());
         }
+        if self.s.sharing != Sharing::Store {
+            let proc = &mut self.hosts[h].processes[p];
+            proc.engine = Some(engine);
+            return;
+        }
         let options = SyncOptions {
             host_id: format!("h{h}"),
             interval: Duration::from_millis(self.s.sync_interval_ms),
@@ -697,6 +703,11 @@ impl World {
         }
         if proc.busy.is_some() || proc.stopped {
             // Its sync thread is still in the last round: the next starts after it.
+            self.schedule(self.now + self.s.sync_interval_ms, Event::Round(h, p, life));
+            return;
+        }
+        if self.s.sharing != Sharing::Store {
+            self.share_round(h, p);
             self.schedule(self.now + self.s.sync_interval_ms, Event::Round(h, p, life));
             return;
         }
@@ -945,7 +956,8 @@ impl World {
                 .event
                 .and_then(|e| e.per_minute)
                 .map_or(self.s.per_minute, |m| m.max(self.s.per_minute));
-            if n > per_minute + self.out.bound_per_bucket {
+            // (The seed's divisions are measured, not held to the limits.)
+            if n > per_minute + self.out.bound_per_bucket && self.s.sharing == Sharing::Store {
                 self.out.violation = Some(format!(
                     "bucket {} admitted {n}, over {per_minute} (bound {})",
                     t.counted, self.out.bound_per_bucket
@@ -1181,7 +1193,8 @@ impl World {
             .s
             .event
             .map_or(self.s.total, |e| e.total.max(self.s.total));
-        if active > largest + self.out.bound {
+        let exact = self.s.sharing == Sharing::Store;
+        if active > largest + self.out.bound && exact {
             self.out.violation = Some(format!(
                 "{active} visitors in a room of {largest} (bound over it {})",
                 self.out.bound
@@ -1190,7 +1203,7 @@ impl World {
         // The limit in force now (the event's during it): nobody let in while the room holds
         // it or more (visitors let in before a switch to a lower limit stay).
         let (in_force, _) = self.limits_in_force();
-        if active > self.last_active && active > in_force + self.out.bound {
+        if active > self.last_active && active > in_force + self.out.bound && exact {
             self.out.violation = Some(format!(
                 "{active} visitors (from {}) with {in_force} in force at {} ms (bound over it \
                  {})",
@@ -1202,7 +1215,21 @@ impl World {
 }
 
 /// The configuration of host `h`.
-fn host_config(s: &Scenario, h: usize) -> String {
+///
+/// With `limits` (a way of sharing other than the store's): no cluster table, and those
+/// limits (`total_active_users`, `new_users_per_minute`) for the host alone.
+fn host_config(s: &Scenario, h: usize, limits: Option<(u64, u64)>) -> String {
+    let cluster = if limits.is_some() {
+        String::new()
+    } else {
+        format!(
+            "[cluster]\nredis_url = \"redis://simulated\"\nhost_id = \"h{h}\"\n\
+             sync_interval_ms = {}\nlease_ms = {}\ntimeout_ms = {}\nfallback_share = {}\n\
+             replicas = {}\n",
+            s.sync_interval_ms, s.lease_ms, s.timeout_ms, s.fallback_share, s.replicas
+        )
+    };
+    let (total, minute) = limits.unwrap_or((s.total, s.per_minute));
     format!(
         r#"
 [settings]
@@ -1212,14 +1239,7 @@ shards = 2
 [tickets]
 keys = [{{ id = 1, secret = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=" }}]
 
-[cluster]
-redis_url = "redis://simulated"
-host_id = "h{h}"
-sync_interval_ms = {interval}
-lease_ms = {lease}
-timeout_ms = {timeout}
-fallback_share = {fallback}
-replicas = {replicas}
+{cluster}
 
 [[rooms]]
 name = "{ROOM}"
@@ -1233,13 +1253,8 @@ queue_buckets = {queue_buckets}
 secure = false
 {event}"#,
         bucket = s.bucket_secs,
-        interval = s.sync_interval_ms,
-        lease = s.lease_ms,
-        timeout = s.timeout_ms,
-        fallback = s.fallback_share,
-        replicas = s.replicas,
-        total = s.total,
-        minute = s.per_minute,
+        total = total,
+        minute = minute,
         session = s.session,
         refresh = s.refresh_secs,
         waiters = s.max_live_waiters,

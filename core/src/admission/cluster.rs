@@ -373,8 +373,9 @@ pub(crate) fn report(room: &Room, now: Millis) -> Option<HostReport> {
     let epoch = epoch.max(tb.get(Cell::Epoch));
     let opened = tb.get(Cell::Bucket);
     let base = (opened + 1).saturating_sub(q);
+    let window = lanes.window(epoch);
     let waiters = (base..=opened)
-        .map(|b| (b, lanes.live((b % q) as usize, epoch)))
+        .map(|b| (b, lanes.live_in(&window, (b % q) as usize)))
         .filter(|&(_, n)| n > 0)
         .collect();
     let admitted_total = tb.get(Cell::AdmittedTotal);

@@ -175,8 +175,9 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis, held: &Held<
     // Live waiters per arrival bucket, oldest first.
     let q = counters.layout().queue_slots as u64;
     let base = (bucket + 1).saturating_sub(q);
+    let window = lanes.window(epoch);
     let live: Vec<u64> = (base..=bucket)
-        .map(|b| lanes.live((b % q) as usize, epoch))
+        .map(|b| lanes.live_in(&window, (b % q) as usize))
         .collect();
     let queue_length: u64 = live.iter().sum();
     let mut frontier = tb.get(Cell::Frontier);
@@ -308,9 +309,10 @@ pub(crate) fn observe(room: &Arc<Room>, tb: &TickBlock<'_>, now: Millis) -> Room
     let lanes = room.counters.lanes();
     let mut ahead = Vec::with_capacity(q as usize);
     let mut sum = 0u64;
+    let window = lanes.window(epoch);
     for b in base..=bucket {
         ahead.push(sum);
-        sum += lanes.live((b % q) as usize, epoch);
+        sum += lanes.live_in(&window, (b % q) as usize);
     }
     let (rules, rules_from, rules_until) = room.cfg.rules_span(now, room.bucket_ms);
     // A suspended room's span is empty, so that requests never take the steady path's rules

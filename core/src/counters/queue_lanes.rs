@@ -125,14 +125,47 @@ impl<'a> QueueLanes<'a> {
     }
 
     /// Live waiters of `slot` as of `epoch`: the sum over the window's lanes, at least zero.
+    /// (Passes over many slots take the [`window`](Self::window) once.)
+    #[cfg(test)]
     pub(crate) fn live(&self, slot: usize, epoch: u64) -> u64 {
+        self.live_in(&self.window(epoch), slot)
+    }
+
+    /// The window's lanes as of `epoch`, their tags read once: for a pass over many slots
+    /// (a tick reads every arrival bucket's, twice), which would otherwise read the tags and
+    /// divide for every slot.
+    pub(crate) fn window(&self, epoch: u64) -> Window {
         let first = epoch.saturating_sub(self.grace - 1);
-        let sum: i64 = (first..=epoch)
-            .filter_map(|e| self.lane_of(e))
-            .map(|lane| self.cell(slot, lane).load(Ordering::Relaxed))
+        let mut w = Window {
+            lanes: [0; MAX_LANES],
+            len: 0,
+        };
+        for lane in (first..=epoch).filter_map(|e| self.lane_of(e)) {
+            w.lanes[w.len] = lane;
+            w.len += 1;
+        }
+        w
+    }
+
+    /// Live waiters of `slot` in `window` (see [`live`](Self::live)).
+    pub(crate) fn live_in(&self, window: &Window, slot: usize) -> u64 {
+        let base = (slot % self.slots) * self.lanes();
+        let sum: i64 = window.lanes[..window.len]
+            .iter()
+            .map(|&lane| self.counts[base + lane].load(Ordering::Relaxed))
             .sum();
         sum.max(0) as u64
     }
+}
+
+/// The most epochs a live window spans (`waiter_grace_refreshes` is at most 16).
+const MAX_LANES: usize = 16;
+
+/// The lanes of a live window, as of one epoch (see [`QueueLanes::window`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Window {
+    lanes: [usize; MAX_LANES],
+    len: usize,
 }
 
 #[cfg(all(test, not(velvet_rope_loom)))]

@@ -96,6 +96,9 @@ impl LeafRound {
                 has: held.max(a.has),
                 subclients: a.subclients.max(1),
                 priority: a.priority,
+                // Its clients hold leases under its grant: a smaller one keeps the larger
+                // reserved while it runs.
+                leaf: true,
             };
             match self.root.request_lease(&req, now) {
                 Ok(lease) => {

@@ -7,6 +7,7 @@
 //! store's server. The figures come from the simulation's own visitors and the ground truth
 //! of seats, not from the engines' stats. The same scenario and seed repeat exactly.
 
+mod lease_file;
 mod plot;
 mod scenario;
 
@@ -15,8 +16,11 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
-use velvet_rope_cluster::sim::{run_with_progress, Distribution, Measured};
+use velvet_rope_cluster::sim::{
+    run_leases, run_with_progress, Distribution, LeaseMeasured, Measured,
+};
 
+use lease_file::LeaseFile;
 pub use scenario::ScenarioFile;
 
 /// `simulate`'s arguments.
@@ -69,44 +73,33 @@ struct Report<'a> {
     measured: &'a Measured,
 }
 
-/// Runs `simulate`.
+/// Runs `simulate`: a room's scenario, or a lease's (a file with a `[lease]` table).
 pub fn run(args: &SimulateArgs) -> Result<(), String> {
     let text = std::fs::read_to_string(&args.scenario)
-        .map_err(|e| format!("{}: {e}", args.scenario.display()))?;
-    let file = ScenarioFile::parse_with(&text, args.sharing.as_deref())
         .map_err(|e| format!("{}: {e}", args.scenario.display()))?;
     if args.minutes.is_some_and(|m| !scenario::minutes_in_range(m)) {
         return Err("--minutes: more than 0, at most two weeks (20160)".into());
     }
+    let is_lease = text
+        .parse::<toml::Table>()
+        .is_ok_and(|t| t.contains_key("lease"));
+    if is_lease {
+        return run_lease(args, &text);
+    }
+    let file = ScenarioFile::parse_with(&text, args.sharing.as_deref())
+        .map_err(|e| format!("{}: {e}", args.scenario.display()))?;
     let seed = args.seed.unwrap_or(file.seed);
     let minutes = args.minutes.unwrap_or(file.minutes);
     let scenario = file.to_scenario(args.minutes);
     file.check_size(&scenario)?;
     // The hosts' and the store's warm-up before the crowd (not measured, not shown).
     let warm = scenario.crowd.as_ref().map_or(0, |c| c.start_ms);
-    let started = Instant::now();
-
-    // A bar once a run takes longer than a second, on a terminal only.
-    let bar = ProgressBar::with_draw_target(
-        Some((scenario.run_ms - warm) / 1000),
-        ProgressDrawTarget::hidden(),
-    );
-    bar.set_style(
-        ProgressStyle::with_template(
-            "simulating {bar:40} {pos}/{len} virtual seconds ({elapsed}, {eta} left)",
-        )
-        .map_err(|e| e.to_string())?,
-    );
-    let mut shown = false;
+    let mut progress = Progress::new((scenario.run_ms - warm) / 1000)?;
     let outcome = run_with_progress(&scenario, seed, &mut |ms| {
-        if !shown && started.elapsed().as_secs_f64() > 1.0 {
-            shown = true;
-            bar.set_draw_target(ProgressDrawTarget::stderr());
-        }
-        bar.set_position(ms.saturating_sub(warm) / 1000);
+        progress.at(ms.saturating_sub(warm) / 1000);
     })?;
-    bar.finish_and_clear();
-    let took = started.elapsed().as_secs_f64();
+    progress.bar.finish_and_clear();
+    let took = progress.started.elapsed().as_secs_f64();
     let measured = outcome
         .measured
         .clone()
@@ -156,6 +149,138 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
 fn trim(minutes: f64) -> String {
     let s = format!("{minutes:.3}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// A bar on stderr once a run takes longer than a second (on a terminal only), over
+/// `seconds` virtual seconds.
+struct Progress {
+    bar: ProgressBar,
+    started: Instant,
+    shown: bool,
+}
+
+impl Progress {
+    fn new(seconds: u64) -> Result<Self, String> {
+        let bar = ProgressBar::with_draw_target(Some(seconds), ProgressDrawTarget::hidden());
+        bar.set_style(
+            ProgressStyle::with_template(
+                "simulating {bar:40} {pos}/{len} virtual seconds ({elapsed}, {eta} left)",
+            )
+            .map_err(|e| e.to_string())?,
+        );
+        Ok(Self {
+            bar,
+            started: Instant::now(),
+            shown: false,
+        })
+    }
+
+    fn at(&mut self, second: u64) {
+        if !self.shown && self.started.elapsed().as_secs_f64() > 1.0 {
+            self.shown = true;
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+        self.bar.set_position(second);
+    }
+}
+
+/// What `--json` prints for a lease scenario.
+#[derive(Debug, Serialize)]
+struct LeaseReport<'a> {
+    scenario: &'a str,
+    description: &'a str,
+    seed: u64,
+    minutes: f64,
+    took_secs: f64,
+    #[serde(flatten)]
+    measured: &'a LeaseMeasured,
+}
+
+/// Runs a lease scenario.
+fn run_lease(args: &SimulateArgs, text: &str) -> Result<(), String> {
+    let file = LeaseFile::parse(text).map_err(|e| format!("{}: {e}", args.scenario.display()))?;
+    if args.sharing.is_some() {
+        return Err("--sharing: rooms only (a lease scenario has its own tree)".into());
+    }
+    let seed = args.seed.unwrap_or(file.seed);
+    let minutes = args.minutes.unwrap_or(file.minutes);
+    let scenario = file.to_scenario(args.minutes);
+    let mut progress = Progress::new(scenario.run_ms / 1000)?;
+    let m = run_leases(&scenario, seed, &mut |ms| progress.at(ms / 1000))?;
+    progress.bar.finish_and_clear();
+    let took = progress.started.elapsed().as_secs_f64();
+    if let Some(path) = &args.plot {
+        plot::plot_leases(path, &format!("{} (seed {seed})", file.name), &m)?;
+    }
+    let report = LeaseReport {
+        scenario: &file.name,
+        description: file.description.trim(),
+        seed,
+        minutes,
+        took_secs: took,
+        measured: &m,
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    let mut t = String::new();
+    let mut row = |k: &str, v: String| t.push_str(&format!("{k:<24}{v}\n"));
+    row("scenario", file.name.clone());
+    row(
+        "run",
+        format!(
+            "seed {seed}, {} clients (tree {:?}), {} minutes in {took:.2} s",
+            m.clients,
+            scenario.tree,
+            trim(minutes)
+        ),
+    );
+    row(
+        "resource",
+        format!(
+            "capacity {}, {}, leases of {} s refreshed every {} s",
+            m.capacity, scenario.algorithm, scenario.lease_secs, scenario.refresh_secs
+        ),
+    );
+    row(
+        "allocated",
+        format!(
+            "{:.1} % of what could be granted on average; {} after convergence",
+            m.allocated_mean * 100.0,
+            m.allocated_after_convergence
+                .map_or("-".to_string(), |a| format!("{:.2} %", a * 100.0))
+        ),
+    );
+    row(
+        "above capacity",
+        format!(
+            "{} times, {} s in all, peak {:.2} % of the capacity",
+            m.times_above_capacity, m.seconds_above_capacity, m.peak_percent
+        ),
+    );
+    row(
+        "convergence",
+        match &m.convergence {
+            Some(d) => format!(
+                "mean {:.1} s, max {:.1} s after a change ({} changes)",
+                d.mean, d.max, d.samples
+            ),
+            None => "- (no change converged)".into(),
+        },
+    );
+    row(
+        "failed requests",
+        format!("{} (the root down)", m.failed_requests),
+    );
+    print!("{t}");
+    if let Some(path) = &args.plot {
+        println!("plot                    {}", path.display());
+    }
+    Ok(())
 }
 
 fn pct(part: u64, whole: u64) -> String {

@@ -6,7 +6,7 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
-use velvet_rope_cluster::sim::Sample;
+use velvet_rope_cluster::sim::{LeaseMeasured, LeaseSample, Sample};
 
 /// DejaVu Sans (see assets/DejaVuSans.LICENSE): plots need no system fonts.
 static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
@@ -189,6 +189,146 @@ where
             .border_style(grey)
             .label_font(("sans-serif", 14))
             .draw()
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+/// Draws a lease run into `path` (`.svg` or `.png`): what the clients wanted and held together
+/// against the capacity, and the first clients' grants (lines) and wants (dashes).
+pub fn plot_leases(path: &Path, title: &str, m: &LeaseMeasured) -> Result<(), String> {
+    let _ = register_font("sans-serif", FontStyle::Normal, FONT);
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let size = (1200, 800);
+    match ext.as_deref() {
+        Some("svg") => {
+            let root = SVGBackend::new(path, size).into_drawing_area();
+            draw_leases(&root, title, m)?;
+            root.present().map_err(|e| e.to_string())
+        }
+        Some("png") => {
+            let root = BitMapBackend::new(path, size).into_drawing_area();
+            draw_leases(&root, title, m)?;
+            root.present().map_err(|e| e.to_string())
+        }
+        _ => Err(format!("{}: a plot is .svg or .png", path.display())),
+    }
+}
+
+fn draw_leases<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    m: &LeaseMeasured,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root.titled(title, ("sans-serif", 24)).map_err(err)?;
+    let stretch = m.series.len().div_ceil(MAX_POINTS).max(1);
+    let points: Vec<&LeaseSample> = m.series.iter().step_by(stretch).collect();
+    let end = points
+        .last()
+        .map_or(1.0, |p| (p.second as f64 / 60.0).max(1.0 / 60.0));
+    let panels = root.split_evenly((2, 1));
+    let blue = RGBColor(31, 119, 180);
+    let orange = RGBColor(255, 127, 14);
+    let grey = RGBColor(90, 90, 90);
+    let minute = |p: &LeaseSample| p.second as f64 / 60.0;
+
+    // Together, against the capacity.
+    let top = points
+        .iter()
+        .map(|p| p.wanted.max(p.granted))
+        .fold(m.capacity, f64::max)
+        * 1.1;
+    let mut chart = ChartBuilder::on(&panels[0])
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..end, 0.0..top)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("minutes")
+        .y_desc("all clients")
+        .x_label_formatter(&|x| tick(*x, end))
+        .y_label_formatter(&|y| tick(*y, top))
+        .draw()
+        .map_err(err)?;
+    chart
+        .draw_series(LineSeries::new(
+            points.iter().map(|p| (minute(p), p.granted)),
+            blue.stroke_width(1),
+        ))
+        .map_err(err)?
+        .label("granted")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], blue.stroke_width(2)));
+    chart
+        .draw_series(LineSeries::new(
+            points.iter().map(|p| (minute(p), p.wanted)),
+            grey.stroke_width(1),
+        ))
+        .map_err(err)?
+        .label("wanted")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], grey.stroke_width(2)));
+    chart
+        .draw_series(LineSeries::new(
+            [(0.0, m.capacity), (end, m.capacity)],
+            orange.stroke_width(2),
+        ))
+        .map_err(err)?
+        .label("capacity")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], orange.stroke_width(2)));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(grey)
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(err)?;
+
+    // Per client (the first ten): granted, and wanted dotted.
+    let shown = points.first().map_or(0, |p| p.clients.len());
+    let top = points
+        .iter()
+        .flat_map(|p| p.clients.iter().map(|c| c.0.max(c.1)))
+        .fold(1.0, f64::max)
+        * 1.1;
+    let mut chart = ChartBuilder::on(&panels[1])
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..end, 0.0..top)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("minutes")
+        .y_desc(format!("per client (first {shown})"))
+        .x_label_formatter(&|x| tick(*x, end))
+        .y_label_formatter(&|y| tick(*y, top))
+        .draw()
+        .map_err(err)?;
+    for i in 0..shown {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().map(|p| (minute(p), p.clients[i].1)),
+                color.stroke_width(1),
+            ))
+            .map_err(err)?;
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .step_by(4)
+                    .map(|p| Circle::new((minute(p), p.clients[i].0), 1, color.filled())),
+            )
             .map_err(err)?;
     }
     Ok(())

@@ -31,6 +31,7 @@
 
 mod crowd;
 mod faults;
+mod leases;
 mod measure;
 mod network;
 mod process;
@@ -40,6 +41,7 @@ mod world;
 
 pub use crowd::{Crowd, Spike};
 pub use faults::{Fault, Point, ProcessFault};
+pub use leases::{run_leases, LeaseFault, LeaseMeasured, LeaseSample, LeaseScenario, LeaseSpike};
 pub use measure::{Distribution, Measured, Sample};
 pub use sharing::Sharing;
 

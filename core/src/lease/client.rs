@@ -233,6 +233,7 @@ impl<S: LeaseSource, E: Enforcer> LeaseClient<S, E> {
             has,
             subclients: self.options.subclients.max(1),
             priority: self.options.priority,
+            leaf: false,
         };
         match self.source.request_lease(&req, now) {
             Ok(lease) => {

@@ -56,6 +56,12 @@ pub struct LeaseRequest<'a> {
     pub subclients: u32,
     /// Priority band; higher bands are served first.
     pub priority: u32,
+    /// The client is a leaf coordinator that hands its grant out in leases of its own
+    /// (Doorman's tree): when its grant shrinks, its clients still hold leases issued under
+    /// the larger one until that ends, so the larger one stays reserved until then (else the
+    /// tree's clients together hold more than the capacity while they rebalance: Doorman's
+    /// "shortfall"). A client that uses its grant itself honours a smaller one at once.
+    pub leaf: bool,
 }
 
 impl<'a> LeaseRequest<'a> {
@@ -68,6 +74,7 @@ impl<'a> LeaseRequest<'a> {
             has: 0.0,
             subclients: 1,
             priority,
+            leaf: false,
         }
     }
 }
@@ -91,29 +98,71 @@ pub struct ClientGrant {
 struct ResourceState {
     template: usize,
     clients: BTreeMap<String, ClientGrant>,
+    /// Leaf clients' earlier, larger grants whose leases still run: (amount, end). A leaf of
+    /// Doorman's tree hands its grant out in leases of its own, which its clients hold until
+    /// they end, so what it held stays counted until then; handing it out at once lets the
+    /// tree's clients together hold more than the capacity while they rebalance (Doorman's
+    /// "shortfall"; the Redis root reserves the same way). See [`LeaseRequest::leaf`].
+    reserved: BTreeMap<String, (f64, Millis)>,
 }
 
 impl ResourceState {
     fn expire(&mut self, now: Millis) {
         self.clients.retain(|_, c| c.expires_at > now);
+        self.reserved.retain(|_, r| r.1 > now);
     }
 
-    /// Sum of grants in map order, with `client`'s grant replaced by `grant`.
+    /// What `id`, granted `grant`, counts for: its grant, or an earlier larger one still
+    /// running.
+    fn held(&self, id: &str, grant: f64) -> f64 {
+        self.reserved.get(id).map_or(grant, |r| grant.max(r.0))
+    }
+
+    /// Sum of what clients hold in map order (an earlier larger grant still running counts),
+    /// with `client`'s grant replaced by `grant`.
     fn sum_with(&self, client: &str, grant: f64) -> f64 {
         let mut sum = 0.0;
         let mut seen = false;
         for (id, c) in &self.clients {
             if id == client {
-                sum += grant;
+                sum += self.held(id, grant);
                 seen = true;
             } else {
-                sum += c.has;
+                sum += self.held(id, c.has);
             }
         }
         if !seen {
-            sum += grant;
+            sum += self.held(client, grant);
+        }
+        // Reservations of clients whose current lease has lapsed (their old one still runs).
+        for (id, r) in &self.reserved {
+            if id != client && !self.clients.contains_key(id) {
+                sum += r.0;
+            }
         }
         sum
+    }
+
+    /// Sum of what every client but `client` holds.
+    fn others(&self, client: &str) -> f64 {
+        self.sum_with(client, 0.0) - self.reserved.get(client).map_or(0.0, |r| r.0)
+    }
+
+    /// `client`'s grant goes from its current one to `grant` at `now`: a smaller grant keeps
+    /// the larger one reserved while its lease runs.
+    fn shrink_to(&mut self, client: &str, grant: f64, now: Millis) {
+        let Some(old) = self.clients.get(client).filter(|c| c.expires_at > now) else {
+            return;
+        };
+        if grant >= old.has {
+            return;
+        }
+        let (amount, end) = (old.has, old.expires_at);
+        let r = self.reserved.entry(client.to_owned()).or_insert((0.0, 0));
+        if r.1 <= now {
+            *r = (0.0, 0);
+        }
+        *r = (r.0.max(amount), r.1.max(end));
     }
 }
 
@@ -419,6 +468,7 @@ impl Coordinator {
             .or_insert_with(|| ResourceState {
                 template: index,
                 clients: BTreeMap::new(),
+                reserved: BTreeMap::new(),
             });
         rs.template = index;
         rs.expire(now);
@@ -459,6 +509,7 @@ impl Coordinator {
 
         // Hold the client's place in the map first, so the clamp sums in the same order as
         // every later check does.
+        let previous = rs.clients.get(req.client_id).copied();
         rs.clients
             .entry(req.client_id.to_owned())
             .or_insert(ClientGrant {
@@ -469,6 +520,10 @@ impl Coordinator {
                 expires_at: now,
             });
         let grant = clamp_grant(rs, kind, capacity, req.client_id, target);
+        if previous.is_some() && req.leaf {
+            // (Its entry still holds the previous grant until the insert below.)
+            rs.shrink_to(req.client_id, grant, now);
+        }
         let mut expires_at = now.saturating_add(t.algorithm.lease_length_ms());
         if let Some(up) = upstream {
             expires_at = expires_at.min(up);
@@ -600,7 +655,7 @@ fn clamp_grant(
         AlgorithmKind::None => target,
         AlgorithmKind::Static => target.min(capacity),
         _ => {
-            let others = rs.sum_with(client, 0.0);
+            let others = rs.others(client);
             let mut grant = target.min((capacity - others).max(0.0));
             // The invariant is checked by summing in map order; walk down past rounding.
             for _ in 0..64 {

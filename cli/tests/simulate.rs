@@ -467,3 +467,38 @@ fn json_err(name: &str, text: &str) -> String {
     assert_eq!(out.status.code(), Some(2));
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+#[test]
+fn lease_runs_count_each_refused_request_once_and_converge_after_an_outage() {
+    // Five clients of the root, which is down from minute 1 for 60 s: each refreshes every
+    // 5 s, so 12 requests each are refused.
+    let r = json_of(
+        "lease-down",
+        "name = \"down\"\nminutes = 3\n[lease]\ncapacity = 500\ntree = [5]\nwants = 100\n\
+         [[lease.faults]]\nkind = \"root_down\"\nat_minute = 1\nseconds = 60\n",
+        &[],
+    );
+    assert_eq!(r["failed_requests"], 60, "{r}");
+    // The outage's end is a change: the clients converge after it.
+    assert!(r["convergence"]["samples"].as_u64().unwrap() >= 2, "{r}");
+    // The cost of a run grows with the square of the clients: too large is refused.
+    let big = json_err(
+        "lease-big",
+        "name = \"big\"\nminutes = 120\n[lease]\ncapacity = 500\ntree = [2000]\nwants = 1\n",
+    );
+    assert!(big.contains("too long to simulate"), "{big}");
+    let bad = json_err(
+        "lease-nan",
+        "name = \"nan\"\nminutes = 1\n[lease]\ncapacity = 500\ntree = [5]\nwants = 1\nlease_secs = nan\n",
+    );
+    assert!(bad.contains("lease_secs"), "{bad}");
+}
+
+#[test]
+fn divisions_take_no_store_faults() {
+    let text = "name = \"x\"\nminutes = 2\n[room]\ntotal_active_users = 10\n\
+                new_users_per_minute = 10\n[hosts]\ncount = 2\nsharing = \"division\"\n\
+                [[faults]]\nkind = \"store_down\"\nat_minute = 1\nseconds = 10\n";
+    let err = json_err("division-fault", text);
+    assert!(err.contains("no store"), "{err}");
+}

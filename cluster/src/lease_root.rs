@@ -25,6 +25,7 @@ use std::time::Duration;
 use redis::Commands;
 use serde::{Deserialize, Serialize};
 use velvet_rope::lease::algorithm::{allocate, Demand};
+use velvet_rope::lease::superseded::still_running;
 use velvet_rope::lease::{
     AlgorithmKind, Lease, LeaseConfig, LeaseError, LeaseRequest, LeaseSource, TemplateSet,
 };
@@ -67,22 +68,13 @@ impl Record {
     /// The earlier grants still running at `now`, this record's own included, without the
     /// covered ones.
     fn superseded(&self, now: u64) -> Vec<(f64, u64)> {
-        let mut all: Vec<(f64, u64)> = self
-            .held
-            .iter()
-            .copied()
-            .chain(std::iter::once((self.has, self.exp)))
-            .filter(|h| h.1 > now && h.0 > 0.0)
-            .collect();
-        all.sort_by_key(|h| std::cmp::Reverse(h.1));
-        // Latest end first; keep an entry only if it is larger than every later-ending one.
-        let mut kept: Vec<(f64, u64)> = Vec::new();
-        for h in all {
-            if kept.iter().all(|k| h.0 > k.0) {
-                kept.push(h);
-            }
-        }
-        kept
+        still_running(
+            self.held
+                .iter()
+                .copied()
+                .chain(std::iter::once((self.has, self.exp))),
+            now,
+        )
     }
 }
 

@@ -421,3 +421,38 @@ fn a_leafs_shrunk_grant_stays_reserved_while_its_old_lease_runs() {
         }
     }
 }
+
+/// From the second review: a leaf whose grant keeps shrinking kept its largest grant reserved,
+/// the end pushed out at every shrink, for as long as the shrinking went on. Each earlier grant
+/// now ends on its own lease's end.
+#[test]
+fn a_leafs_earlier_grants_each_end_on_time() {
+    let c = coordinator(template(100.0, AlgorithmKind::FairShare, 30.0, 0.0), 0);
+    let ask = |wants, now| {
+        step_with(
+            &c,
+            &LeaseRequest {
+                leaf: true,
+                ..LeaseRequest::new("leaf", "r", wants, 0)
+            },
+            now,
+        )
+        .capacity
+    };
+    assert_eq!(ask(100.0, 0), 100.0);
+    assert_eq!(step(&c, "b", "r", 100.0, 1_000).capacity, 0.0);
+    // 50 from 5 s (the 100 runs to 30 s), then a little less every 5 s.
+    assert_eq!(ask(100.0, 5_000), 50.0);
+    let mut wants = 49.0;
+    for now in (10_000..=60_000).step_by(5_000) {
+        assert_eq!(ask(wants, now), wants);
+        wants -= 1.0;
+    }
+    // At 61 s the grants issued before 31 s have ended (the 100 at 30 s, the 50 at 35 s,
+    // 49 to 45 at 40 to 60 s); the largest still running is the 44 issued at 35 s (until 65 s).
+    // b gets the rest, though the leaf's grant kept shrinking (with one reservation pushed out
+    // at every shrink it got nothing until the shrinking stopped).
+    let b = step(&c, "b", "r", 100.0, 61_000).capacity;
+    assert_eq!(b, 56.0);
+    assert!(c.check_invariants(61_000).is_ok());
+}

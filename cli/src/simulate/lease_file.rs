@@ -98,6 +98,11 @@ pub struct Fault {
     pub seconds: f64,
 }
 
+/// The most clients of one lease scenario.
+const MAX_CLIENTS: usize = 2_000;
+/// The most clients squared times minutes of one run (2,000 clients for an hour).
+const MAX_CLIENT_WORK: f64 = 2_000.0 * 2_000.0 * 60.0;
+
 /// Milliseconds of `minutes`, on the simulation's 100 ms steps.
 fn ms(minutes: f64) -> u64 {
     ((minutes * 600.0).round() as u64) * 100
@@ -120,18 +125,31 @@ impl LeaseFile {
         if !(l.capacity > 0.0 && l.capacity <= 1e12) {
             return Err("lease.capacity: more than 0, at most 1e12".into());
         }
+        let clients = l.tree.iter().try_fold(1usize, |a, &n| a.checked_mul(n));
         if l.tree.is_empty()
+            || l.tree.len() > 8
             || l.tree.contains(&0)
-            || l.tree
-                .iter()
-                .try_fold(1usize, |a, &n| a.checked_mul(n))
-                .map_or(true, |n| n > 10_000)
+            || clients.map_or(true, |n| n > MAX_CLIENTS)
         {
+            return Err(format!(
+                "lease.tree: one to eight levels of at least one child, at most {MAX_CLIENTS} \
+                 clients in all"
+            ));
+        }
+        self.check_cost(self.minutes)?;
+        let secs_ok = |x: f64| x > 0.0 && x <= 1e6;
+        if !(secs_ok(l.lease_secs) && secs_ok(l.refresh_secs)) || l.refresh_secs > l.lease_secs {
             return Err(
-                "lease.tree: one or more levels of at least one child, at most 10,000 \
-                        clients in all"
+                "lease: lease_secs and refresh_secs more than 0, at most 1e6, \
+                        refresh_secs at most lease_secs"
                     .into(),
             );
+        }
+        if l.learning_secs.is_some_and(|x| !(0.0..=1e6).contains(&x)) {
+            return Err("lease.learning_secs: from 0 to 1e6".into());
+        }
+        if l.change_every_secs != 0.0 && l.change_every_secs < 0.1 {
+            return Err("lease.change_every_secs: 0 (never) or at least 0.1".into());
         }
         if !((0.0..=1e12).contains(&l.wants)
             && (0.0..=1.0).contains(&l.spread)
@@ -166,6 +184,20 @@ impl LeaseFile {
                     f.kind
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// Whether a run of `minutes` is small enough to simulate: each client's request weighs
+    /// up every client of its coordinator, so the cost grows with the square of the clients.
+    pub fn check_cost(&self, minutes: f64) -> Result<(), String> {
+        let n: f64 = self.lease.tree.iter().map(|&k| k as f64).product();
+        if n * n * minutes > MAX_CLIENT_WORK {
+            return Err(format!(
+                "lease: {n} clients for {minutes} minutes would take too long to simulate (at \
+                 most {MAX_CLIENT_WORK:.0} clients squared times minutes: 2,000 clients for an \
+                 hour)"
+            ));
         }
         Ok(())
     }

@@ -204,6 +204,7 @@ fn run_lease(args: &SimulateArgs, text: &str) -> Result<(), String> {
     }
     let seed = args.seed.unwrap_or(file.seed);
     let minutes = args.minutes.unwrap_or(file.minutes);
+    file.check_cost(minutes)?;
     let scenario = file.to_scenario(args.minutes);
     let mut progress = Progress::new(scenario.run_ms / 1000)?;
     let m = run_leases(&scenario, seed, &mut |ms| progress.at(ms / 1000))?;

@@ -241,6 +241,17 @@ impl ScenarioFile {
         if sharing != Sharing::Store && self.room.event.is_some() {
             return bad("hosts.sharing: division and curve take no room.event (limits per host)");
         }
+        if sharing != Sharing::Store
+            && self
+                .faults
+                .iter()
+                .any(|f| f.kind.starts_with("store_") || f.kind == "host_partition")
+        {
+            return bad(
+                "hosts.sharing: division and curve have no store to lose or be cut off from \
+                 (only host_restart faults)",
+            );
+        }
         if !(0.0..=1.0).contains(&h.fallback_share) {
             return bad("hosts.fallback_share: from 0 to 1");
         }

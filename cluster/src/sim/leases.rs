@@ -109,10 +109,10 @@ pub struct LeaseMeasured {
     /// Clients.
     pub clients: usize,
     /// Granted over what could be granted (the smaller of the capacity and what the clients
-    /// wanted), averaged over every second.
+    /// wanted), each second's at most 1, averaged over every second.
     pub allocated_mean: f64,
     /// The same over the seconds after convergence (three refresh intervals and a lease
-    /// after the last change of demand or fault).
+    /// after the last change of demand, a spike's start or end, a fault or an outage's end).
     pub allocated_after_convergence: Option<f64>,
     /// The most granted, in percent of the capacity.
     pub peak_percent: f64,
@@ -182,7 +182,8 @@ struct Client {
     wants: f64,
     lease: Option<Lease>,
     next: u64,
-    spiked: bool,
+    /// The spike its demand is in, if any.
+    spike: Option<usize>,
 }
 
 /// The lease configuration text of a scenario.
@@ -242,7 +243,7 @@ pub fn run_leases(
                         wants: base,
                         lease: None,
                         next: T0 + rng.gen_range(0..refresh_ms),
-                        spiked: false,
+                        spike: None,
                     });
                 } else {
                     let leaf = new_root(T0)?;
@@ -284,6 +285,8 @@ pub fn run_leases(
         LeaseFault::RootRestart { at_ms } | LeaseFault::RootDown { at_ms, .. } => *at_ms,
     });
     let mut faults = faults.into_iter().peekable();
+    // When outages end: a change the clients converge from too.
+    let mut outage_ends: Vec<u64> = Vec::new();
     let step = 100u64;
     let mut t = 0u64;
     while t <= s.run_ms {
@@ -304,8 +307,13 @@ pub fn run_leases(
                 }
                 LeaseFault::RootDown { ms, .. } => {
                     *root.down_until.lock().unwrap_or_else(|e| e.into_inner()) = now + ms;
+                    outage_ends.push(t + ms);
                 }
             }
+            last_change = t;
+            converging.get_or_insert(t);
+        }
+        if outage_ends.contains(&t) {
             last_change = t;
             converging.get_or_insert(t);
         }
@@ -317,29 +325,29 @@ pub fn run_leases(
             last_change = t;
             converging.get_or_insert(t);
         }
-        for sp in &s.spikes {
-            if t == sp.at_ms {
-                for c in &mut clients {
-                    c.spiked = rng.gen_bool(sp.clients.clamp(0.0, 1.0));
+        for (i, sp) in s.spikes.iter().enumerate() {
+            // A spike's end first: one may start when another ends.
+            if t == sp.at_ms + sp.ms {
+                for c in clients.iter_mut().filter(|c| c.spike == Some(i)) {
+                    c.spike = None;
                 }
                 last_change = t;
                 converging.get_or_insert(t);
             }
-            if t == sp.at_ms + sp.ms {
-                clients.iter_mut().for_each(|c| c.spiked = false);
+        }
+        for (i, sp) in s.spikes.iter().enumerate() {
+            if t == sp.at_ms && sp.ms > 0 {
+                for c in &mut clients {
+                    if rng.gen_bool(sp.clients.clamp(0.0, 1.0)) {
+                        c.spike = Some(i);
+                    }
+                }
                 last_change = t;
                 converging.get_or_insert(t);
             }
         }
-        let factor = |t: u64| {
-            s.spikes
-                .iter()
-                .find(|sp| t >= sp.at_ms && t < sp.at_ms + sp.ms)
-                .map_or(1.0, |sp| sp.factor)
-        };
-        let f = factor(t);
         for c in &mut clients {
-            c.wants = if c.spiked { c.base * f } else { c.base };
+            c.wants = c.spike.map_or(c.base, |i| c.base * s.spikes[i].factor);
         }
         // Leaves first (bottom up: a level's total reaches its parent within a round).
         for n in nodes.iter_mut().rev() {
@@ -370,7 +378,9 @@ pub fn run_leases(
             };
             match nodes[c.parent].source.request_lease(&req, now) {
                 Ok(l) => c.lease = Some(l),
-                Err(_) => m.failed_requests += 1,
+                // (The root counts what it refuses itself.)
+                Err(_) if c.parent != 0 => m.failed_requests += 1,
+                Err(_) => {}
             }
             c.next = now + refresh_ms;
         }

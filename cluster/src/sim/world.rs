@@ -176,6 +176,9 @@ pub(crate) struct World {
     /// A planned crowd's arrivals draw from a stream of their own, so that a scenario run
     /// with other settings sees the same arrivals.
     arrivals: StdRng,
+    /// Under the seed's divisions: each host's figures as it published them at its last sync
+    /// (active users, admissions this minute).
+    published: Vec<(u64, u64)>,
 }
 
 impl World {
@@ -247,6 +250,7 @@ impl World {
             }),
             hosts_checked_at: 0,
             arrivals: StdRng::seed_from_u64(seed ^ 0xa771_7a15_a771_7a15),
+            published: Vec::new(),
             rng,
         };
         match &s.crowd {

@@ -18,6 +18,7 @@ use rustc_hash::FxHashMap;
 use super::algorithm::{self, next_down, Demand};
 use super::config::{AlgorithmKind, LeaseConfig, ResourceTemplate};
 use super::error::LeaseError;
+use super::superseded;
 use super::template::TemplateSet;
 use crate::clock::{Millis, MAX_NOW_MS};
 
@@ -98,46 +99,57 @@ pub struct ClientGrant {
 struct ResourceState {
     template: usize,
     clients: BTreeMap<String, ClientGrant>,
-    /// Leaf clients' earlier, larger grants whose leases still run: (amount, end). A leaf of
-    /// Doorman's tree hands its grant out in leases of its own, which its clients hold until
-    /// they end, so what it held stays counted until then; handing it out at once lets the
-    /// tree's clients together hold more than the capacity while they rebalance (Doorman's
-    /// "shortfall"; the Redis root reserves the same way). See [`LeaseRequest::leaf`].
-    reserved: BTreeMap<String, (f64, Millis)>,
+    /// Leaf clients' earlier grants whose leases still run, each until its own end (see
+    /// [`superseded`](super::superseded)). A leaf of Doorman's tree hands its grant out in
+    /// leases of its own, which its clients hold until they end, so what it held stays
+    /// counted until then; handing it out at once lets the tree's clients together hold more
+    /// than the capacity while they rebalance (Doorman's "shortfall"; the Redis root keeps
+    /// the same). See [`LeaseRequest::leaf`].
+    reserved: BTreeMap<String, Vec<(f64, Millis)>>,
 }
 
 impl ResourceState {
     fn expire(&mut self, now: Millis) {
         self.clients.retain(|_, c| c.expires_at > now);
-        self.reserved.retain(|_, r| r.1 > now);
+        for r in self.reserved.values_mut() {
+            r.retain(|g| g.1 > now);
+        }
+        self.reserved.retain(|_, r| !r.is_empty());
     }
 
     /// What `id`, granted `grant`, counts for: its grant, or an earlier larger one still
     /// running.
     fn held(&self, id: &str, grant: f64) -> f64 {
-        self.reserved.get(id).map_or(grant, |r| grant.max(r.0))
+        self.reserved
+            .get(id)
+            .map_or(grant, |r| grant.max(superseded::largest(r)))
     }
 
-    /// Sum of what clients hold in map order (an earlier larger grant still running counts),
-    /// with `client`'s grant replaced by `grant`.
+    /// Sum of what clients hold in map order (a leaf's earlier larger grant still running
+    /// counts), with `client`'s grant replaced by `grant`. The client's own earlier grants are
+    /// not added to its new one: they are its own, and a smaller new grant cannot take back
+    /// leases its clients already hold (when its upstream grant shrank, a coordinator may have
+    /// handed out more than it now has until those end; refusing it everything would only
+    /// starve its clients meanwhile).
     fn sum_with(&self, client: &str, grant: f64) -> f64 {
         let mut sum = 0.0;
         let mut seen = false;
         for (id, c) in &self.clients {
             if id == client {
-                sum += self.held(id, grant);
+                sum += grant;
                 seen = true;
             } else {
                 sum += self.held(id, c.has);
             }
         }
         if !seen {
-            sum += self.held(client, grant);
+            sum += grant;
         }
-        // Reservations of clients whose current lease has lapsed (their old one still runs).
+        // Earlier grants of clients whose current lease has lapsed (their old ones may run
+        // longer, given an earlier `now`).
         for (id, r) in &self.reserved {
             if id != client && !self.clients.contains_key(id) {
-                sum += r.0;
+                sum += superseded::largest(r);
             }
         }
         sum
@@ -145,24 +157,21 @@ impl ResourceState {
 
     /// Sum of what every client but `client` holds.
     fn others(&self, client: &str) -> f64 {
-        self.sum_with(client, 0.0) - self.reserved.get(client).map_or(0.0, |r| r.0)
+        self.sum_with(client, 0.0)
     }
 
-    /// `client`'s grant goes from its current one to `grant` at `now`: a smaller grant keeps
-    /// the larger one reserved while its lease runs.
-    fn shrink_to(&mut self, client: &str, grant: f64, now: Millis) {
+    /// Leaf `client`'s grant is replaced at `now`: the one it held stays counted while its
+    /// lease runs (with the earlier ones still running).
+    fn supersede(&mut self, client: &str, now: Millis) {
         let Some(old) = self.clients.get(client).filter(|c| c.expires_at > now) else {
             return;
         };
-        if grant >= old.has {
-            return;
+        let held = (old.has, old.expires_at);
+        let earlier = self.reserved.remove(client).unwrap_or_default();
+        let kept = superseded::still_running(earlier.into_iter().chain([held]), now);
+        if !kept.is_empty() {
+            self.reserved.insert(client.to_owned(), kept);
         }
-        let (amount, end) = (old.has, old.expires_at);
-        let r = self.reserved.entry(client.to_owned()).or_insert((0.0, 0));
-        if r.1 <= now {
-            *r = (0.0, 0);
-        }
-        *r = (r.0.max(amount), r.1.max(end));
     }
 }
 
@@ -507,9 +516,12 @@ impl Coordinator {
             grants.get(me).copied().unwrap_or(0.0)
         };
 
+        // A leaf's grant being replaced stays counted while its lease runs.
+        if req.leaf {
+            rs.supersede(req.client_id, now);
+        }
         // Hold the client's place in the map first, so the clamp sums in the same order as
         // every later check does.
-        let previous = rs.clients.get(req.client_id).copied();
         rs.clients
             .entry(req.client_id.to_owned())
             .or_insert(ClientGrant {
@@ -520,10 +532,6 @@ impl Coordinator {
                 expires_at: now,
             });
         let grant = clamp_grant(rs, kind, capacity, req.client_id, target);
-        if previous.is_some() && req.leaf {
-            // (Its entry still holds the previous grant until the insert below.)
-            rs.shrink_to(req.client_id, grant, now);
-        }
         let mut expires_at = now.saturating_add(t.algorithm.lease_length_ms());
         if let Some(up) = upstream {
             expires_at = expires_at.min(up);
@@ -553,8 +561,9 @@ impl Coordinator {
         })
     }
 
-    /// Releases the client's lease on `resource`; its capacity is free at once.
-    /// Returns whether the client held a lease.
+    /// Releases the client's lease on `resource`; its capacity is free at once (a leaf's
+    /// earlier grants still count while their leases run: its clients may hold leases under
+    /// them). Returns whether the client held a lease.
     pub fn release(&self, client_id: &str, resource: &str) -> Result<bool, LeaseError> {
         self.templates.lookup_index(resource)?;
         let mut state = self.lock();

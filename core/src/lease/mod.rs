@@ -6,6 +6,7 @@
 //! - [`algorithm`]: `none`, `static`, `proportional_share`, `fair_share`,
 //!   `reserved_plus_shared` as pure functions, priority bands highest first.
 //! - [`coordinator`]: the in-process [`Coordinator`] handing out [`Lease`]s.
+//! - [`superseded`]: a leaf's earlier grants that still count while their leases run.
 //! - [`rate_limiter`], [`gauge`]: [`RateLimiter`] and [`Gauge`] enforcing a lease.
 //! - [`demand`], [`client`]: `wants` from observed demand; [`LeaseClient`] refreshing and
 //!   degrading (`pessimistic`, `optimistic`, `safe`) when refreshes fail.
@@ -20,6 +21,7 @@ pub mod error;
 pub mod gauge;
 pub mod metrics;
 pub mod rate_limiter;
+pub mod superseded;
 pub mod template;
 pub mod timer;
 

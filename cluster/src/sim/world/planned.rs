@@ -2,7 +2,8 @@
 //! rate and spikes, what each visitor does after each answer, and what the run measures of
 //! it (see [`Recorder`]). The fault tests' own crowd is in `world.rs` (`arrival`, `request`).
 
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use velvet_rope::Outcome as Decided;
 
 use super::{exponential, pick_host, Event, Mood, World};
@@ -27,9 +28,31 @@ pub(super) struct Track {
     gave_up: bool,
     /// Came back at some point.
     came_back: bool,
+    /// Draws made from its own stream (see `World::behave`).
+    draws: u32,
 }
 
 impl World {
+    /// An exponential draw of mean `mean` for visitor `v`'s behaviour (how long it browses,
+    /// its pages, its patience, whether and when it comes back), from a stream of its own:
+    /// the same visitor behaves the same whichever way the hosts share the room, and whatever
+    /// else the run draws in between.
+    fn behave(&mut self, v: usize, mean: f64) -> f64 {
+        let u = self.uniform(v);
+        -(1.0 - u).ln() * mean
+    }
+
+    /// A uniform draw in [0, 1) from visitor `v`'s own stream.
+    fn uniform(&mut self, v: usize) -> f64 {
+        let t = &mut self.visitors[v].track;
+        let n = u64::from(t.draws);
+        t.draws = t.draws.wrapping_add(1);
+        let key = self.out.seed
+            ^ (v as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ n.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+        StdRng::seed_from_u64(key).gen()
+    }
+
     /// What the run follows of a visitor arriving now.
     pub(super) fn track_new(&mut self) -> Track {
         let now = self.now;
@@ -195,7 +218,7 @@ impl World {
                 // A visitor let in from the queue (or on arrival) starts browsing; one still
                 // browsing whose seat had lapsed goes on with its pages.
                 if matches!(self.visitors[v].mood, Mood::Waiting { .. }) {
-                    let session_ms = exponential(&mut self.rng, session_minutes * 60_000.0);
+                    let session_ms = self.behave(v, session_minutes * 60_000.0);
                     let pages = (session_ms / 60_000.0 * pages_per_minute).round() as u32;
                     self.visitors[v].mood = Mood::Admitted {
                         visits: pages.saturating_add(1),
@@ -206,7 +229,7 @@ impl World {
                 };
                 if visits > 1 && pages_per_minute > 0.0 {
                     self.visitors[v].mood = Mood::Admitted { visits: visits - 1 };
-                    let gap = exponential(&mut self.rng, 60_000.0 / pages_per_minute);
+                    let gap = self.behave(v, 60_000.0 / pages_per_minute);
                     self.schedule(now.saturating_add(gap.max(1.0) as u64), Event::Request(v));
                 }
             }
@@ -238,7 +261,7 @@ impl World {
                         r.requeued();
                     }
                     let patience = if patience_minutes > 0.0 {
-                        exponential(&mut self.rng, patience_minutes * 60_000.0) as u64
+                        self.behave(v, patience_minutes * 60_000.0) as u64
                     } else {
                         u64::MAX / 2
                     };
@@ -269,9 +292,9 @@ impl World {
                 if let Some(r) = &mut self.recorder {
                     r.gave_up(w, first, now);
                 }
-                if self.rng.gen_bool(come_back.clamp(0.0, 1.0)) {
+                if self.uniform(v) < come_back.clamp(0.0, 1.0) {
                     self.visitors[v].mood = Mood::Waiting { until: 1 };
-                    let back = exponential(&mut self.rng, come_back_minutes * 60_000.0);
+                    let back = self.behave(v, come_back_minutes * 60_000.0);
                     self.schedule(
                         now.saturating_add(back.max(1000.0) as u64),
                         Event::Request(v),

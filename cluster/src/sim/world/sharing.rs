@@ -1,7 +1,8 @@
 //! The seed's divisions in the simulated world (see [`Sharing`]): at each of its syncs a host
-//! reads what every host published (their engines' figures, host-wide in their shared
-//! counters), takes its part of the room's free seats and admissions, and reloads its
-//! processes' engines with the limits that gives it. No store is involved.
+//! publishes its figures (its engines', host-wide in their shared counters), reads what every
+//! other host published at its own last sync, takes its part of the room's free seats and
+//! admissions, and reloads its processes' engines with the limits that gives it (at least one
+//! seat and one admission: a room's limits are never 0). No store is involved.
 
 use velvet_rope::Config;
 
@@ -29,16 +30,20 @@ impl World {
         if p != 0 {
             return;
         }
-        // What every host published: its engines' figures.
-        let mut figures = Vec::with_capacity(self.hosts.len());
-        for host in &self.hosts {
-            let engine = host
-                .processes
-                .iter()
-                .find_map(|q| q.engine.clone().filter(|_| q.alive));
-            let stats = engine.and_then(|e| e.stats(ROOM).ok());
-            figures.push(stats.map_or((0, 0), |s| (s.active_users, s.admitted_this_minute)));
+        // It publishes its own figures (host-wide, in its shared counters), and reads what
+        // the others published at their last syncs.
+        let engine = self.hosts[h]
+            .processes
+            .iter()
+            .find_map(|q| q.engine.clone().filter(|_| q.alive));
+        let own = engine
+            .and_then(|e| e.stats(ROOM).ok())
+            .map_or((0, 0), |s| (s.active_users, s.admitted_this_minute));
+        if self.published.len() != self.hosts.len() {
+            self.published = vec![(0, 0); self.hosts.len()];
         }
+        self.published[h] = own;
+        let figures = self.published.clone();
         let (total, per_minute) = self.limits_in_force();
         let active: u64 = figures.iter().map(|f| f.0).sum();
         let minute: u64 = figures.iter().map(|f| f.1).sum();

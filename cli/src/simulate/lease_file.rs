@@ -16,14 +16,10 @@ pub struct LeaseFile {
     /// Minutes simulated.
     pub minutes: f64,
     /// The seed (`--seed` overrides it).
-    #[serde(default = "one")]
+    #[serde(default = "super::scenario::one")]
     pub seed: u64,
     /// The resource and its clients.
     pub lease: Lease,
-}
-
-fn one() -> u64 {
-    1
 }
 
 /// The resource, the tree and the demand.

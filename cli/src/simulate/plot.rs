@@ -15,28 +15,76 @@ static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 /// so no peak is lost).
 const MAX_POINTS: usize = 2000;
 
-/// Draws `series` into `path` (`.svg` or `.png`).
-pub fn plot(path: &Path, title: &str, series: &[Sample]) -> Result<(), String> {
+/// A figure that draws itself on any backend.
+trait Figure {
+    /// Its size in pixels.
+    const SIZE: (u32, u32);
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>
+    where
+        DB::ErrorType: 'static;
+}
+
+/// Draws `figure` into `path`: SVG or PNG by the file's extension.
+fn render<F: Figure>(path: &Path, figure: &F) -> Result<(), String> {
     // Registering twice (a second plot in one process) is harmless.
     let _ = register_font("sans-serif", FontStyle::Normal, FONT);
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
         .map(str::to_ascii_lowercase);
-    let size = (1200, 960);
     match ext.as_deref() {
         Some("svg") => {
-            let root = SVGBackend::new(path, size).into_drawing_area();
-            draw(&root, title, series)?;
+            let root = SVGBackend::new(path, F::SIZE).into_drawing_area();
+            figure.draw(&root)?;
             root.present().map_err(|e| e.to_string())
         }
         Some("png") => {
-            let root = BitMapBackend::new(path, size).into_drawing_area();
-            draw(&root, title, series)?;
+            let root = BitMapBackend::new(path, F::SIZE).into_drawing_area();
+            figure.draw(&root)?;
             root.present().map_err(|e| e.to_string())
         }
         _ => Err(format!("{}: a plot is .svg or .png", path.display())),
     }
+}
+
+/// A room's run: its three panels.
+struct Room<'a> {
+    title: &'a str,
+    series: &'a [Sample],
+}
+
+impl Figure for Room<'_> {
+    const SIZE: (u32, u32) = (1200, 960);
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>
+    where
+        DB::ErrorType: 'static,
+    {
+        draw(root, self.title, self.series)
+    }
+}
+
+/// A lease run: the clients together, and the first ones each.
+struct Leases<'a> {
+    title: &'a str,
+    measured: &'a LeaseMeasured,
+}
+
+impl Figure for Leases<'_> {
+    const SIZE: (u32, u32) = (1200, 800);
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>
+    where
+        DB::ErrorType: 'static,
+    {
+        draw_leases(root, self.title, self.measured)
+    }
+}
+
+/// Draws `series` into `path` (`.svg` or `.png`).
+pub fn plot(path: &Path, title: &str, series: &[Sample]) -> Result<(), String> {
+    render(path, &Room { title, series })
 }
 
 /// A panel: its figure's label, its limit's label (empty: none), the figure, the limit.
@@ -197,25 +245,7 @@ where
 /// Draws a lease run into `path` (`.svg` or `.png`): what the clients wanted and held together
 /// against the capacity, and the first clients' grants (lines) and wants (dashes).
 pub fn plot_leases(path: &Path, title: &str, m: &LeaseMeasured) -> Result<(), String> {
-    let _ = register_font("sans-serif", FontStyle::Normal, FONT);
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    let size = (1200, 800);
-    match ext.as_deref() {
-        Some("svg") => {
-            let root = SVGBackend::new(path, size).into_drawing_area();
-            draw_leases(&root, title, m)?;
-            root.present().map_err(|e| e.to_string())
-        }
-        Some("png") => {
-            let root = BitMapBackend::new(path, size).into_drawing_area();
-            draw_leases(&root, title, m)?;
-            root.present().map_err(|e| e.to_string())
-        }
-        _ => Err(format!("{}: a plot is .svg or .png", path.display())),
-    }
+    render(path, &Leases { title, measured: m })
 }
 
 fn draw_leases<DB: DrawingBackend>(

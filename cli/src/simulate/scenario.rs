@@ -29,7 +29,8 @@ pub struct ScenarioFile {
     pub faults: Vec<FaultSpec>,
 }
 
-fn one() -> u64 {
+/// The default seed.
+pub(super) fn one() -> u64 {
     1
 }
 

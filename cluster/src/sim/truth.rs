@@ -6,6 +6,7 @@
 //! follows): the room holds the visitors whose seats are current. A returning visitor whose
 //! ticket is re-issued moves its seat; one counted afresh after a restart keeps its one seat.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 /// Seats and admissions.
@@ -17,6 +18,9 @@ pub(crate) struct Truth {
     seat_of: Vec<Option<(usize, u64)>>,
     /// First admissions by the bucket they were booked to.
     admissions: BTreeMap<u64, u64>,
+    /// The last answer of [`Truth::active`] and the buckets it was for, until a seat changes
+    /// (a run asks after every step; most steps are waiters, who change no seat).
+    last_active: RefCell<Option<(Vec<u64>, u64)>>,
 }
 
 impl Truth {
@@ -26,6 +30,7 @@ impl Truth {
             seats: vec![BTreeMap::new(); hosts],
             seat_of: Vec::new(),
             admissions: BTreeMap::new(),
+            last_active: RefCell::new(None),
         }
     }
 
@@ -60,6 +65,7 @@ impl Truth {
         }
         self.seat_of[v] = Some((h, counted));
         *self.seats[h].entry(counted).or_default() += 1;
+        self.last_active.take();
         if first {
             let n = self.admissions.entry(counted).or_default();
             *n += 1;
@@ -71,6 +77,7 @@ impl Truth {
 
     /// Visitor `v`'s session was revoked: its seat is gone (the host counted it out).
     pub(crate) fn revoked(&mut self, v: usize) {
+        self.last_active.take();
         if let Some((h, c)) = self.seat_of.get_mut(v).and_then(Option::take) {
             if let Some(n) = self.seats[h].get_mut(&c) {
                 *n -= 1;
@@ -83,7 +90,14 @@ impl Truth {
 
     /// Visitors holding a current seat, given each host's bucket now.
     pub(crate) fn active(&self, buckets: &[u64]) -> u64 {
-        self.seats
+        let mut last = self.last_active.borrow_mut();
+        if let Some((b, n)) = &*last {
+            if b[..] == *buckets {
+                return *n;
+            }
+        }
+        let n = self
+            .seats
             .iter()
             .zip(buckets)
             .map(|(s, &b)| {
@@ -91,7 +105,9 @@ impl Truth {
                     .map(|(_, n)| n)
                     .sum::<u64>()
             })
-            .sum()
+            .sum();
+        *last = Some((buckets.to_vec(), n));
+        n
     }
 
     /// First admissions booked to `bucket`.
@@ -114,9 +130,55 @@ impl Truth {
             return;
         };
         let keep = oldest.saturating_sub(self.session + 2);
+        self.last_active.take();
         for s in &mut self.seats {
             *s = s.split_off(&keep);
         }
         self.admissions = self.admissions.split_off(&keep);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The count kept between steps is the count: after seats are taken, moved, revoked and
+    /// pruned, and as hosts' buckets move on (or a host's clock steps back), `active` says
+    /// what a truth counted from scratch says.
+    #[test]
+    fn the_kept_count_follows_every_change() {
+        let afresh = |t: &Truth, buckets: &[u64]| -> u64 {
+            t.seats
+                .iter()
+                .zip(buckets)
+                .map(|(s, &b)| {
+                    s.range(b.saturating_sub(t.session)..)
+                        .map(|(_, n)| n)
+                        .sum::<u64>()
+                })
+                .sum()
+        };
+        let mut t = Truth::new(2, 5);
+        let mut buckets = vec![10, 10];
+        let check = |t: &Truth, buckets: &[u64], want: u64| {
+            assert_eq!(t.active(buckets), want);
+            assert_eq!(t.active(buckets), afresh(t, buckets));
+        };
+        check(&t, &buckets, 0);
+        t.admitted(0, 0, 10, &buckets);
+        t.admitted(1, 1, 10, &buckets);
+        check(&t, &buckets, 2);
+        t.admitted(0, 1, 11, &buckets); // moved to the other host
+        check(&t, &buckets, 2);
+        t.revoked(1);
+        check(&t, &buckets, 1);
+        buckets = vec![16, 17]; // host 1's seat (bucket 11) left its window
+        check(&t, &buckets, 0);
+        buckets = vec![16, 15]; // host 1's clock stepped back: in its window again
+        check(&t, &buckets, 1);
+        t.prune(&buckets);
+        check(&t, &buckets, 1);
+        t.admitted(2, 0, 16, &buckets);
+        check(&t, &buckets, 2);
     }
 }

@@ -138,6 +138,7 @@ screenshots: browser-env
 # Python benchmarks: calls against limits and pyrate-limiter (pytest-benchmark), the
 # middleware's own cost per request, and uvicorn requests/s with it and without (and A/A).
 bench-python: python-env
+	@command -v wrk >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q wrk)
 	$(PY) -m pip install -q -r python/bench/requirements.txt
 	cd python && ../$(PY) -m pytest -q -p no:cacheprovider bench/test_bench.py \
 		--benchmark-columns=median,iqr,ops --benchmark-sort=name

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The cluster tier's measures (BENCHMARKS.md): three ways of sharing a room across three hosts
 # on the same arrivals, in virtual time; then Redis commands per host per second at 10 and at
-# 100,000 admissions per second, against a redis-server (Debian's) started here on a free
-# 127.0.0.1 port with persistence off.
+# 100,000 admissions per second; then what 10 to 5,000 hosts syncing ten rooms every second
+# cost the server (its CPU per second and per call, p99 sync latency: `many_hosts`), against
+# a redis-server (Debian's) started here on a free 127.0.0.1 port with persistence off.
+# MANY_HOSTS passes options to `many_hosts` (say `--hosts 10,100 --secs 5`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 command -v redis-server >/dev/null || {
@@ -21,3 +23,6 @@ for _ in $(seq 100); do
 done
 echo
 ./target/release/examples/commands "redis://127.0.0.1:$port"
+echo
+# shellcheck disable=SC2086 # MANY_HOSTS is a list of options
+./target/release/examples/many_hosts "redis://127.0.0.1:$port" ${MANY_HOSTS:-}

@@ -1,0 +1,330 @@
+//! What the cluster tier costs a real redis-server as hosts multiply (`make bench-cluster`,
+//! figures in BENCHMARKS.md): 10, 100, 1,000 and 5,000 host identities, each syncing each of
+//! ten rooms once a second through the production store (`RedisStore`, its Lua script),
+//! played by one process.
+//!
+//! Each host reports a steady share of a busy room (its active visitors, admissions and
+//! traffic; the allowance it holds is what the store last granted it, its sequence number the
+//! store's last). Before each level is measured, every host's first sync registers it (the
+//! store then knows all of them, as in production); then the syncs run paced at one per host
+//! and room per second for the level's seconds, over four connections. Measured: the server's
+//! CPU (`INFO` `used_cpu_sys` + `used_cpu_user`) per second and per call, the commands it ran
+//! per second (the script's own included), and the latency of a sync call as the host sees it
+//! (p50, p99). A level whose calls cannot keep the pace says so (calls made of calls due).
+//!
+//! Usage: `many_hosts [redis-url] [--hosts 10,100,1000,5000] [--rooms 10] [--secs 10]
+//! [--register-secs 120]`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use velvet_rope_cluster::{Params, RedisStore, Report, Store};
+
+/// Connections (threads) the hosts are played over.
+const CONNECTIONS: usize = 4;
+
+struct Options {
+    url: String,
+    hosts: Vec<usize>,
+    rooms: usize,
+    secs: u64,
+    register_secs: u64,
+}
+
+fn options() -> Options {
+    let mut o = Options {
+        url: "redis://127.0.0.1:6379".to_owned(),
+        hosts: vec![10, 100, 1000, 5000],
+        rooms: 10,
+        secs: 10,
+        register_secs: 120,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().unwrap_or_else(|| panic!("{a} needs a value"));
+        match a.as_str() {
+            "--hosts" => {
+                o.hosts = value()
+                    .split(',')
+                    .map(|n| n.trim().parse().expect("--hosts: numbers, comma-separated"))
+                    .collect()
+            }
+            "--rooms" => o.rooms = value().parse().expect("--rooms: a number"),
+            "--secs" => o.secs = value().parse().expect("--secs: a number"),
+            "--register-secs" => {
+                o.register_secs = value().parse().expect("--register-secs: a number")
+            }
+            url if !url.starts_with("--") => o.url = url.to_owned(),
+            other => panic!("unknown option {other}"),
+        }
+    }
+    o
+}
+
+/// The server's CPU seconds so far (system and user) and the commands it ran.
+fn server_counters(conn: &mut redis::Connection) -> (f64, u64) {
+    let info: String = redis::cmd("INFO").arg("all").query(conn).expect("INFO");
+    let mut cpu = 0.0;
+    let mut ran = 0;
+    for line in info.lines() {
+        if let Some(v) = line
+            .strip_prefix("used_cpu_sys:")
+            .or_else(|| line.strip_prefix("used_cpu_user:"))
+        {
+            cpu += v.trim().parse::<f64>().unwrap_or(0.0);
+        }
+        if line.starts_with("cmdstat_") && !line.starts_with("cmdstat_info:") {
+            ran += line
+                .split("calls=")
+                .nth(1)
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    (cpu, ran)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_millis() as u64
+}
+
+/// One host's state for one room: what it holds from its last grant.
+#[derive(Clone, Copy, Default)]
+struct Held {
+    seq: u64,
+    total: u64,
+    minute: u64,
+    minute_next: u64,
+}
+
+/// The room's limits: 4 visitors per host and room on average, so every host holds a share.
+fn params(hosts: usize) -> Params {
+    Params {
+        total: 4 * hosts as u64,
+        minute: 2 * hosts as u64,
+        lease: 5_000,
+        hold: 600_000,
+        learn: 0,
+    }
+}
+
+/// Host `h`'s steady report on a room, holding `held`.
+fn report(h: usize, held: &Held, bucket: u64) -> Report {
+    // Hosts differ a little, as their traffic does.
+    let active = 2 + (h as u64 % 5);
+    Report {
+        seq: held.seq,
+        b: bucket,
+        active,
+        admitted: 1,
+        traffic: 1 + (h as u64 % 3),
+        demand: 1,
+        at: held.total,
+        am0: held.minute,
+        am1: held.minute_next,
+        live: Vec::new(),
+        held: u64::from(held.seq > 0),
+        rc: None,
+        rv: Vec::new(),
+    }
+}
+
+/// One sync of host `h` with room `r`; its latency in microseconds.
+fn sync_once(
+    store: &mut RedisStore,
+    hosts: usize,
+    h: usize,
+    r: usize,
+    held: &Mutex<Vec<Held>>,
+    rooms: usize,
+) -> u64 {
+    let i = h * rooms + r;
+    let mine = held.lock().expect("not poisoned")[i];
+    let bucket = now_ms() / 60_000;
+    let started = Instant::now();
+    let reply = store
+        .sync(
+            &format!("room{r}"),
+            &format!("host{h}"),
+            &report(h, &mine, bucket),
+            &params(hosts),
+        )
+        .expect("the store answers");
+    let took = started.elapsed().as_micros() as u64;
+    held.lock().expect("not poisoned")[i] = Held {
+        seq: reply.seq,
+        total: reply.gt,
+        minute: reply.gm0,
+        minute_next: reply.gm1,
+    };
+    took
+}
+
+struct Level {
+    hosts: usize,
+    registered: u64,
+    due: u64,
+    made: u64,
+    secs: f64,
+    cpu: f64,
+    ran: u64,
+    latencies: Vec<u64>,
+}
+
+fn level(o: &Options, hosts: usize) -> Level {
+    let prefix = format!("many{hosts}x{}", now_ms());
+    let pairs = hosts * o.rooms;
+    let held = Arc::new(Mutex::new(vec![Held::default(); pairs]));
+    let stores: Vec<RedisStore> = (0..CONNECTIONS)
+        .map(|_| RedisStore::new(&o.url, &prefix, Duration::from_secs(30)).expect("a Redis URL"))
+        .collect();
+    let client = redis::Client::open(o.url.as_str()).expect("a Redis URL");
+    let mut conn = client.get_connection().expect("redis-server reachable");
+
+    // Every host's first sync, in turn (not measured): the store then knows them all.
+    let registered = Arc::new(AtomicU64::new(0));
+    let give_up = Instant::now() + Duration::from_secs(o.register_secs);
+    let stores: Vec<RedisStore> = std::thread::scope(|s| {
+        let workers: Vec<_> = stores
+            .into_iter()
+            .enumerate()
+            .map(|(c, mut store)| {
+                let (held, registered) = (held.clone(), registered.clone());
+                s.spawn(move || {
+                    for i in (c..pairs).step_by(CONNECTIONS) {
+                        if Instant::now() > give_up {
+                            break;
+                        }
+                        sync_once(&mut store, hosts, i / o.rooms, i % o.rooms, &held, o.rooms);
+                        registered.fetch_add(1, Ordering::Relaxed);
+                    }
+                    store
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("a worker"))
+            .collect()
+    });
+    let registered = registered.load(Ordering::Relaxed);
+
+    // Paced syncs: pair i is due at i / pairs of every second.
+    let before = server_counters(&mut conn);
+    let started = Instant::now();
+    let made = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let latencies = Arc::new(Mutex::new(Vec::new()));
+    std::thread::scope(|s| {
+        for (c, mut store) in stores.into_iter().enumerate() {
+            let (held, made, stop, latencies) =
+                (held.clone(), made.clone(), stop.clone(), latencies.clone());
+            s.spawn(move || {
+                let mut mine = Vec::new();
+                let mut n = c as u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let due_at = Duration::from_micros(n * 1_000_000 / pairs as u64);
+                    if due_at >= Duration::from_secs(o.secs) {
+                        break;
+                    }
+                    if let Some(wait) = due_at.checked_sub(started.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
+                    let i = (n % pairs as u64) as usize;
+                    mine.push(sync_once(
+                        &mut store,
+                        hosts,
+                        i / o.rooms,
+                        i % o.rooms,
+                        &held,
+                        o.rooms,
+                    ));
+                    made.fetch_add(1, Ordering::Relaxed);
+                    n += CONNECTIONS as u64;
+                }
+                latencies.lock().expect("not poisoned").extend(mine);
+            });
+        }
+        // A level that cannot keep the pace ends on time all the same.
+        while started.elapsed() < Duration::from_secs(o.secs) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let secs = started.elapsed().as_secs_f64();
+    let after = server_counters(&mut conn);
+    let mut latencies = Arc::try_unwrap(latencies)
+        .expect("workers done")
+        .into_inner()
+        .expect("not poisoned");
+    latencies.sort_unstable();
+    // The level's keys go: the next level starts from an empty store.
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query(&mut conn)
+        .unwrap_or_default();
+    for k in keys {
+        let _: Result<(), _> = redis::cmd("UNLINK").arg(k).query(&mut conn);
+    }
+    Level {
+        hosts,
+        registered,
+        due: (pairs as u64) * o.secs,
+        made: made.load(Ordering::Relaxed),
+        secs,
+        cpu: after.0 - before.0,
+        ran: after.1 - before.1,
+        latencies,
+    }
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn main() {
+    let o = options();
+    println!(
+        "host identities syncing {} rooms once a second each against {}, {} s per level, \
+         {CONNECTIONS} connections",
+        o.rooms, o.url, o.secs
+    );
+    println!(
+        "{:>6} {:>11} {:>17} {:>13} {:>16} {:>14} {:>9} {:>9}",
+        "hosts",
+        "registered",
+        "calls (of due)",
+        "redis CPU %",
+        "CPU us per call",
+        "commands/s",
+        "p50 us",
+        "p99 us"
+    );
+    for &hosts in &o.hosts {
+        let l = level(&o, hosts);
+        let pairs = (l.hosts * o.rooms) as u64;
+        println!(
+            "{:>6} {:>11} {:>17} {:>13.1} {:>16.1} {:>14.0} {:>9} {:>9}",
+            l.hosts,
+            if l.registered == pairs {
+                "all".to_owned()
+            } else {
+                format!("{} of {pairs}", l.registered)
+            },
+            format!("{} ({:.0} %)", l.made, 100.0 * l.made as f64 / l.due as f64),
+            100.0 * l.cpu / l.secs,
+            1e6 * l.cpu / l.made.max(1) as f64,
+            l.ran as f64 / l.secs,
+            percentile(&l.latencies, 0.50),
+            percentile(&l.latencies, 0.99),
+        );
+    }
+}

@@ -927,31 +927,37 @@ def ensure_nginx():
                    env=env, timeout=600)
 
 
-def main():
+def run_suite(make_nginx, make_suite, order, watchdog_secs):
+    """Every nginx suite's runner: starts the nginx `make_nginx()` builds (after checking that
+    nginx and the module are there), runs the tests named in `order` (methods of
+    `make_suite(ngx)`) one after the other under a watchdog of `watchdog_secs`, printing each
+    with its time, then stops nginx (and its origin, if it has one): its prefix is kept and the
+    error log's last lines printed when a test failed. Returns the exit status."""
     ensure_nginx()
     if not os.path.exists(MODULE):
         print(f"module not built: {MODULE} (run bindings/nginx/build.sh)")
         print("0 passed, 1 failed")
         return 1
 
-    ngx = Nginx()
+    ngx = make_nginx()
     passed = failed = 0
 
     def on_watchdog(signum, frame):
-        raise Watchdog(f"watchdog: the suite ran over {WATCHDOG_SECS} s")
+        raise Watchdog(f"watchdog: the suite ran over {watchdog_secs} s")
 
     signal.signal(signal.SIGALRM, on_watchdog)
-    signal.alarm(WATCHDOG_SECS)
+    signal.alarm(watchdog_secs)
     t0 = time.monotonic()
     try:
         try:
             ngx.start()
         except Exception as e:
+            failed = len(order)
             print(f"FAIL start nginx: {e}")
-            print(f"0 passed, {len(ORDER)} failed")
+            print(f"0 passed, {len(order)} failed")
             return 1
-        suite = Suite(ngx)
-        for name in ORDER:
+        suite = make_suite(ngx)
+        for name in order:
             t = time.monotonic()
             try:
                 getattr(suite, name)()
@@ -967,6 +973,8 @@ def main():
     finally:
         signal.alarm(0)
         ngx.kill()
+        if hasattr(ngx, "close_origin"):
+            ngx.close_origin()
         if failed:
             print(f"--- nginx error log (last lines) in {ngx.prefix}:\n{ngx.log_tail(25)}")
         else:
@@ -974,6 +982,10 @@ def main():
     print(f"total {time.monotonic() - t0:.1f} s")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
+
+
+def main():
+    return run_suite(Nginx, Suite, ORDER, WATCHDOG_SECS)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ import base64
 import http.server
 import os
 import re
-import signal
 import socket
 import sys
 import threading
@@ -332,38 +331,7 @@ ORDER = [
 
 
 def main():
-    tn.ensure_nginx()
-    if not os.path.exists(tn.MODULE):
-        print(f"module not built: {tn.MODULE} (run bindings/nginx/build.sh)")
-        print("0 passed, 1 failed")
-        return 1
-    ngx = Nginx()
-    passed = failed = 0
-
-    def on_watchdog(signum, frame):
-        raise tn.Watchdog(f"watchdog: the suite ran over {WATCHDOG_SECS} s")
-
-    signal.signal(signal.SIGALRM, on_watchdog)
-    signal.alarm(WATCHDOG_SECS)
-    try:
-        ngx.start()
-        suite = Suite(ngx)
-        for name in ORDER:
-            try:
-                getattr(suite, name)()
-                passed += 1
-                print(f"ok   {name}", flush=True)
-            except Exception as e:
-                failed += 1
-                print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
-    finally:
-        signal.alarm(0)
-        try:
-            ngx.stop()
-        except Exception:
-            pass
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return tn.run_suite(Nginx, Suite, ORDER, WATCHDOG_SECS)
 
 
 if __name__ == "__main__":

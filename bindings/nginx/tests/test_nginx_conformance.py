@@ -29,11 +29,8 @@ Python standard library only; prints `N passed, M failed` last and exits 1 on an
 import json
 import os
 import re
-import shutil
-import signal
 import socket
 import sys
-import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -459,51 +456,7 @@ ORDER = [
 
 
 def main():
-    tn.ensure_nginx()
-    if not os.path.exists(tn.MODULE):
-        print(f"module not built: {tn.MODULE} (run bindings/nginx/build.sh)")
-        print("0 passed, 1 failed")
-        return 1
-    ngx = Nginx()
-    passed = failed = 0
-
-    def on_watchdog(signum, frame):
-        raise tn.Watchdog(f"watchdog: the suite ran over {WATCHDOG_SECS} s")
-
-    signal.signal(signal.SIGALRM, on_watchdog)
-    signal.alarm(WATCHDOG_SECS)
-    t0 = time.monotonic()
-    try:
-        try:
-            ngx.start()
-        except Exception as e:
-            print(f"FAIL start nginx: {e}")
-            print(f"0 passed, {len(ORDER)} failed")
-            return 1
-        suite = Suite(ngx)
-        for name in ORDER:
-            t = time.monotonic()
-            try:
-                getattr(suite, name)()
-                passed += 1
-                print(f"ok   {name} ({time.monotonic() - t:.1f} s)", flush=True)
-            except Exception as e:
-                failed += 1
-                print(f"FAIL {name} ({time.monotonic() - t:.1f} s): {type(e).__name__}: {e}",
-                      flush=True)
-    except tn.Watchdog as e:
-        failed += 1
-        print(f"FAIL {e}")
-    finally:
-        signal.alarm(0)
-        ngx.kill()
-        if failed:
-            print(f"--- nginx error log (last lines) in {ngx.prefix}:\n{ngx.log_tail(25)}")
-        else:
-            shutil.rmtree(ngx.prefix, ignore_errors=True)
-    print(f"total {time.monotonic() - t0:.1f} s")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return tn.run_suite(Nginx, Suite, ORDER, WATCHDOG_SECS)
 
 
 if __name__ == "__main__":

@@ -344,9 +344,10 @@ impl World {
         self.finish()
     }
 
-    /// Starts loading what the next requests will read (their visitors' records, a step
-    /// earlier their cookies), which a crowd's size keeps out of the caches: a hint with no
-    /// effect on the run, which otherwise waits for each in turn.
+    /// Starts loading what the coming requests will read: the visitor's record of the fourth
+    /// event from now, the cookie of the second (its record was loaded two steps ago). A
+    /// crowd's size keeps both out of the caches; a hint with no effect on the run, which
+    /// otherwise waits for each in turn.
     fn load_ahead(&self) {
         if let Some(&Event::Request(v)) = self.events.peek(3) {
             let record: *const Visitor = &self.visitors[v];

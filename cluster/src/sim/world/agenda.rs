@@ -113,8 +113,9 @@ impl<E> Agenda<E> {
         self.slot = s;
     }
 
-    /// The event `n` places after the next one, if it is in the slot being taken (a hint for
-    /// loading ahead what it will need; the map beside the wheel is not looked at).
+    /// The `n`-th event to be taken from now on (0: the next), if it is in the slot being
+    /// taken (a hint for loading ahead what it will need; the map beside the wheel is not
+    /// looked at).
     pub(crate) fn peek(&self, n: usize) -> Option<&E> {
         let i = self.current.len().checked_sub(n + 1)?;
         self.current.get(i).map(|(_, e)| e)

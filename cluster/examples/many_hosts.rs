@@ -6,11 +6,16 @@
 //! Each host reports a steady share of a busy room (its active visitors, admissions and
 //! traffic; the allowance it holds is what the store last granted it, its sequence number the
 //! store's last). Before each level is measured, every host's first sync registers it (the
-//! store then knows all of them, as in production); then the syncs run paced at one per host
-//! and room per second for the level's seconds, over four connections. Measured: the server's
-//! CPU (`INFO` `used_cpu_sys` + `used_cpu_user`) per second and per call, the commands it ran
-//! per second (the script's own included), and the latency of a sync call as the host sees it
-//! (p50, p99). A level whose calls cannot keep the pace says so (calls made of calls due).
+//! store then knows all of them, as in production), and the paced syncs run unmeasured for a
+//! warm-up (past the store's learning, with every host's lease current if the server keeps
+//! the pace); then they run paced at one per host and room per second for the level's seconds,
+//! over four connections. Measured: the server's CPU (`INFO` `used_cpu_sys` +
+//! `used_cpu_user`, less what it spent idle over as long just before) per second and per
+//! call, the commands it ran per second (the script's own included), and each sync's delay
+//! from when it was due to its answer (p50, p99: a server that cannot keep the pace shows as
+//! syncs answered late, not hidden in a queue of the driver's). A level whose calls cannot
+//! keep the pace says so (calls made of calls due); its hosts' leases then lapse, and the room
+//! knows more hosts than are present.
 //!
 //! Usage: `many_hosts [redis-url] [--hosts 10,100,1000,5000] [--rooms 10] [--secs 10]
 //! [--register-secs 120]`.
@@ -23,6 +28,9 @@ use velvet_rope_cluster::{Params, RedisStore, Report, Store};
 
 /// Connections (threads) the hosts are played over.
 const CONNECTIONS: usize = 4;
+/// Seconds of paced syncs before a level is measured: past the store's learning (a lease and
+/// a learning period after it first saw the room) with every lease current.
+const WARM_UP_SECS: u64 = 12;
 
 struct Options {
     url: String,
@@ -55,10 +63,20 @@ fn options() -> Options {
             "--register-secs" => {
                 o.register_secs = value().parse().expect("--register-secs: a number")
             }
-            url if !url.starts_with("--") => o.url = url.to_owned(),
-            other => panic!("unknown option {other}"),
+            url if !url.starts_with('-') => o.url = url.to_owned(),
+            other => panic!(
+                "unknown option {other} (usage: many_hosts [redis-url] [--hosts 10,100,...] \
+                 [--rooms N] [--secs N] [--register-secs N])"
+            ),
         }
     }
+    assert!(
+        !o.hosts.is_empty() && o.hosts.iter().all(|&h| (1..=100_000).contains(&h)),
+        "--hosts: from 1 to 100,000 each"
+    );
+    assert!((1..=1000).contains(&o.rooms), "--rooms: from 1 to 1,000");
+    assert!((1..=3600).contains(&o.secs), "--secs: from 1 to 3,600");
+    assert!(o.register_secs <= 86_400, "--register-secs: at most 86,400");
     o
 }
 
@@ -134,7 +152,7 @@ fn report(h: usize, held: &Held, bucket: u64) -> Report {
     }
 }
 
-/// One sync of host `h` with room `r`; its latency in microseconds.
+/// One sync of host `h` with room `r`, due at `due`; microseconds from then to its answer.
 fn sync_once(
     store: &mut RedisStore,
     hosts: usize,
@@ -142,11 +160,11 @@ fn sync_once(
     r: usize,
     held: &Mutex<Vec<Held>>,
     rooms: usize,
+    due: Instant,
 ) -> u64 {
     let i = h * rooms + r;
     let mine = held.lock().expect("not poisoned")[i];
     let bucket = now_ms() / 60_000;
-    let started = Instant::now();
     let reply = store
         .sync(
             &format!("room{r}"),
@@ -155,7 +173,7 @@ fn sync_once(
             &params(hosts),
         )
         .expect("the store answers");
-    let took = started.elapsed().as_micros() as u64;
+    let took = due.elapsed().as_micros() as u64;
     held.lock().expect("not poisoned")[i] = Held {
         seq: reply.seq,
         total: reply.gt,
@@ -185,6 +203,10 @@ fn level(o: &Options, hosts: usize) -> Level {
         .collect();
     let client = redis::Client::open(o.url.as_str()).expect("a Redis URL");
     let mut conn = client.get_connection().expect("redis-server reachable");
+    // What the server spends idle (its own timers), taken off the level's figure.
+    let idle = server_counters(&mut conn).0;
+    std::thread::sleep(Duration::from_secs(2));
+    let idle_per_sec = (server_counters(&mut conn).0 - idle) / 2.0;
 
     // Every host's first sync, in turn (not measured): the store then knows them all.
     let registered = Arc::new(AtomicU64::new(0));
@@ -200,7 +222,16 @@ fn level(o: &Options, hosts: usize) -> Level {
                         if Instant::now() > give_up {
                             break;
                         }
-                        sync_once(&mut store, hosts, i / o.rooms, i % o.rooms, &held, o.rooms);
+                        let now = Instant::now();
+                        sync_once(
+                            &mut store,
+                            hosts,
+                            i / o.rooms,
+                            i % o.rooms,
+                            &held,
+                            o.rooms,
+                            now,
+                        );
                         registered.fetch_add(1, Ordering::Relaxed);
                     }
                     store
@@ -214,58 +245,18 @@ fn level(o: &Options, hosts: usize) -> Level {
     });
     let registered = registered.load(Ordering::Relaxed);
 
-    // Paced syncs: pair i is due at i / pairs of every second.
+    // Paced syncs, first unmeasured, then measured.
+    let (stores, _, _) = paced(stores, hosts, o, &held, WARM_UP_SECS);
     let before = server_counters(&mut conn);
     let started = Instant::now();
-    let made = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let latencies = Arc::new(Mutex::new(Vec::new()));
-    std::thread::scope(|s| {
-        for (c, mut store) in stores.into_iter().enumerate() {
-            let (held, made, stop, latencies) =
-                (held.clone(), made.clone(), stop.clone(), latencies.clone());
-            s.spawn(move || {
-                let mut mine = Vec::new();
-                let mut n = c as u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let due_at = Duration::from_micros(n * 1_000_000 / pairs as u64);
-                    if due_at >= Duration::from_secs(o.secs) {
-                        break;
-                    }
-                    if let Some(wait) = due_at.checked_sub(started.elapsed()) {
-                        std::thread::sleep(wait);
-                    }
-                    let i = (n % pairs as u64) as usize;
-                    mine.push(sync_once(
-                        &mut store,
-                        hosts,
-                        i / o.rooms,
-                        i % o.rooms,
-                        &held,
-                        o.rooms,
-                    ));
-                    made.fetch_add(1, Ordering::Relaxed);
-                    n += CONNECTIONS as u64;
-                }
-                latencies.lock().expect("not poisoned").extend(mine);
-            });
-        }
-        // A level that cannot keep the pace ends on time all the same.
-        while started.elapsed() < Duration::from_secs(o.secs) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        stop.store(true, Ordering::Relaxed);
-    });
+    let (_, made, mut latencies) = paced(stores, hosts, o, &held, o.secs);
     let secs = started.elapsed().as_secs_f64();
     let after = server_counters(&mut conn);
-    let mut latencies = Arc::try_unwrap(latencies)
-        .expect("workers done")
-        .into_inner()
-        .expect("not poisoned");
     latencies.sort_unstable();
-    // The level's keys go: the next level starts from an empty store.
+    // The level's keys go (`RedisStore` puts the prefix in a hash tag: `{prefix:room}`), so
+    // that the next level starts from an empty store.
     let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
+        .arg(format!("{{{prefix}:*"))
         .query(&mut conn)
         .unwrap_or_default();
     for k in keys {
@@ -275,12 +266,77 @@ fn level(o: &Options, hosts: usize) -> Level {
         hosts,
         registered,
         due: (pairs as u64) * o.secs,
-        made: made.load(Ordering::Relaxed),
+        made,
         secs,
-        cpu: after.0 - before.0,
+        cpu: (after.0 - before.0 - idle_per_sec * secs).max(0.0),
         ran: after.1 - before.1,
         latencies,
     }
+}
+
+/// `secs` seconds of syncs paced at one per host and room per second (pair `i` due at
+/// `i / pairs` of every second) over `stores`, one thread each, ending on time whether or not
+/// they kept the pace. Returns the stores, the syncs made and each one's delay from when it
+/// was due to its answer (microseconds).
+fn paced(
+    stores: Vec<RedisStore>,
+    hosts: usize,
+    o: &Options,
+    held: &Mutex<Vec<Held>>,
+    secs: u64,
+) -> (Vec<RedisStore>, u64, Vec<u64>) {
+    let pairs = (hosts * o.rooms) as u64;
+    let connections = stores.len() as u64;
+    let started = Instant::now();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = stores
+            .into_iter()
+            .enumerate()
+            .map(|(c, mut store)| {
+                let stop = &stop;
+                s.spawn(move || {
+                    let mut delays = Vec::new();
+                    let mut n = c as u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let due_at = Duration::from_micros(n * 1_000_000 / pairs);
+                        if due_at >= Duration::from_secs(secs) {
+                            break;
+                        }
+                        if let Some(wait) = due_at.checked_sub(started.elapsed()) {
+                            std::thread::sleep(wait);
+                        }
+                        let i = (n % pairs) as usize;
+                        delays.push(sync_once(
+                            &mut store,
+                            hosts,
+                            i / o.rooms,
+                            i % o.rooms,
+                            held,
+                            o.rooms,
+                            started + due_at,
+                        ));
+                        n += connections;
+                    }
+                    (store, delays)
+                })
+            })
+            .collect();
+        // A level that cannot keep the pace ends on time all the same.
+        while started.elapsed() < Duration::from_secs(secs) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stop.store(true, Ordering::Relaxed);
+        let mut stores = Vec::new();
+        let mut delays = Vec::new();
+        for w in workers {
+            let (store, mine) = w.join().expect("a worker");
+            stores.push(store);
+            delays.extend(mine);
+        }
+        let made = delays.len() as u64;
+        (stores, made, delays)
+    })
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
@@ -293,26 +349,27 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 fn main() {
     let o = options();
     println!(
-        "host identities syncing {} rooms once a second each against {}, {} s per level, \
+        "host identities syncing {} rooms once a second each against {}, {} s per level after \
+         {WARM_UP_SECS} s of warm-up, \
          {CONNECTIONS} connections",
         o.rooms, o.url, o.secs
     );
     println!(
-        "{:>6} {:>11} {:>17} {:>13} {:>16} {:>14} {:>9} {:>9}",
+        "{:>6} {:>11} {:>17} {:>13} {:>16} {:>14} {:>13} {:>13}",
         "hosts",
         "registered",
         "calls (of due)",
         "redis CPU %",
         "CPU us per call",
         "commands/s",
-        "p50 us",
-        "p99 us"
+        "p50 delay us",
+        "p99 delay us"
     );
     for &hosts in &o.hosts {
         let l = level(&o, hosts);
         let pairs = (l.hosts * o.rooms) as u64;
         println!(
-            "{:>6} {:>11} {:>17} {:>13.1} {:>16.1} {:>14.0} {:>9} {:>9}",
+            "{:>6} {:>11} {:>17} {:>13.1} {:>16.1} {:>14.0} {:>13} {:>13}",
             l.hosts,
             if l.registered == pairs {
                 "all".to_owned()

@@ -462,12 +462,14 @@ class Suite:
         assert r.status == 202, f"shop's queueing status not used: {r.status}"
         names = sorted(c.split("=", 1)[0] for c in r.all("Set-Cookie"))
         assert names == ["__vr_cross", "__vr_shop"], f"Set-Cookie for {names}"
-        # A visitor admitted to shop passes both rooms (one new ticket: cross's).
+        # A visitor admitted to shop passes both rooms: a new ticket for cross; shop's is
+        # re-issued only as a renewal, when a bucket boundary (every BUCKET_SECS) fell since
+        # the visitor was let in (CI hit one once: this asserted cross's alone).
         shop_jar = self.shop_visitors[2]
         r = get(self.port, "/cross/page.html", shop_jar)
         assert r.admitted, f"shop visitor refused through `cross`: {r}"
-        names = [c.split("=", 1)[0] for c in r.all("Set-Cookie")]
-        assert names == ["__vr_cross"], f"Set-Cookie for {names}"
+        names = sorted(c.split("=", 1)[0] for c in r.all("Set-Cookie"))
+        assert names in (["__vr_cross"], ["__vr_cross", "__vr_shop"]), f"Set-Cookie for {names}"
 
     def test_access_control_runs_first(self):
         self.wait_tick()

@@ -8,23 +8,25 @@
 //! store's last). Before each level is measured, every host's first sync registers it (the
 //! store then knows all of them, as in production), and the paced syncs run unmeasured for a
 //! warm-up (past the store's learning, with every host's lease current if the server keeps
-//! the pace); then they run paced at one per host and room per second for the level's seconds,
-//! over four connections. Measured: the server's CPU (`INFO` `used_cpu_sys` +
-//! `used_cpu_user`, less what it spent idle over as long just before) per second and per
-//! call, the commands it ran per second (the script's own included), and each sync's delay
-//! from when it was due to its answer (p50, p99: a server that cannot keep the pace shows as
-//! syncs answered late, not hidden in a queue of the driver's). A level whose calls cannot
+//! the pace); then they run paced at one per host per second for the level's seconds, over
+//! four connections: each host syncs all its rooms in one exchange (a pipeline of one script
+//! call per room, as the syncer sends them), or one room per round trip with `--unbatched`.
+//! Measured: the server's CPU (`INFO` `used_cpu_sys` + `used_cpu_user`, less what it spent
+//! idle over as long just before) per second and per call (one room's sync), the commands it
+//! ran per second (the script's own included), and each host's delay from when its sync was
+//! due to its last answer (p50, p99: a server that cannot keep the pace shows as syncs
+//! answered late, not hidden in a queue of the driver's). A level whose calls cannot
 //! keep the pace says so (calls made of calls due); its hosts' leases then lapse, and the room
 //! knows more hosts than are present.
 //!
 //! Usage: `many_hosts [redis-url] [--hosts 10,100,1000,5000] [--rooms 10] [--secs 10]
-//! [--register-secs 120]`.
+//! [--register-secs 120] [--unbatched]`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use velvet_rope_cluster::{Params, RedisStore, Report, Store};
+use velvet_rope_cluster::{Params, RedisStore, Report, Store, SyncCall};
 
 /// Connections (threads) the hosts are played over.
 const CONNECTIONS: usize = 4;
@@ -38,6 +40,7 @@ struct Options {
     rooms: usize,
     secs: u64,
     register_secs: u64,
+    unbatched: bool,
 }
 
 fn options() -> Options {
@@ -47,6 +50,7 @@ fn options() -> Options {
         rooms: 10,
         secs: 10,
         register_secs: 120,
+        unbatched: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -63,10 +67,11 @@ fn options() -> Options {
             "--register-secs" => {
                 o.register_secs = value().parse().expect("--register-secs: a number")
             }
+            "--unbatched" => o.unbatched = true,
             url if !url.starts_with('-') => o.url = url.to_owned(),
             other => panic!(
                 "unknown option {other} (usage: many_hosts [redis-url] [--hosts 10,100,...] \
-                 [--rooms N] [--secs N] [--register-secs N])"
+                 [--rooms N] [--secs N] [--register-secs N] [--unbatched])"
             ),
         }
     }
@@ -152,34 +157,55 @@ fn report(h: usize, held: &Held, bucket: u64) -> Report {
     }
 }
 
-/// One sync of host `h` with room `r`, due at `due`; microseconds from then to its answer.
-fn sync_once(
+/// Host `h`'s sync of all its rooms, due at `due`: one exchange with the store (as the
+/// syncer makes it), or one per room with `unbatched`. Microseconds from `due` to the last
+/// answer.
+fn sync_host(
     store: &mut RedisStore,
+    o: &Options,
     hosts: usize,
     h: usize,
-    r: usize,
     held: &Mutex<Vec<Held>>,
-    rooms: usize,
     due: Instant,
 ) -> u64 {
-    let i = h * rooms + r;
-    let mine = held.lock().expect("not poisoned")[i];
     let bucket = now_ms() / 60_000;
-    let reply = store
-        .sync(
-            &format!("room{r}"),
-            &format!("host{h}"),
-            &report(h, &mine, bucket),
-            &params(hosts),
-        )
-        .expect("the store answers");
-    let took = due.elapsed().as_micros() as u64;
-    held.lock().expect("not poisoned")[i] = Held {
-        seq: reply.seq,
-        total: reply.gt,
-        minute: reply.gm0,
-        minute_next: reply.gm1,
+    let host = format!("host{h}");
+    let params = params(hosts);
+    let names: Vec<String> = (0..o.rooms).map(|r| format!("room{r}")).collect();
+    let reports: Vec<Report> = {
+        let held = held.lock().expect("not poisoned");
+        (0..o.rooms)
+            .map(|r| report(h, &held[h * o.rooms + r], bucket))
+            .collect()
     };
+    let calls: Vec<SyncCall<'_>> = (0..o.rooms)
+        .map(|r| SyncCall {
+            room: &names[r],
+            host: &host,
+            report: &reports[r],
+            params: &params,
+        })
+        .collect();
+    let replies = if o.unbatched {
+        calls
+            .iter()
+            .map(|c| store.sync(c.room, c.host, c.report, c.params))
+            .collect()
+    } else {
+        store.sync_many(&calls)
+    };
+    let took = due.elapsed().as_micros() as u64;
+    assert_eq!(replies.len(), o.rooms, "an answer per room");
+    let mut held = held.lock().expect("not poisoned");
+    for (r, reply) in replies.into_iter().enumerate() {
+        let reply = reply.expect("the store answers");
+        held[h * o.rooms + r] = Held {
+            seq: reply.seq,
+            total: reply.gt,
+            minute: reply.gm0,
+            minute_next: reply.gm1,
+        };
+    }
     took
 }
 
@@ -218,21 +244,12 @@ fn level(o: &Options, hosts: usize) -> Level {
             .map(|(c, mut store)| {
                 let (held, registered) = (held.clone(), registered.clone());
                 s.spawn(move || {
-                    for i in (c..pairs).step_by(CONNECTIONS) {
+                    for h in (c..hosts).step_by(CONNECTIONS) {
                         if Instant::now() > give_up {
                             break;
                         }
-                        let now = Instant::now();
-                        sync_once(
-                            &mut store,
-                            hosts,
-                            i / o.rooms,
-                            i % o.rooms,
-                            &held,
-                            o.rooms,
-                            now,
-                        );
-                        registered.fetch_add(1, Ordering::Relaxed);
+                        sync_host(&mut store, o, hosts, h, &held, Instant::now());
+                        registered.fetch_add(o.rooms as u64, Ordering::Relaxed);
                     }
                     store
                 })
@@ -250,6 +267,7 @@ fn level(o: &Options, hosts: usize) -> Level {
     let before = server_counters(&mut conn);
     let started = Instant::now();
     let (_, made, mut latencies) = paced(stores, hosts, o, &held, o.secs);
+    let made = made * o.rooms as u64;
     let secs = started.elapsed().as_secs_f64();
     let after = server_counters(&mut conn);
     latencies.sort_unstable();
@@ -274,10 +292,10 @@ fn level(o: &Options, hosts: usize) -> Level {
     }
 }
 
-/// `secs` seconds of syncs paced at one per host and room per second (pair `i` due at
-/// `i / pairs` of every second) over `stores`, one thread each, ending on time whether or not
-/// they kept the pace. Returns the stores, the syncs made and each one's delay from when it
-/// was due to its answer (microseconds).
+/// `secs` seconds of syncs paced at one per host per second (host `h` due at `h / hosts` of
+/// every second; each syncs all its rooms) over `stores`, one thread each, ending on time
+/// whether or not they kept the pace. Returns the stores, the hosts' syncs made and each
+/// one's delay from when it was due to its last answer (microseconds).
 fn paced(
     stores: Vec<RedisStore>,
     hosts: usize,
@@ -285,7 +303,7 @@ fn paced(
     held: &Mutex<Vec<Held>>,
     secs: u64,
 ) -> (Vec<RedisStore>, u64, Vec<u64>) {
-    let pairs = (hosts * o.rooms) as u64;
+    let pairs = hosts as u64;
     let connections = stores.len() as u64;
     let started = Instant::now();
     let stop = AtomicBool::new(false);
@@ -306,16 +324,8 @@ fn paced(
                         if let Some(wait) = due_at.checked_sub(started.elapsed()) {
                             std::thread::sleep(wait);
                         }
-                        let i = (n % pairs) as usize;
-                        delays.push(sync_once(
-                            &mut store,
-                            hosts,
-                            i / o.rooms,
-                            i % o.rooms,
-                            held,
-                            o.rooms,
-                            started + due_at,
-                        ));
+                        let h = (n % pairs) as usize;
+                        delays.push(sync_host(&mut store, o, hosts, h, held, started + due_at));
                         n += connections;
                     }
                     (store, delays)
@@ -349,10 +359,16 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 fn main() {
     let o = options();
     println!(
-        "host identities syncing {} rooms once a second each against {}, {} s per level after \
-         {WARM_UP_SECS} s of warm-up, \
-         {CONNECTIONS} connections",
-        o.rooms, o.url, o.secs
+        "host identities syncing {} rooms once a second each against {} ({}), {} s per level \
+         after {WARM_UP_SECS} s of warm-up, {CONNECTIONS} connections",
+        o.rooms,
+        o.url,
+        if o.unbatched {
+            "one round trip per room"
+        } else {
+            "one round trip per host"
+        },
+        o.secs
     );
     println!(
         "{:>6} {:>11} {:>17} {:>13} {:>16} {:>14} {:>13} {:>13}",

@@ -60,6 +60,10 @@ pub struct Entry {
     pub exp: u64,
     /// End of its reservation of active visitors (store's effective clock, ms).
     pub gone: u64,
+    /// Counted as present: the end of its lease has not been processed yet (ends are
+    /// processed a few per call, soonest first: see [`LAPSES_PER_SYNC`]).
+    #[serde(skip)]
+    pub present: bool,
 }
 
 impl Entry {
@@ -82,6 +86,12 @@ impl Entry {
         }
     }
 }
+
+/// The most lapses (a host's lease ending, or its reservation of active visitors) one call
+/// processes, soonest first; the rest wait for the next calls. A lapse not processed yet keeps
+/// what it would release counted (reservations, waiters, traffic): it can only lower grants.
+/// `sync.lua` has the same number.
+pub const LAPSES_PER_SYNC: usize = 16;
 
 /// A room's state in the store.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -174,6 +184,44 @@ pub fn relay_revocations(
 }
 
 impl RoomState {
+    /// Processes at most [`LAPSES_PER_SYNC`] lapses due before `now` of hosts other than
+    /// `host`, soonest first (ties by name, `g:` before `p:`, as a Redis sorted set orders its
+    /// members): a host whose lease ended stops counting as present; one whose reservation of
+    /// active visitors ended goes.
+    fn process_lapses(&mut self, host: &str, now: u64) {
+        // (deadline, 'g' or 'p', host): in the order of the members `g:<host>`, `p:<host>`.
+        let mut due: Vec<(u64, u8, &str)> = Vec::new();
+        for (h, e) in &self.entries {
+            if h == host {
+                continue;
+            }
+            if e.present && e.exp < now {
+                due.push((e.exp, b'p', h));
+            }
+            if e.gone < now {
+                due.push((e.gone, b'g', h));
+            }
+        }
+        if due.is_empty() {
+            return;
+        }
+        due.sort_unstable();
+        let due: Vec<(u8, String)> = due
+            .into_iter()
+            .take(LAPSES_PER_SYNC)
+            .map(|(_, kind, h)| (kind, h.to_owned()))
+            .collect();
+        for (kind, h) in due {
+            if kind == b'p' {
+                if let Some(e) = self.entries.get_mut(&h) {
+                    e.present = false;
+                }
+            } else {
+                self.entries.remove(&h);
+            }
+        }
+    }
+
     /// The effective clock for a call at store time `raw` (see the module documentation).
     fn effective_now(&mut self, raw: u64, lease: u64) -> u64 {
         let now = match self.clock {
@@ -211,8 +259,8 @@ pub fn allocate(
     run: &str,
 ) -> Reply {
     let now = state.effective_now(raw_now, p.lease);
-    state.entries.retain(|h, e| h == host || e.gone >= now);
     let mine = state.entries.get(host).cloned();
+    state.process_lapses(host, now);
     // Writes the store lost: another server than the one that wrote the state, a grant newer
     // than the store's record of its host, or a reservation it does not hold.
     let moved = !run.is_empty() && state.run.as_deref().is_some_and(|seen| seen != run);
@@ -258,14 +306,14 @@ pub fn allocate(
         om0 += e.reserved_minute(r.b);
         om1 += e.reserved_minute(r.b.wrapping_add(1));
         occupied += e.report.active;
-        if e.exp >= now {
+        if e.present {
             hosts += 1;
             oldest_bucket = oldest_bucket.min(e.report.b);
             if e.report.b == r.b {
                 admitted += e.report.admitted;
             }
             traffic += e.report.traffic;
-            for &(b, n) in &e.report.live {
+            for &(b, n) in e.report.live.iter().filter(|w| w.1 > 0) {
                 *live.entry(b).or_default() += n;
             }
             let headroom = e.reserved_total().saturating_sub(e.report.active).min(
@@ -275,7 +323,7 @@ pub fn allocate(
             present.push((headroom, &e.report.live));
         }
     }
-    for &(b, n) in &r.live {
+    for &(b, n) in r.live.iter().filter(|w| w.1 > 0) {
         *live.entry(b).or_default() += n;
     }
 
@@ -369,6 +417,7 @@ pub fn allocate(
             seq,
             exp: now + p.lease,
             gone: now + p.lease + p.hold + p.lease,
+            present: true,
         },
     );
     state.frontier = frontier;
@@ -468,6 +517,45 @@ mod tests {
             room.sync("x", &report(0, 0, 0), 1000);
             room
         }
+    }
+
+    /// The script processes as many lapses per call as the allocator.
+    #[test]
+    fn the_script_processes_as_many_lapses() {
+        let line = format!("local LAPSES_PER_SYNC = {LAPSES_PER_SYNC}\n");
+        assert!(crate::redis_store::SYNC_SCRIPT.contains(&line));
+    }
+
+    /// Many hosts lapsing at once go a few per call, soonest first; until then they count.
+    #[test]
+    fn lapses_go_a_few_per_call_soonest_first() {
+        let mut room = Room::learned();
+        let n = 2 * LAPSES_PER_SYNC + 3;
+        for i in 0..n {
+            // Their leases end 1 ms apart, h00's first (after x's).
+            room.sync(&format!("h{i:02}"), &report(1, 1, 5), 2000 + i as u64);
+        }
+        let reply = room.sync("a", &report(0, 0, 5), 3000 + n as u64);
+        assert_eq!(
+            reply.known as usize,
+            n + 2,
+            "a, x and every lapsed one still known"
+        );
+        // x's lease ended at 2000: h01's call processed it.
+        assert_eq!(reply.hosts as usize, 1 + n - LAPSES_PER_SYNC);
+        let present: Vec<&String> = room
+            .s
+            .entries
+            .iter()
+            .filter(|(_, e)| e.present)
+            .map(|(h, _)| h)
+            .collect();
+        assert!(
+            !present.contains(&&"h00".to_owned()) && present.contains(&&format!("h{:02}", n - 1)),
+            "the soonest went first: {present:?}"
+        );
+        let reply = room.sync("a", &report(0, 0, 5), 3100 + n as u64);
+        assert_eq!(reply.hosts as usize, 1 + n - 2 * LAPSES_PER_SYNC);
     }
 
     /// Past learning: grants never add up to more than the limits, whoever asks first.

@@ -50,6 +50,15 @@
 //!    the seed) and a chunk of twice its last interval's admissions; all clamped to the limit
 //!    less every other host's reservation.
 //!
+//! A call costs the store the same however many hosts share the room: the room keeps its sums
+//! over the hosts (reservations, active visitors, traffic, waiters by arrival bucket, what no
+//! allowance covers), and each call takes its host's old entry out of them and puts the new
+//! one in. A host's lease ending (it stops counting as present) and its reservation ending
+//! (its entry goes) are processed from a set ordered by deadline, at most
+//! [`LAPSES_PER_SYNC`] per call, soonest first; one not processed yet keeps counting what it
+//! would release, which can only lower grants. A host syncs all its rooms in one exchange
+//! (one pipeline to Redis: [`Store::sync_many`]).
+//!
 //! # The bound, and why it holds
 //!
 //! *While every host hears from the store at least once a lease and a session, the store keeps
@@ -103,6 +112,10 @@
 //!   next sync; the other hosts learn of it at their next sync after that. Until then (two
 //!   sync intervals, more while a sync runs late) they admit newcomers on the allowances they
 //!   hold, ahead of it (FIFO order only; the counts are unaffected).
+//! - *A host whose lease ended* counts as present until the store processes the end (at most
+//!   [`LAPSES_PER_SYNC`] ends per call, soonest first: at once unless many hosts lapse
+//!   together): its waiters can move the global frontier early meanwhile (FIFO order only;
+//!   the counts are unaffected, and everything else it counts for only lowers grants).
 //! - *A host whose clock runs ahead* and holds waiters can move the global frontier early by
 //!   its lead (FIFO order only, for that many buckets; the counts are unaffected). A host
 //!   clock that *steps* moves its deadlines: forward, it falls back early; back, it relies on
@@ -131,12 +144,12 @@ pub mod sim;
 mod store;
 mod syncer;
 
-pub use allocator::{allocate, relay_revocations, Entry, RoomState};
+pub use allocator::{allocate, relay_revocations, Entry, RoomState, LAPSES_PER_SYNC};
 pub use lease_leaf::{leaf_for, LeafRound, LeafSync};
 pub use lease_root::RedisLeaseRoot;
 pub use memory_store::MemoryStore;
 pub use protocol::{id_text, id_value, store_host, Params, Reply, Report};
-pub use redis_store::{RedisStore, SYNC_SCRIPT};
-pub use store::{Store, StoreError};
+pub use redis_store::{script_arg, script_reply, RedisStore, SYNC_SCRIPT};
+pub use store::{Store, StoreError, SyncCall};
 pub use syncer::{host_name, Log, SyncOptions, SyncRound, SyncStatus, Syncer};
 pub use velvet_rope::admission::cluster::TICK_LOCK_TAKEOVER_MS;

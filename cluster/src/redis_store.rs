@@ -1,14 +1,19 @@
 //! The Redis store: one script call per room per sync (`sync.lua`), over one connection with
 //! connect, read and write timeouts, re-made after any error.
 //!
-//! Each room is one hash, `{<prefix>:<room>}`: the braces make the whole name the hash tag, so
-//! every key a sync touches is one key, on one node of a Redis Cluster. The hash expires by
-//! itself twice a lease and a session after the last host's last sync.
+//! Each room is a hash, `{<prefix>:<room>}:s`, beside a sorted set of its hosts' deadlines,
+//! `{<prefix>:<room>}:d`, and its log of revocations, `{<prefix>:<room>}:rv`: the braces make
+//! the room's name the hash tag, so every key a sync touches is on one node of a Redis
+//! Cluster. They expire by themselves twice a lease and a session after the last host's last
+//! sync. (Before 0.3 the state was the hash `{<prefix>:<room>}`, in another form: hosts of 0.2
+//! and 0.3 do not share a room's state.)
 
 use std::time::Duration;
 
+use redis::ConnectionLike;
+
 use crate::protocol::{Params, Reply, Report};
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, SyncCall};
 
 /// The sync script (see `allocator` for what it does).
 pub const SYNC_SCRIPT: &str = include_str!("sync.lua");
@@ -63,12 +68,26 @@ impl RedisStore {
 
     /// The hash holding `room`'s state.
     pub fn room_key(&self, room: &str) -> String {
-        format!("{{{}:{room}}}", self.prefix)
+        format!("{{{}:{room}}}:s", self.prefix)
     }
 
     /// The key of `room`'s log of revocations (in the room's hash slot).
     pub fn revocations_key(&self, room: &str) -> String {
-        format!("{}:rv", self.room_key(room))
+        format!("{{{}:{room}}}:rv", self.prefix)
+    }
+
+    /// The key of `room`'s sorted set of its hosts' deadlines (in the room's hash slot).
+    pub fn deadlines_key(&self, room: &str) -> String {
+        format!("{{{}:{room}}}:d", self.prefix)
+    }
+
+    /// The keys the sync script takes for `room`, in its order (`KEYS[1..3]` of `sync.lua`).
+    pub fn script_keys(&self, room: &str) -> [String; 3] {
+        [
+            self.room_key(room),
+            self.revocations_key(room),
+            self.deadlines_key(room),
+        ]
     }
 
     fn connection(&mut self) -> Result<&mut redis::Connection, StoreError> {
@@ -95,6 +114,13 @@ impl RedisStore {
                 .unwrap_or_default()
                 .trim()
                 .to_owned();
+            // The script, so that a pipeline can call it by its hash.
+            self.commands += 1;
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(SYNC_SCRIPT)
+                .query::<String>(&mut conn)
+                .map_err(|e| self.error(e))?;
             self.conn = Some(conn);
         }
         self.conn
@@ -113,6 +139,147 @@ impl RedisStore {
     }
 }
 
+/// A report or the room's terms as the sync script reads them (MessagePack, fields by name).
+pub fn script_arg<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
+    rmp_serde::to_vec_named(value).map_err(|e| StoreError::Protocol(e.to_string()))
+}
+
+/// The sync script's answer (MessagePack).
+pub fn script_reply(answer: &[u8]) -> Result<Reply, StoreError> {
+    rmp_serde::from_slice(answer)
+        .map_err(|e| StoreError::Protocol(format!("{e} in {:?}", String::from_utf8_lossy(answer))))
+}
+
+impl RedisStore {
+    /// Sends the calls `which` of `calls` in one pipeline (`EVALSHA`s of the sync script);
+    /// the server's answer to each, in order.
+    fn send(
+        &mut self,
+        calls: &[SyncCall<'_>],
+        which: &[usize],
+        encoded: &[Option<(Vec<u8>, Vec<u8>)>],
+    ) -> Result<Vec<redis::Value>, StoreError> {
+        let mut pipe = redis::pipe();
+        for &i in which {
+            let c = &calls[i];
+            let Some((report, params)) = &encoded[i] else {
+                continue;
+            };
+            let [key, log, deadlines] = self.script_keys(c.room);
+            pipe.cmd("EVALSHA")
+                .arg(self.script.get_hash())
+                .arg(3)
+                .arg(key)
+                .arg(log)
+                .arg(deadlines)
+                .arg(c.host)
+                .arg(report.as_slice())
+                .arg(params.as_slice())
+                .arg(self.run_id.as_str());
+        }
+        self.commands += which.len() as u64;
+        let packed = pipe.get_packed_pipeline();
+        let conn = self.connection()?;
+        match conn.req_packed_commands(&packed, 0, which.len()) {
+            Ok(values) if values.len() == which.len() => Ok(values),
+            Ok(values) => {
+                self.conn = None;
+                Err(StoreError::Protocol(format!(
+                    "{} answers to {} calls",
+                    values.len(),
+                    which.len()
+                )))
+            }
+            Err(e) => {
+                self.conn = None;
+                Err(self.error(e))
+            }
+        }
+    }
+
+    /// The calls' answers (see [`Store::sync_many`]); `Err` when the store could not be
+    /// reached (or did not answer) for any of them.
+    fn exchange(
+        &mut self,
+        calls: &[SyncCall<'_>],
+    ) -> Result<Vec<Result<Reply, StoreError>>, StoreError> {
+        self.connection()?;
+        let encoded: Vec<Option<(Vec<u8>, Vec<u8>)>> = calls
+            .iter()
+            .map(|c| Some((script_arg(c.report).ok()?, script_arg(c.params).ok()?)))
+            .collect();
+        let mut answers: Vec<Result<Reply, StoreError>> = encoded
+            .iter()
+            .map(|e| match e {
+                Some(_) => Err(StoreError::Protocol("not sent".into())),
+                None => Err(StoreError::Protocol("a report that does not encode".into())),
+            })
+            .collect();
+        let mut which: Vec<usize> = (0..calls.len()).filter(|&i| encoded[i].is_some()).collect();
+        // A server that lost its scripts (`SCRIPT FLUSH`) is sent the script again, and the
+        // calls it refused for that once more.
+        for attempt in 0..2 {
+            let values = self.send(calls, &which, &encoded)?;
+            let mut refused = Vec::new();
+            for (&i, value) in which.iter().zip(values) {
+                answers[i] = match value {
+                    redis::Value::BulkString(bytes) => script_reply(&bytes),
+                    redis::Value::ServerError(e) if attempt == 0 && e.code() == "NOSCRIPT" => {
+                        refused.push(i);
+                        continue;
+                    }
+                    redis::Value::ServerError(e) => Err(StoreError::Protocol(format!(
+                        "{} {}",
+                        e.code(),
+                        e.details().unwrap_or_default()
+                    ))),
+                    other => Err(StoreError::Protocol(format!("unexpected answer {other:?}"))),
+                };
+            }
+            if refused.is_empty() {
+                break;
+            }
+            self.commands += 1;
+            let conn = self.connection()?;
+            let loaded = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(SYNC_SCRIPT)
+                .query::<String>(conn);
+            if let Err(e) = loaded {
+                self.conn = None;
+                return Err(self.error(e));
+            }
+            which = refused;
+        }
+        if self.replicas > 0 && answers.iter().any(Result::is_ok) {
+            // Each script's writes reach the replicas as one transaction; WAIT returns how
+            // many hold everything this connection wrote.
+            self.commands += 1;
+            let wait = redis::cmd("WAIT")
+                .arg(self.replicas)
+                .arg((self.timeout.as_millis() as u64 / 2).max(1))
+                .query::<u32>(self.connection()?);
+            let refused = match wait {
+                Ok(acked) if acked >= self.replicas => None,
+                Ok(acked) => Some(StoreError::NotReplicated {
+                    acked,
+                    wanted: self.replicas,
+                }),
+                Err(e) => {
+                    self.conn = None;
+                    return Err(self.error(e));
+                }
+            };
+            if let Some(refused) = refused {
+                for a in answers.iter_mut().filter(|a| a.is_ok()) {
+                    *a = Err(refused.clone());
+                }
+            }
+        }
+        Ok(answers)
+    }
+}
+
 impl Store for RedisStore {
     fn sync(
         &mut self,
@@ -121,60 +288,26 @@ impl Store for RedisStore {
         report: &Report,
         params: &Params,
     ) -> Result<Reply, StoreError> {
-        let key = self.room_key(room);
-        let report =
-            serde_json::to_string(report).map_err(|e| StoreError::Protocol(e.to_string()))?;
-        let params =
-            serde_json::to_string(params).map_err(|e| StoreError::Protocol(e.to_string()))?;
-        self.connection()?;
-        self.commands += 1;
-        let mut invocation = self.script.key(key);
-        invocation.key(self.revocations_key(room));
-        invocation
-            .arg(host)
-            .arg(report)
-            .arg(params)
-            .arg(self.run_id.as_str());
-        let result: Result<String, redis::RedisError> = match self.conn.as_mut() {
-            Some(conn) => invocation.invoke(conn),
-            None => return Err(StoreError::Unreachable("no connection".into())),
+        let call = SyncCall {
+            room,
+            host,
+            report,
+            params,
         };
-        let text = match result {
-            Ok(text) => text,
-            Err(e) => {
-                self.conn = None;
-                return Err(self.error(e));
-            }
-        };
-        let reply: Reply = serde_json::from_str(&text)
-            .map_err(|e| StoreError::Protocol(format!("{e} in {text:?}")))?;
-        if self.replicas > 0 {
-            // The script's writes reach the replicas as one transaction; WAIT returns how many
-            // hold everything this connection wrote.
-            self.commands += 1;
-            let wait = redis::cmd("WAIT")
-                .arg(self.replicas)
-                .arg((self.timeout.as_millis() as u64 / 2).max(1))
-                .query::<u32>(
-                    self.conn
-                        .as_mut()
-                        .ok_or_else(|| StoreError::Unreachable("no connection".into()))?,
-                );
-            match wait {
-                Ok(acked) if acked >= self.replicas => {}
-                Ok(acked) => {
-                    return Err(StoreError::NotReplicated {
-                        acked,
-                        wanted: self.replicas,
-                    })
-                }
-                Err(e) => {
-                    self.conn = None;
-                    return Err(self.error(e));
-                }
-            }
+        self.sync_many(&[call])
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::Protocol("no answer".into())))
+    }
+
+    /// One pipeline for all the calls: one round trip, and one `WAIT` with `replicas`.
+    fn sync_many(&mut self, calls: &[SyncCall<'_>]) -> Vec<Result<Reply, StoreError>> {
+        if calls.is_empty() {
+            return Vec::new();
         }
-        Ok(reply)
+        match self.exchange(calls) {
+            Ok(answers) => answers,
+            Err(e) => vec![Err(e)],
+        }
     }
 
     fn commands(&self) -> u64 {

@@ -26,6 +26,19 @@ pub enum StoreError {
     },
 }
 
+/// One room's sync in a batch (see [`Store::sync_many`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SyncCall<'a> {
+    /// The room.
+    pub room: &'a str,
+    /// The host's store name.
+    pub host: &'a str,
+    /// Its report on the room.
+    pub report: &'a Report,
+    /// The room's limits and lease terms.
+    pub params: &'a Params,
+}
+
 /// A store the cluster's hosts share: it answers one host's report on one room atomically
 /// with respect to every other host's (see `allocator`).
 pub trait Store: Send {
@@ -38,6 +51,27 @@ pub trait Store: Send {
         report: &Report,
         params: &Params,
     ) -> Result<Reply, StoreError>;
+
+    /// Several rooms' syncs, each atomic as [`Store::sync`] is (not all together), in one
+    /// exchange where the store can (the Redis store pipelines them: one round trip). The
+    /// answers come in the calls' order; after one the store could not be reached for (or did
+    /// not answer in time) the rest are not tried: the answers then end with that error, fewer
+    /// than the calls.
+    fn sync_many(&mut self, calls: &[SyncCall<'_>]) -> Vec<Result<Reply, StoreError>> {
+        let mut answers = Vec::with_capacity(calls.len());
+        for c in calls {
+            let answer = self.sync(c.room, c.host, c.report, c.params);
+            let stop = matches!(
+                answer,
+                Err(StoreError::Unreachable(_)) | Err(StoreError::Timeout(_))
+            );
+            answers.push(answer);
+            if stop {
+                break;
+            }
+        }
+        answers
+    }
 
     /// Commands sent to the store so far (for measuring what the tier costs the store).
     fn commands(&self) -> u64;

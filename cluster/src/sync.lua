@@ -2,35 +2,57 @@
 -- same order, as `allocate` in allocator.rs; tests/stores_agree.rs holds the two to the same
 -- answers).
 --
--- KEYS[1]  the room's hash: fields `born`, `frontier`, `seq`, `clock`, `skew`, and `h:<host>`
---          (JSON entries)
+-- A call costs the same however many hosts share the room: the room's sums over its hosts
+-- (`agg`) are kept in its hash, and each call takes the calling host's old entry out of them
+-- and puts its new one in; hosts whose lease or reservation ended are taken out a few per call
+-- (at most LAPSES_PER_SYNC, soonest first, from a sorted set of deadlines). A lapse not
+-- processed yet keeps counting what it would release, which can only lower grants. What it
+-- reads, stores and answers is MessagePack (Redis's cmsgpack decodes it several times faster
+-- than cjson does JSON).
+--
+-- KEYS[1]  the room's hash: fields `born`, `frontier`, `seq`, `clock`, `skew`, `run`, `ttl`
+--          (when the keys' expiry was last pushed back), `agg` (the sums below) and
+--          `h:<host>` (entries)
 -- KEYS[2]  the room's log of revocations (a stream; only read and written for reports with
 --          a cursor `rc`)
+-- KEYS[3]  the room's deadlines (a sorted set): `p:<host>` at the end of its lease while it
+--          counts as present, `g:<host>` at the end of its reservation while it has an entry
 -- ARGV[1]  the host's store name (id and counters' incarnation)
--- ARGV[2]  its report (JSON: seq, b, active, admitted, traffic, demand, at, am0, am1, live,
+-- ARGV[2]  its report (seq, b, active, admitted, traffic, demand, at, am0, am1, live,
 --          held; rc and rv for rooms whose sessions the origin may revoke)
--- ARGV[3]  the room's limits and lease terms (JSON: total, minute, lease, hold, learn)
+-- ARGV[3]  the room's limits and lease terms (total, minute, lease, hold, learn)
 -- ARGV[4]  the server's run_id as the client saw it ('' if unknown): another than the state
 --          last saw means a restart or a failover (writes may be lost)
--- Returns the reply (JSON: seq, gt, b, gm0, gm1, frontier, behind, hosts, known, learning,
+-- ARGV[5]  (tests only; absent in production) the store's clock in ms, in place of TIME
+-- Returns the reply (seq, gt, b, gm0, gm1, frontier, behind, hosts, known, learning,
 -- free, stale; rc and rv with a report's rc).
 
-local key = KEYS[1]
+local LAPSES_PER_SYNC = 16
+
+local key, deadlines = KEYS[1], KEYS[3]
 local me = 'h:' .. ARGV[1]
-local r = cjson.decode(ARGV[2])
-local p = cjson.decode(ARGV[3])
-local t = redis.call('TIME')
-local raw = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local r = cmsgpack.unpack(ARGV[2])
+local p = cmsgpack.unpack(ARGV[3])
+local raw
+if ARGV[5] ~= nil and ARGV[5] ~= '' then
+  raw = tonumber(ARGV[5])
+else
+  local t = redis.call('TIME')
+  raw = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 r.held = r.held or 0
 -- Revocations travel apart from the report (see the end): the entry keeps neither.
 local rev_cursor, rev_ids = r.rc, r.rv
 r.rc = nil
 r.rv = nil
 
+local state = redis.call('HMGET', key, 'clock', 'skew', 'run', 'seq', 'born', 'frontier', 'agg', me,
+  'ttl')
+
 -- The effective clock: never back, never forward by more than a lease between two calls
 -- (see allocator.rs).
-local last = redis.call('HGET', key, 'clock')
-local skew = tonumber(redis.call('HGET', key, 'skew') or '0')
+local last = state[1]
+local skew = tonumber(state[2] or '0')
 local now
 if last == false then
   skew = 0
@@ -61,20 +83,138 @@ local function reserved_minute(e, b)
   return 0
 end
 
--- Entries whose holdings lapsed go; this host's own is read before it is replaced.
-local fields = redis.call('HGETALL', key)
-local entries = {}
-local mine = nil
-for i = 1, #fields, 2 do
-  local f = fields[i]
-  if string.sub(f, 1, 2) == 'h:' then
-    local e = cjson.decode(fields[i + 1])
-    if f == me then
-      mine = e
-    elseif e.gone < now then
-      redis.call('HDEL', key, f)
+local function reserved_total(e)
+  return math.max(e.report.at, e.gt)
+end
+
+-- The room's sums over its hosts (this one's taken out while it syncs): over every host the
+-- store holds an entry for, `n` of them, their reserved totals `rt`, their active visitors
+-- `act`, and their minute reservations by bucket `m`; over the hosts counted as present, `np`
+-- of them, their traffic `tr`, their admissions by bucket `a`, how many are in each bucket
+-- `c`, their live waiters by arrival bucket `l`, and `u`: by bucket, how much each bucket's
+-- waiters add to what their hosts' unused allowance does not cover (summed over buckets
+-- before `j`, the waiters older than `j` that no allowance covers).
+local agg
+if state[7] then
+  agg = cmsgpack.unpack(state[7])
+else
+  agg = { n = 0, rt = 0, act = 0, m = {}, np = 0, tr = 0, a = {}, c = {}, l = {}, u = {} }
+end
+
+local function add(map, b, n)
+  if n ~= 0 then
+    local v = (map[b] or 0) + n
+    if v == 0 then
+      map[b] = nil
     else
-      table.insert(entries, e)
+      map[b] = v
+    end
+  end
+end
+
+-- Adds (s = 1) or takes out (s = -1) what entry `e` counts for as a host the store holds.
+local function count_known(e, s)
+  local er = e.report
+  agg.n = agg.n + s
+  agg.rt = agg.rt + s * reserved_total(e)
+  agg.act = agg.act + s * er.active
+  add(agg.m, er.b - 1, s * e.prev)
+  add(agg.m, er.b, s * math.max(er.am0, e.gm0))
+  add(agg.m, er.b + 1, s * math.max(er.am1, e.gm1))
+end
+
+-- The same for what it counts for as a present host.
+local function count_present(e, s)
+  local er = e.report
+  agg.np = agg.np + s
+  agg.tr = agg.tr + s * er.traffic
+  add(agg.a, er.b, s * er.admitted)
+  add(agg.c, er.b, s)
+  local headroom = math.min(
+    math.max(0, reserved_total(e) - er.active),
+    math.max(0, reserved_minute(e, er.b) - er.admitted))
+  local live = {}
+  for i, w in ipairs(er.live) do
+    live[i] = w
+  end
+  table.sort(live, function(x, y) return x[1] < y[1] end)
+  local older = 0
+  for _, w in ipairs(live) do
+    add(agg.l, w[1], s * w[2])
+    local uncovered = math.max(0, older - headroom)
+    older = older + w[2]
+    add(agg.u, w[1], s * (math.max(0, older - headroom) - uncovered))
+  end
+end
+
+-- Nothing is written before the answer is computed (a script that fails part-way keeps what
+-- it wrote): the members and fields that go are listed here, and go with the new entry.
+local zrem, hdel = {}, {}
+
+-- The set holds one `g:` member per entry and one `p:` member per host counted as present:
+-- `n + np` members. Any other count means the set or the sums were lost apart from the
+-- entries (a `DEL`, an eviction): both are counted anew from the entries, once (O(hosts)),
+-- each present while its lease runs.
+local members = redis.call('ZCARD', deadlines)
+local rebuild = members ~= agg.n + agg.np
+local mine = nil
+if state[8] then
+  mine = cmsgpack.unpack(state[8])
+end
+if rebuild then
+  agg = { n = 0, rt = 0, act = 0, m = {}, np = 0, tr = 0, a = {}, c = {}, l = {}, u = {} }
+  local fields = redis.call('HGETALL', key)
+  for i = 1, #fields, 2 do
+    local f = fields[i]
+    if string.sub(f, 1, 2) == 'h:' and f ~= me then
+      local e = cmsgpack.unpack(fields[i + 1])
+      if e.gone < now then
+        table.insert(hdel, f)
+      else
+        count_known(e, 1)
+        if e.exp >= now then
+          count_present(e, 1)
+        end
+      end
+    end
+  end
+else
+  -- This host's old entry comes out of the sums (it is counted anew below; its deadlines are
+  -- set anew then). It counts as present while its `p:` member is there.
+  if mine ~= nil then
+    count_known(mine, -1)
+    if redis.call('ZSCORE', deadlines, 'p:' .. ARGV[1]) then
+      count_present(mine, -1)
+    end
+  end
+  -- Other hosts' lapses due, soonest first: a lease's end (it stops counting as present), a
+  -- reservation's end (its entry goes). A lease ends before its reservation does: a `g:`
+  -- member comes after its host's `p:`.
+  -- (This host's own two members may be among them: read two more, skip them.)
+  local due = redis.call('ZRANGEBYSCORE', deadlines, '-inf', string.format('(%.0f', now),
+    'LIMIT', 0, LAPSES_PER_SYNC + 2)
+  local ended, taken = {}, 0
+  for _, member in ipairs(due) do
+    local host = string.sub(member, 3)
+    if host ~= ARGV[1] and taken < LAPSES_PER_SYNC then
+      taken = taken + 1
+      local field = 'h:' .. host
+      table.insert(zrem, member)
+      local raw_entry = redis.call('HGET', key, field)
+      if raw_entry then
+        local e = cmsgpack.unpack(raw_entry)
+        if string.sub(member, 1, 2) == 'p:' then
+          count_present(e, -1)
+          ended[host] = true
+        else
+          if not ended[host] and redis.call('ZSCORE', deadlines, 'p:' .. host) then
+            count_present(e, -1)
+            table.insert(zrem, 'p:' .. host)
+          end
+          count_known(e, -1)
+          table.insert(hdel, field)
+        end
+      end
     end
   end
 end
@@ -82,15 +222,15 @@ end
 -- Writes the store lost: another server than the one that wrote the state, a grant newer
 -- than its record, or a reservation it does not hold.
 local run = ARGV[4] or ''
-local seen_run = redis.call('HGET', key, 'run')
-local room_seq = tonumber(redis.call('HGET', key, 'seq') or '0')
+local seen_run = state[3]
+local room_seq = tonumber(state[4] or '0')
 local lost = r.seq > room_seq or (run ~= '' and seen_run ~= false and seen_run ~= run)
 if mine ~= nil then
   lost = lost or r.seq > (mine.seq or 0)
 else
   lost = lost or r.held ~= 0
 end
-local born = tonumber(redis.call('HGET', key, 'born') or now)
+local born = tonumber(state[5] or now)
 if lost then
   born = now
 end
@@ -109,41 +249,27 @@ if stale ~= nil then
 elseif mine ~= nil then
   prev = reserved_minute(mine, r.b - 1)
 end
-local frontier = tonumber(redis.call('HGET', key, 'frontier') or '0')
+local frontier = tonumber(state[6] or '0')
 
-local others, om0, om1 = 0, 0, 0
-local occupied, admitted, traffic = r.active, r.admitted, r.traffic
+-- The other hosts, from the sums.
+local others = agg.rt
+local om0 = agg.m[r.b] or 0
+local om1 = agg.m[r.b + 1] or 0
+local occupied = r.active + agg.act
+local admitted = r.admitted + (agg.a[r.b] or 0)
+local traffic = r.traffic + agg.tr
+local hosts, known, oldest_bucket = 1 + agg.np, 1 + agg.n, r.b
+for b, _ in pairs(agg.c) do
+  oldest_bucket = math.min(oldest_bucket, b)
+end
 local live = {}
--- Present hosts' unused allowance and waiters (for FIFO across hosts, below).
-local present = {}
-local hosts, known, oldest_bucket = 1, 1, r.b
-for _, e in ipairs(entries) do
-  local er = e.report
-  known = known + 1
-  others = others + math.max(er.at, e.gt)
-  om0 = om0 + reserved_minute(e, r.b)
-  om1 = om1 + reserved_minute(e, r.b + 1)
-  occupied = occupied + er.active
-  if e.exp >= now then
-    hosts = hosts + 1
-    oldest_bucket = math.min(oldest_bucket, er.b)
-    if er.b == r.b then
-      admitted = admitted + er.admitted
-    end
-    traffic = traffic + er.traffic
-    for _, w in ipairs(er.live) do
-      live[w[1]] = (live[w[1]] or 0) + w[2]
-    end
-    table.insert(present, {
-      headroom = math.min(
-        math.max(0, math.max(er.at, e.gt) - er.active),
-        math.max(0, reserved_minute(e, er.b) - er.admitted)),
-      live = er.live,
-    })
-  end
+for b, n in pairs(agg.l) do
+  live[b] = n
 end
 for _, w in ipairs(r.live) do
-  live[w[1]] = (live[w[1]] or 0) + w[2]
+  if w[2] ~= 0 then
+    live[w[1]] = (live[w[1]] or 0) + w[2]
+  end
 end
 
 -- The frontier moves over arrival buckets, oldest first, while the waiters it lets in fit in
@@ -182,21 +308,34 @@ for _, w in ipairs(r.live) do
 end
 local own_behind = own_queued - own_ready
 -- Waiters of other hosts, older than bucket `j`, that their own host's unused allowance does
--- not cover: slots for them come first.
-local function uncovered_before(j)
-  local sum = 0
-  for _, o in ipairs(present) do
-    local older = 0
-    for _, w in ipairs(o.live) do
-      if w[1] < j then
-        older = older + w[2]
-      end
-    end
-    sum = sum + math.max(0, older - o.headroom)
-  end
-  return sum
+-- not cover: slots for them come first (the sums of `u` over the buckets before `j`).
+local u_buckets = {}
+for b, _ in pairs(agg.u) do
+  table.insert(u_buckets, b)
 end
-local uncovered = uncovered_before(math.huge)
+table.sort(u_buckets)
+local u_sums = {}
+local uncovered = 0
+for i, b in ipairs(u_buckets) do
+  uncovered = uncovered + agg.u[b]
+  u_sums[i] = uncovered
+end
+local function uncovered_before(j)
+  -- The last bucket before `j` (binary search).
+  local lo, hi = 0, #u_buckets
+  while lo < hi do
+    local mid = math.floor((lo + hi + 1) / 2)
+    if u_buckets[mid] < j then
+      lo = mid
+    else
+      hi = mid - 1
+    end
+  end
+  if lo == 0 then
+    return 0
+  end
+  return u_sums[lo]
+end
 local room_total = math.max(0, p.total - others - r.active)
 
 -- This host's waiters the frontier reached, oldest first, each after the older waiters
@@ -241,12 +380,63 @@ local entry = {
   report = r, gt = gt, gm0 = gm0, gm1 = gm1, prev = prev, seq = seq,
   exp = now + p.lease, gone = now + p.lease + p.hold + p.lease,
 }
-redis.call('HSET', key, me, cjson.encode(entry), 'frontier', frontier, 'born', born, 'seq', seq,
-  'clock', now, 'skew', skew)
-if run ~= '' then
-  redis.call('HSET', key, 'run', run)
+count_known(entry, 1)
+count_present(entry, 1)
+local keep = 2 * (p.lease + p.hold + p.lease)
+-- The keys' expiry is pushed back once a lease (on the server's own clock): they outlive the
+-- last sync by at least `keep` less a lease, which is more than a lease and a hold longer
+-- than any host's reservation. A set made anew (emptied here, or counted anew) gets its
+-- expiry at once.
+local ttl_at = tonumber(state[9] or '0')
+local push = math.abs(raw - ttl_at) >= p.lease
+-- (A command's arguments go in slices: Lua unpacks at most a few thousand values at once.)
+local function call_in_slices(command, target, args, step)
+  for i = 1, #args, step do
+    redis.call(command, target, unpack(args, i, math.min(i + step - 1, #args)))
+  end
 end
-redis.call('PEXPIRE', key, 2 * (p.lease + p.hold + p.lease))
+if rebuild then
+  redis.call('DEL', deadlines)
+else
+  call_in_slices('ZREM', deadlines, zrem, 1000)
+end
+call_in_slices('HDEL', key, hdel, 1000)
+local fields = { 'HSET', key, me, cmsgpack.pack(entry), 'frontier', frontier, 'born', born,
+  'seq', seq, 'clock', now, 'skew', skew, 'agg', cmsgpack.pack(agg) }
+if run ~= '' then
+  table.insert(fields, 'run')
+  table.insert(fields, run)
+end
+if push then
+  table.insert(fields, 'ttl')
+  table.insert(fields, raw)
+end
+redis.call(unpack(fields))
+local deadline_args = { entry.exp, 'p:' .. ARGV[1], entry.gone, 'g:' .. ARGV[1] }
+if rebuild then
+  -- Every entry's deadlines, from the hash as it now stands.
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if string.sub(f, 1, 2) == 'h:' and f ~= me then
+      local e = cmsgpack.unpack(all[i + 1])
+      local host = string.sub(f, 3)
+      table.insert(deadline_args, e.gone)
+      table.insert(deadline_args, 'g:' .. host)
+      if e.exp >= now then
+        table.insert(deadline_args, e.exp)
+        table.insert(deadline_args, 'p:' .. host)
+      end
+    end
+  end
+end
+call_in_slices('ZADD', deadlines, deadline_args, 1000)
+if push or rebuild or members - #zrem == 0 then
+  redis.call('PEXPIRE', deadlines, keep)
+end
+if push then
+  redis.call('PEXPIRE', key, keep)
+end
 
 -- Revocations (rooms whose sessions the origin may revoke send a cursor): the host's are
 -- appended to the room's log (a stream, KEYS[2], trimmed to what is younger than the room's
@@ -256,7 +446,6 @@ local rc_out = nil
 local rv_out = nil
 if rev_cursor ~= nil and KEYS[2] ~= nil then
   local log = KEYS[2]
-  local keep = 2 * (p.lease + p.hold + p.lease)
   if rev_ids ~= nil then
     for _, id in ipairs(rev_ids) do
       redis.call('XADD', log, 'MINID', '~', string.format('%.0f', math.max(raw - keep, 0)), '*',
@@ -300,7 +489,7 @@ if rev_cursor ~= nil and KEYS[2] ~= nil then
   end
 end
 
-return cjson.encode({
+return cmsgpack.pack({
   seq = seq, gt = gt, b = r.b, gm0 = gm0, gm1 = gm1, frontier = frontier,
   behind = behind - math.min(own_behind, behind) + uncovered, hosts = hosts, known = known,
   learning = learning and 1 or 0, free = free, stale = stale ~= nil and 1 or 0,

@@ -15,7 +15,7 @@ use velvet_rope::{Clock, Engine, Millis, SystemClock};
 use crate::periodic::Periodic;
 use crate::protocol::{id_text, id_value, store_host, Params, Report};
 use crate::redis_store::RedisStore;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, SyncCall};
 
 /// What the sync loop has done, for tests, metrics and logs.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -214,6 +214,9 @@ impl SyncRound {
         // Tick first, so that a report is of the bucket open now (a grant is for it and the
         // next one).
         self.engine.tick(self.options.clock.now_ms());
+        // Every room whose turn this process takes is reported, then all the reports go to the
+        // store in one exchange (one round trip to Redis), then the grants are applied.
+        let mut pending: Vec<Pending> = Vec::new();
         for room in &config.rooms {
             let turn_at: Millis = self.options.clock.now_ms();
             let Ok(Some(turn)) =
@@ -257,9 +260,6 @@ impl SyncRound {
                 learn: interval_ms + busy_ms.max(TICK_LOCK_TAKEOVER_MS) + interval_ms,
             };
             let host = store_host(&self.options.host_id, report.incarnation);
-            // The lease runs from just before the report leaves: it ends before the store's
-            // reservation does, whatever delays came before (a grant never shortens the lease
-            // of the one it replaces, for a process that stalls after this).
             let mut sent = Report::of(&report, demand(&report, interval_ms));
             // Revocations made here go to the store; other hosts' come back.
             let outgoing = self.engine.cluster_revocations(&room.name).ok().flatten();
@@ -267,41 +267,62 @@ impl SyncRound {
                 sent.rc = Some(out.cursor);
                 sent.rv = out.ids.iter().map(|&id| id_text(id)).collect();
             }
-            let sent_at: Millis = self.options.clock.now_ms();
-            fault_point(FaultPoint::SyncSending);
-            let result = self.store.sync(&room.name, &host, &sent, &params);
-            fault_point(FaultPoint::SyncAnswered);
-            self.record(&room.name, result.as_ref().map(|r| r.hosts));
-            let unreachable = match result {
-                Ok(reply) => {
+            pending.push(Pending {
+                room: room.name.clone(),
+                turn,
+                host,
+                sent,
+                params,
+                outgoing,
+            });
+        }
+        if pending.is_empty() {
+            return;
+        }
+        let calls: Vec<SyncCall<'_>> = pending
+            .iter()
+            .map(|p| SyncCall {
+                room: &p.room,
+                host: &p.host,
+                report: &p.sent,
+                params: &p.params,
+            })
+            .collect();
+        // The lease runs from just before the reports leave: it ends before the store's
+        // reservation does, whatever delays came before (a grant never shortens the lease of
+        // the one it replaces, for a process that stalls after this).
+        let sent_at: Millis = self.options.clock.now_ms();
+        fault_point(FaultPoint::SyncSending);
+        let answers = self.store.sync_many(&calls);
+        fault_point(FaultPoint::SyncAnswered);
+        let mut answers = answers.into_iter();
+        for p in &pending {
+            // Rooms after one the store could not be reached for were not sent: they try
+            // next round.
+            if let Some(result) = answers.next() {
+                self.record(&p.room, result.as_ref().map(|r| r.hosts));
+                if let Ok(reply) = result {
                     // The fallback, unless configured: one over the most hosts ever known
                     // (silent ones included), so that a host never falls back to more than
                     // the seed's per-host division.
-                    let known = self.most_hosts.entry(room.name.clone()).or_insert(1);
+                    let known = self.most_hosts.entry(p.room.clone()).or_insert(1);
                     *known = (*known).max(reply.known);
                     let share = self.options.fallback_share.unwrap_or(1.0 / *known as f64);
                     let ppm = (share.clamp(0.0, 1.0) * 1e6).round() as u64;
                     let grant = reply.grant(sent_at + lease_ms, ppm);
-                    let _ = self.engine.cluster_grant(&room.name, &grant);
+                    let _ = self.engine.cluster_grant(&p.room, &grant);
                     fault_point(FaultPoint::SyncGranted);
-                    if let (Some(out), Some(cursor)) = (&outgoing, reply.rc) {
+                    if let (Some(out), Some(cursor)) = (&p.outgoing, reply.rc) {
                         let ids: Vec<u64> = reply.rv.iter().filter_map(|t| id_value(t)).collect();
                         let _ = self
                             .engine
-                            .cluster_revocations_synced(&room.name, out, &ids, cursor);
+                            .cluster_revocations_synced(&p.room, out, &ids, cursor);
                     }
-                    false
                 }
-                Err(StoreError::Protocol(_)) | Err(StoreError::NotReplicated { .. }) => false,
-                Err(_) => true,
-            };
+            }
             let _ = self
                 .engine
-                .cluster_sync_done(&room.name, turn, self.options.clock.now_ms());
-            if unreachable {
-                // The other rooms would wait out the same timeout: they try next round.
-                break;
-            }
+                .cluster_sync_done(&p.room, p.turn, self.options.clock.now_ms());
         }
         self.engine.tick(self.options.clock.now_ms());
     }
@@ -349,6 +370,16 @@ impl SyncRound {
             }
         }
     }
+}
+
+/// One room's sync in a round, between its report and its answer.
+struct Pending {
+    room: String,
+    turn: velvet_rope::admission::cluster::SyncTurn,
+    host: String,
+    sent: Report,
+    params: Params,
+    outgoing: Option<velvet_rope::admission::revoke::OutgoingRevocations>,
 }
 
 /// What a host asks for beyond its share: twice its admissions per sync interval since its

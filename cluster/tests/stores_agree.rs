@@ -5,7 +5,8 @@ mod common;
 
 use rand::{Rng, SeedableRng};
 use velvet_rope_cluster::{
-    allocate, relay_revocations, Params, RedisStore, Report, RoomState, Store, SYNC_SCRIPT,
+    allocate, relay_revocations, script_arg, script_reply, Params, RedisStore, Reply, Report,
+    RoomState, Store, LAPSES_PER_SYNC, SYNC_SCRIPT,
 };
 
 use common::RedisServer;
@@ -15,7 +16,8 @@ fn random_report(rng: &mut rand::rngs::StdRng) -> Report {
     let mut live = Vec::new();
     for k in 990..=b {
         if rng.gen_bool(0.3) {
-            live.push((k, rng.gen_range(1..20)));
+            // (A count of 0 now and then: both stores leave it out.)
+            live.push((k, rng.gen_range(0..20)));
         }
     }
     let at = rng.gen_range(0..120);
@@ -33,6 +35,35 @@ fn random_report(rng: &mut rand::rngs::StdRng) -> Report {
         held: 0,
         ..Report::default()
     }
+}
+
+/// The script called directly on `room` (with `run` as the server's run, and `clock` as the
+/// store's clock when given).
+#[allow(clippy::too_many_arguments)]
+fn invoke(
+    script: &redis::Script,
+    store: &RedisStore,
+    conn: &mut redis::Connection,
+    room: &str,
+    host: &str,
+    report: &Report,
+    params: &Params,
+    run: &str,
+    clock: Option<u64>,
+) -> Reply {
+    let [key, log, deadlines] = store.script_keys(room);
+    let mut call = script.key(key);
+    call.key(log)
+        .key(deadlines)
+        .arg(host)
+        .arg(script_arg(report).unwrap())
+        .arg(script_arg(params).unwrap())
+        .arg(run);
+    if let Some(clock) = clock {
+        call.arg(clock);
+    }
+    let answer: Vec<u8> = call.invoke(conn).unwrap();
+    script_reply(&answer).unwrap()
 }
 
 #[test]
@@ -107,15 +138,9 @@ fn the_script_and_the_allocator_agree() {
         let got = if run == server_run {
             store.sync(rooms[r], host, &report, &params).unwrap()
         } else {
-            let text: String = script
-                .key(store.room_key(rooms[r]))
-                .arg(host)
-                .arg(serde_json::to_string(&report).unwrap())
-                .arg(serde_json::to_string(&params).unwrap())
-                .arg(run.as_str())
-                .invoke(&mut conn)
-                .unwrap();
-            serde_json::from_str(&text).unwrap()
+            invoke(
+                &script, &store, &mut conn, rooms[r], host, &report, &params, &run, None,
+            )
         };
         assert_eq!(
             got, expected,
@@ -204,4 +229,113 @@ fn revocations_relay_alike() {
             assert_eq!(seen, want, "{} from store {s}", hosts[h]);
         }
     }
+}
+
+/// Hosts come and go on short leases, many lapsing at once (more than one call processes), on
+/// a clock both stores are given: the script's sums kept call by call answer as the
+/// allocator's recount does, and end holding what the allocator's state holds.
+#[test]
+fn lapses_agree() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let store = RedisStore::new(&redis.url(), "lapse", std::time::Duration::from_secs(2)).unwrap();
+    let script = redis::Script::new(SYNC_SCRIPT);
+    let params = Params {
+        total: 500,
+        minute: 400,
+        lease: 1000,
+        hold: 1500,
+        learn: 0,
+    };
+    let mut state = RoomState::default();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+    let hosts: Vec<String> = (0..40).map(|i| format!("h{i:02}")).collect();
+    let mut last_seq = std::collections::HashMap::<usize, u64>::new();
+    let mut clock = 1_000_000u64;
+    let (mut lapsed_at_once, mut learning, mut granted) = (0, 0, 0);
+    for i in 0..3000 {
+        // Now and then time jumps (everyone's lease ends together), else it creeps.
+        clock += if rng.gen_ratio(1, 150) {
+            rng.gen_range(1000..4000)
+        } else {
+            rng.gen_range(0..60)
+        };
+        // A few hosts sync often, the others now and then (their leases lapse between).
+        let h = if rng.gen_bool(0.5) {
+            rng.gen_range(0..4)
+        } else {
+            rng.gen_range(0..hosts.len())
+        };
+        let mut report = random_report(&mut rng);
+        report.seq = last_seq.get(&h).copied().unwrap_or(0);
+        if rng.gen_ratio(1, 40) && report.seq > 0 {
+            report.seq -= 1;
+        }
+        let due = state
+            .entries
+            .iter()
+            .filter(|(name, e)| {
+                **name != hosts[h] && (e.present && e.exp < clock || e.gone < clock)
+            })
+            .count();
+        lapsed_at_once = lapsed_at_once.max(due);
+        let expected = allocate(&mut state, &hosts[h], &report, &params, clock, "");
+        let got = invoke(
+            &script,
+            &store,
+            &mut conn,
+            "r",
+            &hosts[h],
+            &report,
+            &params,
+            "",
+            Some(clock),
+        );
+        assert_eq!(
+            got, expected,
+            "call {i}: {} at {clock} with {report:?}",
+            hosts[h]
+        );
+        last_seq.insert(h, got.seq);
+        learning += got.learning;
+        granted += got.gt;
+    }
+    assert!(
+        lapsed_at_once > 2 * LAPSES_PER_SYNC,
+        "some calls found more lapses due than one processes: {lapsed_at_once}"
+    );
+    assert!(learning < 3000 && granted > 0, "past learning, grants made");
+    // The script's sums are what the allocator's state counts.
+    let key = store.room_key("r");
+    #[derive(serde::Deserialize)]
+    struct Sums {
+        n: u64,
+        np: u64,
+    }
+    let agg: Vec<u8> = redis::cmd("HGET")
+        .arg(&key)
+        .arg("agg")
+        .query(&mut conn)
+        .unwrap();
+    let agg: Sums = rmp_serde::from_slice(&agg).unwrap();
+    assert_eq!(agg.n, state.entries.len() as u64);
+    assert_eq!(
+        agg.np,
+        state.entries.values().filter(|e| e.present).count() as u64
+    );
+    let fields: Vec<String> = redis::cmd("HKEYS").arg(&key).query(&mut conn).unwrap();
+    let mut held: Vec<&str> = fields.iter().filter_map(|f| f.strip_prefix("h:")).collect();
+    held.sort();
+    let mut want: Vec<&str> = state.entries.keys().map(String::as_str).collect();
+    want.sort();
+    assert_eq!(held, want, "the same hosts held");
+    let due: u64 = redis::cmd("ZCARD")
+        .arg(store.deadlines_key("r"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(
+        due as usize,
+        state.entries.len() + state.entries.values().filter(|e| e.present).count(),
+        "one deadline per entry and one per present host"
+    );
 }

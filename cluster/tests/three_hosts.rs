@@ -120,10 +120,17 @@ fn skewed_traffic_admits_exactly_the_limit() {
         assert_eq!(s.hosts, 3);
     }
     let mut conn = redis.connection();
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
-    assert_eq!(keys, vec!["{vr:r}".to_owned()]);
-    let ttl: i64 = redis::cmd("PTTL").arg("{vr:r}").query(&mut conn).unwrap();
-    assert!(ttl > 0, "the room's hash expires by itself");
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["{vr:r}:d", "{vr:r}:s"],
+        "the room's deadlines and state"
+    );
+    for key in &keys {
+        let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut conn).unwrap();
+        assert!(ttl > 0, "{key} expires by itself");
+    }
 }
 
 /// FIFO across hosts: waiters who arrived earlier at one host are admitted before waiters

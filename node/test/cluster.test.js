@@ -213,11 +213,11 @@ refresh_interval = 1
     let born = null
     while (born === null && Date.now() < deadline) {
       await sleep(20)
-      born = await redisCommand(b.port, 'HGET', '{vr:shop}', 'born')
+      born = await redisCommand(b.port, 'HGET', '{vr:shop}:s', 'born')
     }
     assert.ok(born !== null, 'the new loop syncs with the new store')
     await sleep(400)
-    const lastOld = await redisCommand(a.port, 'HGET', '{vr:shop}', 'clock')
+    const lastOld = await redisCommand(a.port, 'HGET', '{vr:shop}:s', 'clock')
     assert.ok(Number(lastOld) <= Number(born),
       `the old loop synced at ${lastOld}, after the new one's first sync at ${born}`)
   } finally {

@@ -86,7 +86,7 @@ def test_two_envoys_share_a_room_exactly(redis):
                 time.sleep(0.5)
             assert len(admitted) == te.SHOP_LIMIT, f"{len(admitted)} admitted, {te.SHOP_LIMIT} expected"
 
-            fields = redis.command("HKEYS", "{vr:shop}")
+            fields = redis.command("HKEYS", "{vr:shop}:s")
             hosts = sorted(f.split("#")[0] for f in fields if f.startswith("h:"))
             assert hosts == ["h:envoy-a", "h:envoy-b"], fields
             for e in proxies:

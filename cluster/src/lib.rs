@@ -45,10 +45,13 @@
 //!    in);
 //! 3. it grants this host its holdings plus one headroom per bucket, within both limits: its
 //!    waiters the frontier reached (oldest first, each after older waiters at other hosts
-//!    that their own allowance does not cover), then, unless anyone waits behind the frontier
-//!    or waits elsewhere uncovered, its share of the free slots following its traffic (as in
-//!    the seed) and a chunk of twice its last interval's admissions; all clamped to the limit
-//!    less every other host's reservation.
+//!    that their own allowance does not cover), then, unless anyone waits behind the
+//!    frontier, room for new arrivals: a chunk of twice its last interval's admissions, and a
+//!    share of the free slots left after every waiter and every host's chunk, half evenly and
+//!    half following its traffic (the seed's shares follow traffic alone, which starves quiet
+//!    hosts: with many hosts, new arrivals there queued while the room was far from full),
+//!    within what the waiters elsewhere that their own allowance does not cover leave; all
+//!    clamped to the limit less every other host's reservation.
 //!
 //! A call costs the store the same however many hosts share the room: the room keeps its sums
 //! over the hosts (reservations, active visitors, traffic, waiters by arrival bucket, what no

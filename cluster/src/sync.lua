@@ -97,8 +97,10 @@ end
 local agg
 if state[7] then
   agg = cmsgpack.unpack(state[7])
+  -- (A sum a development build did not keep counts from nothing: `dm` came later.)
+  agg.dm = agg.dm or 0
 else
-  agg = { n = 0, rt = 0, act = 0, m = {}, np = 0, tr = 0, a = {}, c = {}, l = {}, u = {} }
+  agg = { n = 0, rt = 0, act = 0, m = {}, np = 0, tr = 0, dm = 0, a = {}, c = {}, l = {}, u = {} }
 end
 
 local function add(map, b, n)
@@ -128,6 +130,7 @@ local function count_present(e, s)
   local er = e.report
   agg.np = agg.np + s
   agg.tr = agg.tr + s * er.traffic
+  agg.dm = agg.dm + s * er.demand
   add(agg.a, er.b, s * er.admitted)
   add(agg.c, er.b, s)
   local headroom = math.min(
@@ -162,7 +165,7 @@ if state[8] then
   mine = cmsgpack.unpack(state[8])
 end
 if rebuild then
-  agg = { n = 0, rt = 0, act = 0, m = {}, np = 0, tr = 0, a = {}, c = {}, l = {}, u = {} }
+  agg = { n = 0, rt = 0, act = 0, m = {}, np = 0, tr = 0, dm = 0, a = {}, c = {}, l = {}, u = {} }
   local fields = redis.call('HGETALL', key)
   for i = 1, #fields, 2 do
     local f = fields[i]
@@ -339,10 +342,8 @@ end
 local room_total = math.max(0, p.total - others - r.active)
 
 -- This host's waiters the frontier reached, oldest first, each after the older waiters
--- elsewhere; then its share of the free slots, following its traffic (evenly when nobody had
--- any), plus the chunk it asks for. New arrivals get nothing while anyone waits behind the
--- frontier, or waits elsewhere without an allowance for it. One headroom per bucket, within
--- both limits.
+-- elsewhere; then its chunk and share of what is free for new arrivals (below). One headroom
+-- per bucket, within both limits.
 local ready_head = 0
 for _, w in ipairs(r.live) do
   if w[1] <= frontier then
@@ -350,15 +351,29 @@ for _, w in ipairs(r.live) do
     ready_head = ready_head + math.min(w[2], room)
   end
 end
-local share
-if traffic == 0 then
-  share = math.floor(free / hosts)
-else
-  share = math.floor(free * r.traffic / traffic)
+-- The free slots are handed out once on paper: the waiters' first, then every present host's
+-- chunk (scaled down when they ask for more than is left), then the rest, half evenly (a
+-- quiet host is not starved) and half by traffic (evenly when nobody had any).
+local function ratio(n, of, whole)
+  return math.floor(n * of / math.max(whole, 1))
 end
+local demand = r.demand + agg.dm
+local spare = math.max(0, free - queued)
+local share, chunk
+if demand > spare then
+  share, chunk = 0, ratio(spare, r.demand, demand)
+elseif traffic == 0 then
+  share, chunk = math.floor((spare - demand) / hosts), r.demand
+else
+  local rest = spare - demand
+  local half = math.floor(rest / 2)
+  share, chunk = math.floor(half / hosts) + ratio(rest - half, r.traffic, traffic), r.demand
+end
+-- New arrivals get nothing while anyone waits behind the frontier; the slots for waiters
+-- elsewhere that their own host's allowance does not cover are left to them.
 local want = ready_head
-if behind == 0 and uncovered == 0 then
-  want = want + share + r.demand
+if behind == 0 then
+  want = want + math.min(share + chunk, math.max(0, room_total - uncovered - ready_head))
 end
 local head0 = math.min(want, room_total, math.max(0, p.minute - om0 - r.admitted))
 local head1 = math.min(want, room_total, math.max(0, p.minute - om1))

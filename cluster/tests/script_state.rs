@@ -139,7 +139,11 @@ fn a_lost_deadline_set_is_counted_anew() {
         t += 400;
     }
     assert_eq!((last.hosts, last.known, last.behind), (1, 1, 0));
-    assert_eq!(last.gt, PARAMS.total, "the whole room, A let go");
+    assert_eq!(
+        last.gt,
+        b.active + last.free,
+        "every free slot (the minute's 79 left bind), A let go"
+    );
 }
 
 /// A call that fails part-way (here a report whose waiters are malformed, in the call that

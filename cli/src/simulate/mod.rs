@@ -402,6 +402,15 @@ fn table(r: &Report) -> String {
             pct(m.queued_early, m.queued)
         ),
     );
+    if let Some(fill) = m.queueing_began_at {
+        row(
+            "queueing began",
+            format!(
+                "with the room {:.1} % full (seats held and waiters)",
+                fill * 100.0
+            ),
+        );
+    }
     row(
         "use while waiting",
         match m.utilisation_while_waiting {

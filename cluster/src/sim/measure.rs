@@ -106,6 +106,10 @@ pub struct Measured {
     /// within a lease and a session (an event lowering the room is enforced that far ahead).
     /// An event's pre-queue queues everyone by design: none of its visitors is early.
     pub queued_early: u64,
+    /// How full the room was when the first new visitor was queued: seats held and waiters
+    /// over the limit enforced (or the same for the minute's admissions, whichever is
+    /// fuller). Below 1.0, queueing began early (an event's pre-queue left out).
+    pub queueing_began_at: Option<f64>,
     /// Seconds in which somebody waited.
     pub seconds_with_waiters: u64,
     /// Seats in use over seats enforced (as for `queued_early`), over the seconds in which
@@ -191,8 +195,11 @@ impl Recorder {
 
     /// A new visitor's first request was queued (`early`: with a seat for it even after
     /// every waiter had one).
-    pub(crate) fn queued(&mut self, w: Waiter, early: bool) {
+    pub(crate) fn queued(&mut self, w: Waiter, early: bool, fill: Option<f64>) {
         self.m.queued += 1;
+        if self.m.queueing_began_at.is_none() {
+            self.m.queueing_began_at = fill;
+        }
         self.m.queued_early += u64::from(early);
         self.waiters += 1;
         if !w.shuffled {
@@ -363,11 +370,11 @@ mod tests {
     fn an_admission_a_refresh_before_an_earlier_minute_is_an_inversion() {
         // Buckets of a minute, refreshes every 10 s: slack 13 s.
         let mut r = Recorder::new(10, 10, 60_000, 10_000);
-        r.queued(waiter(1, 1000), false);
-        r.queued(waiter(2, 2000), false);
-        r.queued(waiter(3, 61_000), false);
-        r.queued(waiter(4, 62_000), false);
-        r.queued(waiter(5, 63_000), false);
+        r.queued(waiter(1, 1000), false, None);
+        r.queued(waiter(2, 2000), false, None);
+        r.queued(waiter(3, 61_000), false, None);
+        r.queued(waiter(4, 62_000), false, None);
+        r.queued(waiter(5, 63_000), false, None);
         // Within a minute, any order.
         r.admitted(100_000, Some(waiter(2, 2000)), true);
         // Within a refresh of the earlier minute's last: in order.
@@ -387,8 +394,8 @@ mod tests {
     #[test]
     fn a_waiter_still_waiting_was_passed_by_later_minutes() {
         let mut r = Recorder::new(10, 10, 60_000, 10_000);
-        r.queued(waiter(1, 1000), false);
-        r.queued(waiter(2, 61_000), false);
+        r.queued(waiter(1, 1000), false, None);
+        r.queued(waiter(2, 61_000), false, None);
         r.admitted(100_000, Some(waiter(2, 61_000)), true);
         assert_eq!(r.finish(1, 0).fifo_inversions, 1);
     }
@@ -396,8 +403,8 @@ mod tests {
     #[test]
     fn a_waiter_who_gave_up_is_no_longer_ahead() {
         let mut r = Recorder::new(10, 10, 60_000, 10_000);
-        r.queued(waiter(1, 1000), false);
-        r.queued(waiter(2, 62_000), false);
+        r.queued(waiter(1, 1000), false, None);
+        r.queued(waiter(2, 62_000), false, None);
         r.gave_up(waiter(1, 1000), true, 5_000);
         r.admitted(90_000, Some(waiter(2, 62_000)), true);
         r.sample(1, 10, (10, 10), 10);

@@ -245,10 +245,10 @@ impl World {
                         track.promised = d.estimated_wait_secs;
                     }
                     if first {
-                        let early = self.queued_early(h);
+                        let (early, fill) = self.queued_early(h);
                         let w = self.waiter(v);
                         if let Some(r) = &mut self.recorder {
-                            r.queued(w, early);
+                            r.queued(w, early, fill);
                         }
                     } else if back {
                         let first_return = !t.came_back && t.queued;
@@ -304,23 +304,30 @@ impl World {
         }
     }
 
-    /// Whether a new visitor queued now at host `h` was queued early: the room had a seat for
-    /// it even if everyone waiting got one first.
-    fn queued_early(&self, h: usize) -> bool {
-        // A pre-queue queues everyone, by design.
+    /// Whether a new visitor queued now at host `h` was queued early (the room had a seat for
+    /// it even if everyone waiting got one first), and how full the room was (seats held and
+    /// waiters over the limit, or the same for the minute's admissions, whichever is fuller;
+    /// `None` in a pre-queue, which queues everyone by design).
+    fn queued_early(&self, h: usize) -> (bool, Option<f64>) {
         if self
             .s
             .event
             .is_some_and(|e| e.prequeue_ms.is_some_and(|p| self.now >= p) && self.now < e.start_ms)
         {
-            return false;
+            return (false, None);
         }
         let (limit, per_minute) = self.limits_enforced();
         let buckets = self.buckets();
         let active = self.truth.active(&buckets);
         let waiting = self.recorder.as_ref().map_or(0, Recorder::waiting);
         // (This visitor is not counted waiting yet.)
-        active + waiting < limit && self.truth.admissions_in(buckets[h]) + waiting < per_minute
+        let admitted = self.truth.admissions_in(buckets[h]);
+        let fill = ((active + waiting) as f64 / limit.max(1) as f64)
+            .max((admitted + waiting) as f64 / per_minute.max(1) as f64);
+        (
+            active + waiting < limit && admitted + waiting < per_minute,
+            Some(fill),
+        )
     }
 
     /// The measurements, at the end of a planned crowd's run.

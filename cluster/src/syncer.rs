@@ -276,9 +276,6 @@ impl SyncRound {
                 outgoing,
             });
         }
-        if pending.is_empty() {
-            return;
-        }
         let calls: Vec<SyncCall<'_>> = pending
             .iter()
             .map(|p| SyncCall {
@@ -292,9 +289,14 @@ impl SyncRound {
         // reservation does, whatever delays came before (a grant never shortens the lease of
         // the one it replaces, for a process that stalls after this).
         let sent_at: Millis = self.options.clock.now_ms();
-        fault_point(FaultPoint::SyncSending);
-        let answers = self.store.sync_many(&calls);
-        fault_point(FaultPoint::SyncAnswered);
+        let answers = if calls.is_empty() {
+            Vec::new()
+        } else {
+            fault_point(FaultPoint::SyncSending);
+            let answers = self.store.sync_many(&calls);
+            fault_point(FaultPoint::SyncAnswered);
+            answers
+        };
         let mut answers = answers.into_iter();
         for p in &pending {
             // Rooms after one the store could not be reached for were not sent: they try

@@ -426,8 +426,9 @@ fn table(r: &Report) -> String {
     row(
         "FIFO inversions",
         format!(
-            "{} (waiters let in a refresh or more before one of an earlier minute)",
-            m.fifo_inversions
+            "{} (waiters let in a refresh or more before one of an earlier minute); {} \
+             newcomers let straight in past such a waiter",
+            m.fifo_inversions, m.newcomers_past_waiters
         ),
     );
     row(

@@ -123,6 +123,12 @@ pub struct Measured {
     /// refreshes first, by design; so is a shuffled pre-queue's. Waiters who gave up or came
     /// back are left out.
     pub fifo_inversions: u64,
+    /// New visitors let straight in while a waiter who arrived in an earlier minute had kept
+    /// waiting longer than a refresh (and a tenth, and two seconds): first come, first served
+    /// broken by a newcomer (another host admitting on its allowance before the store has
+    /// seen the waiter, or while the waiter's own host has no seat for it yet). A shuffled
+    /// pre-queue's waiters are left out.
+    pub newcomers_past_waiters: u64,
     /// The wait minus the wait first promised (`estimated_wait_secs` of the first waiting
     /// answer), seconds: positive when the estimate was short. Of waiters let in only: those
     /// who gave up or still wait are in `promises_overrun_unadmitted` when they had waited
@@ -239,7 +245,18 @@ impl Recorder {
         if waiting_now {
             self.waiters -= 1;
         }
-        let Some(w) = queued_before else { return };
+        let Some(w) = queued_before else {
+            // A newcomer let straight in while someone from an earlier minute kept waiting
+            // (longer than `fifo_inversions` allows: a refresh, a tenth and two seconds).
+            if let Some(&(arrived, _)) = self.waiting.first() {
+                if arrived / self.bucket_ms < now / self.bucket_ms
+                    && now.saturating_sub(arrived) > self.slack_ms
+                {
+                    self.m.newcomers_past_waiters += 1;
+                }
+            }
+            return;
+        };
         self.m.admitted_from_queue += 1;
         let waited = now.saturating_sub(w.arrived) as f64 / 1000.0;
         self.waits.push(waited);
@@ -389,6 +406,23 @@ mod tests {
         let e = m.estimate_error.unwrap();
         // Waited 98, 44, 109 and 28 s, each promised 10.
         assert_eq!((e.samples, e.max, e.mean), (4, 99.0, 59.75));
+    }
+
+    #[test]
+    fn a_newcomer_let_in_past_a_long_waiter_of_an_earlier_minute_is_counted() {
+        // Buckets of a minute, refreshes every 10 s: slack 13 s.
+        let mut r = Recorder::new(10, 10, 60_000, 10_000);
+        r.queued(waiter(1, 55_000), false, None);
+        // The same minute, or a waiter who had no time to come back: not counted.
+        r.admitted(58_000, None, false);
+        r.admitted(61_000, None, false);
+        assert_eq!(r.m.newcomers_past_waiters, 0);
+        r.admitted(70_000, None, false);
+        assert_eq!(r.m.newcomers_past_waiters, 1);
+        // Once the waiter is in, newcomers pass nobody.
+        r.admitted(71_000, Some(waiter(1, 55_000)), true);
+        r.admitted(72_000, None, false);
+        assert_eq!(r.m.newcomers_past_waiters, 1);
     }
 
     #[test]

@@ -97,7 +97,7 @@ end
 local agg
 if state[7] then
   agg = cmsgpack.unpack(state[7])
-  -- (A sum a development build did not keep counts from nothing: `dm` came later.)
+  -- (State a development build wrote before `dm` was kept: counted from 0.)
   agg.dm = agg.dm or 0
 else
   agg = { n = 0, rt = 0, act = 0, m = {}, np = 0, tr = 0, dm = 0, a = {}, c = {}, l = {}, u = {} }

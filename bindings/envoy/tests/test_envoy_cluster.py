@@ -1,7 +1,7 @@
 """Two Envoys (two workers each) share one room through a real redis-server (Debian's,
 started here on a free 127.0.0.1 port, persistence off): the module's `[cluster]` table starts
 its sync loop. Concurrent new visitors spread over both are admitted exactly up to the room's
-limit (waiters refreshing as browsers do), and the room is one Redis hash naming both hosts."""
+limit (waiters refreshing as browsers do), and the room's Redis hash names both hosts."""
 
 import os
 import sys

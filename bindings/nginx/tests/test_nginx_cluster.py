@@ -5,8 +5,8 @@ Starts Debian's `redis-server` on a free 127.0.0.1 port (persistence off) and tw
 instances, each with its own shared zone (two "hosts") and a `[cluster]` table naming the
 Redis. Checks that concurrent new visitors spread over both instances are admitted exactly up
 to the room's limit (waiters refreshing as browsers do), that both instances see the other,
-that the room is one Redis hash with a hash tag that expires by itself, and that killing Redis
-stops no request.
+that the room is a Redis hash and a sorted set of deadlines under one hash tag, both expiring
+by themselves, and that killing Redis stops no request.
 
 Python standard library only (reuses test_nginx.py's helpers). Prints `N passed, M failed`
 last; exits 1 on any failure.

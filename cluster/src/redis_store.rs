@@ -116,11 +116,7 @@ impl RedisStore {
                 .to_owned();
             // The script, so that a pipeline can call it by its hash.
             self.commands += 1;
-            redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(SYNC_SCRIPT)
-                .query::<String>(&mut conn)
-                .map_err(|e| self.error(e))?;
+            load_script(&mut conn).map_err(|e| self.error(e))?;
             self.conn = Some(conn);
         }
         self.conn
@@ -150,21 +146,33 @@ pub fn script_reply(answer: &[u8]) -> Result<Reply, StoreError> {
         .map_err(|e| StoreError::Protocol(format!("{e} in {:?}", String::from_utf8_lossy(answer))))
 }
 
+/// `SCRIPT LOAD` of the sync script (a pipeline calls it by its hash).
+fn load_script(conn: &mut redis::Connection) -> redis::RedisResult<String> {
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(SYNC_SCRIPT)
+        .query(conn)
+}
+
+/// One call of a batch, ready to send: its place in the batch, its report and the room's
+/// terms as the script reads them.
+struct Encoded {
+    call: usize,
+    report: Vec<u8>,
+    params: Vec<u8>,
+}
+
 impl RedisStore {
-    /// Sends the calls `which` of `calls` in one pipeline (`EVALSHA`s of the sync script);
-    /// the server's answer to each, in order.
+    /// Sends `batch` (of `calls`) in one pipeline (`EVALSHA`s of the sync script); the
+    /// server's answer to each, in order.
     fn send(
         &mut self,
         calls: &[SyncCall<'_>],
-        which: &[usize],
-        encoded: &[Option<(Vec<u8>, Vec<u8>)>],
+        batch: &[Encoded],
     ) -> Result<Vec<redis::Value>, StoreError> {
         let mut pipe = redis::pipe();
-        for &i in which {
-            let c = &calls[i];
-            let Some((report, params)) = &encoded[i] else {
-                continue;
-            };
+        for e in batch {
+            let c = &calls[e.call];
             let [key, log, deadlines] = self.script_keys(c.room);
             pipe.cmd("EVALSHA")
                 .arg(self.script.get_hash())
@@ -173,21 +181,21 @@ impl RedisStore {
                 .arg(log)
                 .arg(deadlines)
                 .arg(c.host)
-                .arg(report.as_slice())
-                .arg(params.as_slice())
+                .arg(e.report.as_slice())
+                .arg(e.params.as_slice())
                 .arg(self.run_id.as_str());
         }
-        self.commands += which.len() as u64;
+        self.commands += batch.len() as u64;
         let packed = pipe.get_packed_pipeline();
         let conn = self.connection()?;
-        match conn.req_packed_commands(&packed, 0, which.len()) {
-            Ok(values) if values.len() == which.len() => Ok(values),
+        match conn.req_packed_commands(&packed, 0, batch.len()) {
+            Ok(values) if values.len() == batch.len() => Ok(values),
             Ok(values) => {
                 self.conn = None;
                 Err(StoreError::Protocol(format!(
                     "{} answers to {} calls",
                     values.len(),
-                    which.len()
+                    batch.len()
                 )))
             }
             Err(e) => {
@@ -204,34 +212,37 @@ impl RedisStore {
         calls: &[SyncCall<'_>],
     ) -> Result<Vec<Result<Reply, StoreError>>, StoreError> {
         self.connection()?;
-        let encoded: Vec<Option<(Vec<u8>, Vec<u8>)>> = calls
-            .iter()
-            .map(|c| Some((script_arg(c.report).ok()?, script_arg(c.params).ok()?)))
-            .collect();
-        let mut answers: Vec<Result<Reply, StoreError>> = encoded
-            .iter()
-            .map(|e| match e {
-                Some(_) => Err(StoreError::Protocol("not sent".into())),
-                None => Err(StoreError::Protocol("a report that does not encode".into())),
-            })
-            .collect();
-        let mut which: Vec<usize> = (0..calls.len()).filter(|&i| encoded[i].is_some()).collect();
+        let mut answers: Vec<Result<Reply, StoreError>> = Vec::with_capacity(calls.len());
+        let mut batch = Vec::with_capacity(calls.len());
+        for (call, c) in calls.iter().enumerate() {
+            match (script_arg(c.report), script_arg(c.params)) {
+                (Ok(report), Ok(params)) => {
+                    answers.push(Err(StoreError::Protocol("not answered".into())));
+                    batch.push(Encoded {
+                        call,
+                        report,
+                        params,
+                    });
+                }
+                (Err(e), _) | (_, Err(e)) => answers.push(Err(e)),
+            }
+        }
         // A server that lost its scripts (`SCRIPT FLUSH`) is sent the script again, and the
         // calls it refused for that once more.
         for attempt in 0..2 {
-            let values = self.send(calls, &which, &encoded)?;
+            let values = self.send(calls, &batch)?;
             let mut refused = Vec::new();
-            for (&i, value) in which.iter().zip(values) {
-                answers[i] = match value {
+            for (e, value) in batch.into_iter().zip(values) {
+                answers[e.call] = match value {
                     redis::Value::BulkString(bytes) => script_reply(&bytes),
-                    redis::Value::ServerError(e) if attempt == 0 && e.code() == "NOSCRIPT" => {
-                        refused.push(i);
+                    redis::Value::ServerError(s) if attempt == 0 && s.code() == "NOSCRIPT" => {
+                        refused.push(e);
                         continue;
                     }
-                    redis::Value::ServerError(e) => Err(StoreError::Protocol(format!(
+                    redis::Value::ServerError(s) => Err(StoreError::Protocol(format!(
                         "{} {}",
-                        e.code(),
-                        e.details().unwrap_or_default()
+                        s.code(),
+                        s.details().unwrap_or_default()
                     ))),
                     other => Err(StoreError::Protocol(format!("unexpected answer {other:?}"))),
                 };
@@ -240,16 +251,12 @@ impl RedisStore {
                 break;
             }
             self.commands += 1;
-            let conn = self.connection()?;
-            let loaded = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(SYNC_SCRIPT)
-                .query::<String>(conn);
+            let loaded = load_script(self.connection()?);
             if let Err(e) = loaded {
                 self.conn = None;
                 return Err(self.error(e));
             }
-            which = refused;
+            batch = refused;
         }
         if self.replicas > 0 && answers.iter().any(Result::is_ok) {
             // Each script's writes reach the replicas as one transaction; WAIT returns how

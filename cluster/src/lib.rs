@@ -125,8 +125,8 @@
 //!   its grant longer than the store keeps it (both beyond the guarantee).
 //!
 //! Leases across hosts are the other half of this crate: [`RedisLeaseRoot`] (a lease source in
-//! Redis running the core's algorithms, clamped in one transaction) and [`LeafRound`] (a host's
-//! coordinator as a leaf under it); their bounds are in their modules.
+//! Redis running the core's algorithms, clamped in one script, O(1) in its clients) and
+//! [`LeafRound`] (a host's coordinator as a leaf under it); their bounds are in their modules.
 //!
 //! What a host pays for not asking the store per request is early queueing and idle
 //! allowances: a host whose traffic jumps waits up to a sync interval for a larger grant, and a

@@ -1,0 +1,408 @@
+-- velvet-rope cluster tier: one client's request to a lease root, atomically (the same
+-- grants as the core's `allocate` over every live client, then clamped to what the others
+-- hold; tests/lease_root.rs holds the two to the same answers).
+--
+-- A request costs the same however many clients lease the resource. The resource keeps its
+-- sums over its clients (`agg`) and, per priority band, a sorted set of the clients' demands
+-- by wants per subclient, split at a threshold `t` into those at or under it (their wants in
+-- `s`) and those over it (their subclients in `a`). Fair shares are water-filling: the level
+-- `L` with s + L * a = the band's capacity, found by moving the split from where the last
+-- request left it (the members between the two levels cross, a few per request when demands
+-- change a little); proportional shares move the split to the equal share. Clients whose
+-- lease or earlier grant ended are taken out a few per request (LAPSES, soonest first, from a
+-- sorted set of deadlines); one not taken out yet keeps counting what it holds, which can
+-- only lower grants.
+--
+-- What the clients hold together is counted exactly: in whole units of 2^-40 of the
+-- capacity's binary order (integers, exact in a double), and a grant is rounded down to a
+-- unit. A grant never exceeds the capacity less what every other client may be using.
+--
+-- KEYS[1]  the resource's hash: `born` (when the table was made), `agg` (the sums) and
+--          `c:<client>` (records)
+-- KEYS[2]  the deadlines (a sorted set): each client at the next time its record changes
+--          (its lease ends, or an earlier grant it may still use)
+--          The bands' sets are KEYS[1] .. ':b' .. priority (the same hash slot).
+-- ARGV[1]  the client's id
+-- ARGV[2]  its request (w: wants, h: has, s: subclients, p: priority; or x: true, a
+--          release: it gives back all it holds)
+-- ARGV[3]  the resource's terms (k: 0 none, 1 static, 2 proportional, 3 fair or reserved
+--          plus shared; c: capacity; l: lease ms; m: the store's margin ms; n: learning ms)
+-- ARGV[4]  (tests only; absent in production) the store's clock in ms, in place of TIME
+-- Returns (g: the grant, n: clients counted, l: learning; x: whether a release found a
+-- record).
+
+local LAPSES = 16
+local BATCH = 32
+
+local key, deadlines = KEYS[1], KEYS[2]
+local id = ARGV[1]
+local req = cmsgpack.unpack(ARGV[2])
+local terms = cmsgpack.unpack(ARGV[3])
+local now
+if ARGV[4] ~= nil and ARGV[4] ~= '' then
+  now = tonumber(ARGV[4])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local kind, cap = terms.k, terms.c
+if cap < 0 then cap = 0 end
+-- The unit: 2^-40 of the power of two above the capacity.
+local unit
+if cap > 0 then
+  local _, e = math.frexp(cap)
+  unit = math.ldexp(1, e - 40)
+else
+  unit = math.ldexp(1, -40)
+end
+
+local function fmt(x)
+  return string.format('%.17g', x)
+end
+
+local function band_key(p)
+  return key .. ':b' .. p
+end
+
+local state = redis.call('HMGET', key, 'born', 'agg', 'c:' .. id)
+local born = tonumber(state[1]) or now
+local agg
+if state[2] then
+  agg = cmsgpack.unpack(state[2])
+end
+
+-- A band's sums (made when first needed).
+local function band(p)
+  local b = agg.b['p' .. p]
+  if not b then
+    b = { W = 0, T = 0, n = 0, t = 0, s = 0, a = 0, p = p }
+    agg.b['p' .. p] = b
+  end
+  return b
+end
+
+-- A demand's member in its band's set: its wants and subclients (read back when it crosses
+-- the split), then its client.
+local function member(rec, client)
+  return fmt(rec.w) .. '|' .. rec.s .. '|' .. client
+end
+
+local function add_demand(rec, client)
+  local b = band(rec.p)
+  local r = rec.w / rec.s
+  b.W = b.W + rec.w
+  b.T = b.T + rec.s
+  b.n = b.n + 1
+  if r <= b.t then b.s = b.s + rec.w else b.a = b.a + rec.s end
+  redis.call('ZADD', band_key(rec.p), fmt(r), member(rec, client))
+  rec.cd = 1
+end
+
+local function remove_demand(rec, client)
+  local b = band(rec.p)
+  local r = rec.w / rec.s
+  b.n = b.n - 1
+  redis.call('ZREM', band_key(rec.p), member(rec, client))
+  rec.cd = 0
+  if b.n == 0 then
+    -- Its sums are reset (no drift outlives a band).
+    agg.b['p' .. rec.p] = nil
+    redis.call('DEL', band_key(rec.p))
+    return
+  end
+  b.W = b.W - rec.w
+  b.T = b.T - rec.s
+  if r <= b.t then b.s = b.s - rec.w else b.a = b.a - rec.s end
+end
+
+-- The grants a record's client may still be using at `now`: its grant while its lease runs,
+-- and any earlier grant whose lease runs.
+local function reserved(rec)
+  local most = 0
+  if rec.e > now then most = rec.h end
+  for _, g in ipairs(rec.held) do
+    if g[2] > now and g[1] > most then most = g[1] end
+  end
+  return most
+end
+
+-- The grants still running, without the covered ones (a grant at least as large running
+-- longer covers a smaller one): `still_running` in the core.
+local function still_running(grants)
+  local live = {}
+  for _, g in ipairs(grants) do
+    if g[2] > now and g[1] > 0 then live[#live + 1] = g end
+  end
+  table.sort(live, function(x, y) return x[2] > y[2] end)
+  local kept = {}
+  for _, g in ipairs(live) do
+    local larger = true
+    for _, k in ipairs(kept) do
+      if g[1] <= k[1] then larger = false break end
+    end
+    if larger then kept[#kept + 1] = g end
+  end
+  return kept
+end
+
+-- When a record next changes: its lease's end or an earlier grant's (nil: never again).
+local function next_deadline(rec)
+  local soonest
+  if rec.e > now and (rec.cd == 1 or rec.h > 0) then soonest = rec.e end
+  for _, g in ipairs(rec.held) do
+    if g[2] > now and (soonest == nil or g[2] < soonest) then soonest = g[2] end
+  end
+  return soonest
+end
+
+-- Brings a record to `now`: its demand out once its lease ended, what it holds recounted
+-- (in units, rounded up). Whether it still counts for anything.
+local function bring(rec, client)
+  if rec.cd == 1 and rec.e <= now then remove_demand(rec, client) end
+  rec.held = still_running(rec.held)
+  local held = math.ceil(reserved(rec) / unit)
+  agg.R = agg.R + held - rec.cr
+  rec.cr = held
+  return rec.cd == 1 or held > 0
+end
+
+-- Stores a record brought to `now` (or drops it when it counts for nothing).
+local function keep(rec, client, counts)
+  local due = counts and next_deadline(rec)
+  if due then
+    redis.call('HSET', key, 'c:' .. client, cmsgpack.pack(rec))
+    redis.call('ZADD', deadlines, due, client)
+  else
+    redis.call('HDEL', key, 'c:' .. client)
+    redis.call('ZREM', deadlines, client)
+    agg.nr = agg.nr - 1
+  end
+end
+
+-- The sums made anew from the records: the first request, a table whose sums were lost or
+-- disagree with its deadlines, or a capacity of another binary order (another unit).
+local function rebuild()
+  if agg then
+    for _, b in pairs(agg.b) do redis.call('DEL', band_key(b.p)) end
+  end
+  redis.call('DEL', deadlines)
+  agg = { u = unit, R = 0, nr = 0, b = {} }
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if string.sub(f, 1, 2) == 'c:' then
+      local client = string.sub(f, 3)
+      local ok, rec = pcall(cmsgpack.unpack, all[i + 1])
+      if ok and type(rec) == 'table' and rec.e then
+        agg.nr = agg.nr + 1
+        rec.cd = 0
+        rec.cr = 0
+        if rec.e > now then add_demand(rec, client) end
+        keep(rec, client, bring(rec, client))
+      else
+        redis.call('HDEL', key, f)
+      end
+    end
+  end
+end
+
+local function damaged()
+  if not agg or agg.u ~= unit or redis.call('ZCARD', deadlines) ~= agg.nr then return true end
+  local b = agg.b['p' .. req.p]
+  return b ~= nil and redis.call('ZCARD', band_key(req.p)) ~= b.n
+end
+
+if damaged() then
+  rebuild()
+  state[3] = redis.call('HGET', key, 'c:' .. id)
+end
+
+-- Clients whose lease or earlier grant ended, a few per request, soonest first.
+local due = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now, 'LIMIT', 0, LAPSES + 1)
+local done = 0
+for _, client in ipairs(due) do
+  if client ~= id and done < LAPSES then
+    done = done + 1
+    local raw = redis.call('HGET', key, 'c:' .. client)
+    if raw then
+      local rec = cmsgpack.unpack(raw)
+      keep(rec, client, bring(rec, client))
+    else
+      redis.call('ZREM', deadlines, client)
+    end
+  end
+end
+
+local function push_expiry()
+  local ttl = 2 * terms.l + terms.n + terms.m
+  redis.call('PEXPIRE', key, ttl)
+  redis.call('PEXPIRE', deadlines, ttl)
+  local clients = 0
+  for _, b in pairs(agg.b) do
+    redis.call('PEXPIRE', band_key(b.p), ttl)
+    clients = clients + b.n
+  end
+  return clients
+end
+
+-- This client: its old demand out, its new one in.
+local old
+if state[3] then
+  old = cmsgpack.unpack(state[3])
+  bring(old, id)
+  if old.cd == 1 then remove_demand(old, id) end
+  if req.x then
+    -- A release: the client uses nothing from now on (its record and what it held go).
+    agg.R = agg.R - old.cr
+    keep(old, id, false)
+    redis.call('HSET', key, 'agg', cmsgpack.pack(agg))
+    push_expiry()
+    return cmsgpack.pack({ g = 0, n = 0, l = false, x = true })
+  end
+elseif req.x then
+  redis.call('HSET', key, 'agg', cmsgpack.pack(agg))
+  return cmsgpack.pack({ g = 0, n = 0, l = false, x = false })
+else
+  old = { h = 0, e = 0, held = {}, cd = 0, cr = 0 }
+  agg.nr = agg.nr + 1
+end
+local wants = req.w
+-- Wants above the whole capacity count as the capacity (a pooled grant never exceeds it).
+if kind >= 2 and wants > cap then wants = cap end
+local rec = { w = wants, s = req.s, p = req.p, e = now + terms.l + terms.m, h = 0, cd = 0,
+  cr = old.cr }
+add_demand(rec, id)
+
+-- Water-filling in `b` over `c`: moves the split to the level and returns it.
+local function level(b, c)
+  if b.a == 0 then
+    if b.s > c then return -math.huge end
+    return math.huge
+  end
+  return (c - b.s) / b.a
+end
+
+local function parse(m)
+  local w, s = string.match(m, '^([^|]*)|([^|]*)|')
+  return tonumber(w), tonumber(s)
+end
+
+local function fill(b, c)
+  local bk = band_key(b.p)
+  local L = level(b, c)
+  local from = fmt(b.t)
+  -- Members at or under the split that are over the level cross over it, largest first.
+  local moved, stop = 0, false
+  while not stop do
+    local got = redis.call('ZREVRANGEBYSCORE', bk, from, '-inf', 'WITHSCORES', 'LIMIT', moved, BATCH)
+    for i = 1, #got, 2 do
+      if tonumber(got[i + 1]) <= L then stop = true break end
+      local w, s = parse(got[i])
+      b.s = b.s - w
+      b.a = b.a + s
+      moved = moved + 1
+      L = level(b, c)
+    end
+    if #got < 2 * BATCH then stop = true end
+  end
+  -- Or members over the split under the level cross under it, smallest first.
+  if moved == 0 then
+    stop = false
+    while not stop do
+      local got = redis.call('ZRANGEBYSCORE', bk, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', moved, BATCH)
+      for i = 1, #got, 2 do
+        if tonumber(got[i + 1]) > L then stop = true break end
+        local w, s = parse(got[i])
+        b.s = b.s + w
+        b.a = b.a - s
+        moved = moved + 1
+        L = level(b, c)
+      end
+      if #got < 2 * BATCH then stop = true end
+    end
+  end
+  b.t = L
+  return L
+end
+
+-- Moves `b`'s split to `t` (every member between crosses).
+local function split_at(b, t)
+  local bk = band_key(b.p)
+  local lo, hi, sign
+  if t > b.t then lo, hi, sign = b.t, t, 1 elseif t < b.t then lo, hi, sign = t, b.t, -1 else return end
+  local off = 0
+  while true do
+    local got = redis.call('ZRANGEBYSCORE', bk, '(' .. fmt(lo), fmt(hi), 'WITHSCORES', 'LIMIT', off, BATCH)
+    for i = 1, #got, 2 do
+      local w, s = parse(got[i])
+      b.s = b.s + sign * w
+      b.a = b.a - sign * s
+    end
+    off = off + #got / 2
+    if #got < 2 * BATCH then break end
+  end
+  b.t = t
+end
+
+local learning = now < born + terms.n
+local target
+if learning then
+  target = math.min(req.h, req.w)
+elseif kind == 0 then
+  target = req.w
+elseif kind == 1 then
+  target = math.min(req.w, cap)
+else
+  -- This band's capacity: what the higher bands leave.
+  local c = cap
+  for _, b in pairs(agg.b) do
+    if b.p > rec.p then c = c - b.W end
+  end
+  if c < 0 then c = 0 end
+  local b = band(rec.p)
+  if b.W <= c then
+    target = rec.w
+  elseif kind == 2 then
+    local eq = c / b.T
+    split_at(b, eq)
+    local base = math.min(rec.w, eq * rec.s)
+    local sum = b.s + eq * b.a
+    local left, excess = c - sum, b.W - sum
+    target = base
+    if excess > 0 and left > 0 and rec.w > base then
+      target = math.min(rec.w, base + left * ((rec.w - base) / excess))
+    end
+  else
+    target = math.min(rec.w, fill(b, c) * rec.s)
+  end
+end
+if target ~= target or target < 0 then target = 0 end
+
+-- The clamp: at most the capacity less what every other client may be using.
+local grant
+if kind == 0 then
+  grant = target
+elseif kind == 1 then
+  grant = math.min(target, cap)
+else
+  local free = math.floor(cap / unit) - (agg.R - old.cr)
+  grant = math.min(math.floor(target / unit), free)
+  if grant < 0 then grant = 0 end
+  grant = grant * unit
+end
+
+-- What it held stays reserved while its old leases run.
+local earlier = old.held
+earlier[#earlier + 1] = { old.h, old.e }
+rec.held = still_running(earlier)
+rec.h = grant
+local held = math.ceil(reserved(rec) / unit)
+agg.R = agg.R + held - old.cr
+rec.cr = held
+keep(rec, id, true)
+
+redis.call('HSETNX', key, 'born', born)
+redis.call('HSET', key, 'agg', cmsgpack.pack(agg))
+local clients = push_expiry()
+return cmsgpack.pack({ g = grant, n = clients, l = learning })

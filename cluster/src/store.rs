@@ -76,3 +76,20 @@ pub trait Store: Send {
     /// Commands sent to the store so far (for measuring what the tier costs the store).
     fn commands(&self) -> u64;
 }
+
+/// The store a `[cluster]` table names: a [`RedisStore`](crate::RedisStore), or a
+/// [`RedisClusterStore`](crate::RedisClusterStore) with `redis_cluster = true`. A bad URL is
+/// refused here; nothing connects until the first sync.
+pub fn store_for(c: &velvet_rope::config::ClusterConfig) -> Result<Box<dyn Store>, StoreError> {
+    let timeout = std::time::Duration::from_millis(c.timeout_ms);
+    Ok(if c.redis_cluster {
+        Box::new(
+            crate::RedisClusterStore::new(&c.redis_url, &c.key_prefix, timeout)?
+                .with_replicas(c.replicas),
+        )
+    } else {
+        Box::new(
+            crate::RedisStore::new(&c.redis_url, &c.key_prefix, timeout)?.with_replicas(c.replicas),
+        )
+    })
+}

@@ -14,7 +14,6 @@ use velvet_rope::{Clock, Engine, Millis, SystemClock};
 
 use crate::periodic::Periodic;
 use crate::protocol::{id_text, id_value, store_host, Params, Report};
-use crate::redis_store::RedisStore;
 use crate::store::{Store, StoreError, SyncCall};
 
 /// What the sync loop has done, for tests, metrics and logs.
@@ -118,15 +117,10 @@ impl Syncer {
         let Some(c) = config.cluster.as_ref() else {
             return Ok(None);
         };
-        let store = RedisStore::new(
-            &c.redis_url,
-            &c.key_prefix,
-            Duration::from_millis(c.timeout_ms),
-        )?
-        .with_replicas(c.replicas);
+        let store = crate::store::store_for(c)?;
         Ok(Some(Self::start(
             engine,
-            Box::new(store),
+            store,
             SyncOptions::from_config(c),
         )))
     }

@@ -1,11 +1,10 @@
 //! The admission engine: `engine*` functions over numeric engine handles (see `handles`).
 
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Duration;
 
 use napi_derive::napi;
 use velvet_rope::{Config, Engine, Outcome, TicketError};
-use velvet_rope_cluster::{RedisStore, Syncer};
+use velvet_rope_cluster::Syncer;
 
 use crate::errors::{invalid, to_js, CONFIG};
 use crate::handles::Handles;
@@ -188,12 +187,8 @@ fn stop_sync(handle: u32) {
 fn restart_sync(handle: u32) -> napi::Result<(), &'static str> {
     let engine = ENGINES.get(handle)?;
     if let Some(c) = engine.config().cluster.as_ref() {
-        RedisStore::new(
-            &c.redis_url,
-            &c.key_prefix,
-            Duration::from_millis(c.timeout_ms),
-        )
-        .map_err(|e| napi::Error::new(CONFIG, format!("cluster: {e}")))?;
+        velvet_rope_cluster::store_for(c)
+            .map_err(|e| napi::Error::new(CONFIG, format!("cluster: {e}")))?;
     }
     let old = take_sync(handle);
     let started = std::thread::Builder::new()

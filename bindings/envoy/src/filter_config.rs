@@ -57,11 +57,10 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
 
 use serde::Deserialize;
 use velvet_rope::{Clock, CoarseSystemClock, Config, Engine, RoomConfig};
-use velvet_rope_cluster::{RedisStore, Syncer};
+use velvet_rope_cluster::Syncer;
 
 use crate::abi::{self, ConfigEnvoyPtr, Host, RateLimitedLog};
 use crate::metrics::{Cue, EnvoyStats, Ledger, MetricIds, SchedulerSlot, Sink};
@@ -376,13 +375,9 @@ fn check_cluster(config: &Config) -> Result<(), String> {
     let Some(c) = &config.cluster else {
         return Ok(());
     };
-    RedisStore::new(
-        &c.redis_url,
-        &c.key_prefix,
-        Duration::from_millis(c.timeout_ms),
-    )
-    .map(drop)
-    .map_err(|e| format!("cluster: {e}"))
+    velvet_rope_cluster::store_for(c)
+        .map(drop)
+        .map_err(|e| format!("cluster: {e}"))
 }
 
 /// The sync loop for `engine`, if its configuration has a `[cluster]` table.

@@ -18,6 +18,8 @@ pub struct RedisServer {
     /// Its own working directory (a replica writes the data it receives there, and a server
     /// loads a `dump.rdb` it finds there: never a directory another server uses).
     dir: std::path::PathBuf,
+    /// Its arguments beyond the port and the directory (a restart uses them again).
+    extra: Vec<String>,
 }
 
 fn free_port() -> u16 {
@@ -66,28 +68,69 @@ impl RedisServer {
             rand::random::<u32>()
         ));
         std::fs::create_dir_all(&dir).expect("a directory for redis-server");
+        let mut server = Self {
+            child: None,
+            port,
+            dir,
+            extra: extra.iter().map(|a| a.to_string()).collect(),
+        };
+        server.spawn();
+        server
+    }
+
+    /// A node of a Redis Cluster on a free port (its cluster bus on another), failing over
+    /// after a second without its master.
+    pub fn start_cluster_node() -> Self {
+        let bus = free_port().to_string();
+        Self::start_with(
+            free_port(),
+            &[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+                "--cluster-port",
+                &bus,
+                // A replica syncs at once (not after the default 5 s), so that it can be
+                // promoted as soon as the test needs it.
+                "--repl-diskless-sync-delay",
+                "0",
+                // The masters that are up keep serving their slots while one fails over.
+                "--cluster-require-full-coverage",
+                "no",
+            ],
+        )
+    }
+
+    /// Starts the server again after [`RedisServer::kill`]: same port, same directory (a
+    /// cluster node reads back its `nodes.conf`), same arguments.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    fn spawn(&mut self) {
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(["--dir", &dir.to_string_lossy()])
-            .args(extra)
+            .args(["--dir", &self.dir.to_string_lossy()])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed (make test installs Debian's redis-server)");
-        let server = Self {
-            child: Some(child),
-            port,
-            dir,
-        };
+        self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if server.ping() {
-                return server;
+            if self.ping() {
+                return;
             }
             assert!(
                 Instant::now() < deadline,
-                "redis-server did not start on {port}"
+                "redis-server did not start on {}",
+                self.port
             );
             std::thread::sleep(Duration::from_millis(20));
         }

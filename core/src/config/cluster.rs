@@ -14,6 +14,10 @@ use crate::error::{Error, Result};
 pub struct ClusterConfig {
     /// The store: `redis://[user:password@]host:port[/db]`, or `redis+unix:///path`.
     pub redis_url: String,
+    /// Whether `redis_url` is a node of a Redis Cluster (`redis://host:port`): the rooms
+    /// spread over its masters by their hash tags, and the store learns which master serves
+    /// which room from the cluster. Default false (a single server, or one with replicas).
+    pub redis_cluster: bool,
     /// This host's name in the store, the same for every process of the host (they share
     /// counters). Default: the machine's host name.
     pub host_id: Option<String>,
@@ -43,6 +47,7 @@ impl Default for ClusterConfig {
     fn default() -> Self {
         Self {
             redis_url: String::new(),
+            redis_cluster: false,
             host_id: None,
             key_prefix: "vr".into(),
             sync_interval_ms: 1000,
@@ -62,6 +67,12 @@ impl ClusterConfig {
             return Err(Error::invalid(
                 "cluster.redis_url",
                 "must be a redis:// or redis+unix:// URL (TLS is not built in)",
+            ));
+        }
+        if self.redis_cluster && !self.redis_url.starts_with("redis://") {
+            return Err(Error::invalid(
+                "cluster.redis_url",
+                "a Redis Cluster's node must be a redis://host:port URL",
             ));
         }
         if let Some(h) = &self.host_id {
@@ -114,5 +125,26 @@ impl ClusterConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_redis_cluster_is_reached_over_tcp() {
+        let c = ClusterConfig {
+            redis_url: "redis://127.0.0.1:7000".into(),
+            redis_cluster: true,
+            ..ClusterConfig::default()
+        };
+        assert!(c.validate().is_ok());
+        let unix = ClusterConfig {
+            redis_url: "redis+unix:///run/redis.sock".into(),
+            ..c
+        };
+        let e = unix.validate().unwrap_err().to_string();
+        assert!(e.contains("cluster.redis_url"), "{e}");
     }
 }

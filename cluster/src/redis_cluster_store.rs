@@ -1,0 +1,355 @@
+//! A Redis Cluster as the store: each room's keys carry the room as their hash tag
+//! (`{<prefix>:<room>}`), so a room lives on one master, and the rooms spread over the masters
+//! by their slots. The store learns which master serves which slots (`CLUSTER SLOTS`, from the
+//! configured node or any node seen since) and keeps one [`RedisStore`] per master: a round's
+//! calls go to their masters, one pipeline each, and every guarantee of the single server holds
+//! per master (its run id, so a promoted replica is found out; `WAIT` for `replicas` on the
+//! master that took the writes).
+//!
+//! When a master fails, the calls for its rooms fail (those rooms' hosts keep their grants while
+//! the store may still reserve them, as with a single server that stalls), and the store asks
+//! again which masters serve the slots before its next round; a `MOVED`, `ASK`, `TRYAGAIN` or
+//! `CLUSTERDOWN` answer does the same. Once the cluster has promoted a replica the rooms sync
+//! with it, which sees another run id than the state's and counts what may have been lost as
+//! the single server does after a failover.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::protocol::{Params, Reply, Report};
+use crate::redis_store::RedisStore;
+use crate::store::{Store, StoreError, SyncCall};
+
+/// The hash slot of `key` (Redis Cluster's: CRC16/XMODEM of the hash tag, the part between the
+/// first `{` and the next `}` when not empty, else of the whole key, modulo 16,384).
+pub fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        rest.iter()
+            .position(|&b| b == b'}')
+            .filter(|&close| close > 0)
+            .map(|close| &rest[..close])
+    });
+    crc16::State::<crc16::XMODEM>::calculate(tagged.unwrap_or(key)) % 16_384
+}
+
+/// A range of slots and the master serving it (`host:port`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Range {
+    first: u16,
+    last: u16,
+    master: String,
+}
+
+/// A Redis Cluster.
+pub struct RedisClusterStore {
+    /// Where to ask for the slots: the configured node first, then every master seen.
+    seeds: Vec<String>,
+    /// `user:password@` of the configured URL, for every node.
+    auth: String,
+    prefix: String,
+    timeout: Duration,
+    replicas: u32,
+    ranges: Vec<Range>,
+    /// Whether the slots must be asked for again before the next round.
+    stale: bool,
+    masters: HashMap<String, RedisStore>,
+    commands: u64,
+}
+
+impl std::fmt::Debug for RedisClusterStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisClusterStore")
+            .field("prefix", &self.prefix)
+            .field("ranges", &self.ranges)
+            .field("commands", &self.commands)
+            .finish()
+    }
+}
+
+impl RedisClusterStore {
+    /// A cluster reached first through the node at `url` (`redis://[user:password@]host:port`),
+    /// keys under `prefix`, giving up on any call after `timeout`. Connects on first use.
+    pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<Self, StoreError> {
+        redis::Client::open(url)
+            .map_err(|e| StoreError::Protocol(format!("bad store URL: {e}")))?;
+        let rest = url.strip_prefix("redis://").ok_or_else(|| {
+            StoreError::Protocol("a Redis Cluster's URL must be redis://host:port".into())
+        })?;
+        let auth = rest
+            .rfind('@')
+            .map(|at| rest[..=at].to_owned())
+            .unwrap_or_default();
+        Ok(Self {
+            seeds: vec![url.to_owned()],
+            auth,
+            prefix: prefix.to_owned(),
+            timeout,
+            replicas: 0,
+            ranges: Vec::new(),
+            stale: true,
+            masters: HashMap::new(),
+            commands: 0,
+        })
+    }
+
+    /// Makes every sync wait until `replicas` replicas of its master hold its writes (see
+    /// [`RedisStore::with_replicas`]).
+    pub fn with_replicas(mut self, replicas: u32) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    /// The master serving `room`, as last learned (`host:port`).
+    pub fn master_of(&self, room: &str) -> Option<&str> {
+        let slot = key_slot(format!("{{{}:{room}}}", self.prefix).as_bytes());
+        self.ranges
+            .iter()
+            .find(|r| (r.first..=r.last).contains(&slot))
+            .map(|r| r.master.as_str())
+    }
+
+    /// Asks the seeds in turn which masters serve which slots.
+    fn learn_slots(&mut self) -> Result<(), StoreError> {
+        let mut last = StoreError::Unreachable("no node to ask".into());
+        for seed in self.seeds.clone() {
+            self.commands += 1;
+            match self.slots_from(&seed) {
+                Ok(ranges) if !ranges.is_empty() => {
+                    for r in &ranges {
+                        let url = format!("redis://{}{}", self.auth, r.master);
+                        if !self.seeds.contains(&url) {
+                            self.seeds.push(url);
+                        }
+                    }
+                    self.ranges = ranges;
+                    self.stale = false;
+                    return Ok(());
+                }
+                Ok(_) => last = StoreError::Protocol(format!("{seed} serves no slots")),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// `CLUSTER SLOTS` of the node at `url`.
+    fn slots_from(&self, url: &str) -> Result<Vec<Range>, StoreError> {
+        let unreachable = |e: redis::RedisError| StoreError::Unreachable(e.to_string());
+        let client = redis::Client::open(url).map_err(unreachable)?;
+        let mut conn = client
+            .get_connection_with_timeout(self.timeout)
+            .map_err(unreachable)?;
+        conn.set_read_timeout(Some(self.timeout))
+            .map_err(unreachable)?;
+        let value: redis::Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut conn)
+            .map_err(|e| StoreError::Protocol(e.to_string()))?;
+        parse_slots(&value)
+    }
+
+    fn master(&mut self, addr: &str) -> Result<&mut RedisStore, StoreError> {
+        if !self.masters.contains_key(addr) {
+            let url = format!("redis://{}{addr}", self.auth);
+            let store =
+                RedisStore::new(&url, &self.prefix, self.timeout)?.with_replicas(self.replicas);
+            self.masters.insert(addr.to_owned(), store);
+        }
+        self.masters
+            .get_mut(addr)
+            .ok_or_else(|| StoreError::Protocol("no store for a master".into()))
+    }
+}
+
+/// The ranges of a `CLUSTER SLOTS` answer: `[first, last, [host, port, ...], replicas...]`.
+fn parse_slots(value: &redis::Value) -> Result<Vec<Range>, StoreError> {
+    use redis::Value;
+    let bad = || StoreError::Protocol(format!("unexpected CLUSTER SLOTS answer {value:?}"));
+    let Value::Array(items) = value else {
+        return Err(bad());
+    };
+    let mut ranges = Vec::with_capacity(items.len());
+    for item in items {
+        let Value::Array(parts) = item else {
+            return Err(bad());
+        };
+        let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(node))) =
+            (parts.first(), parts.get(1), parts.get(2))
+        else {
+            return Err(bad());
+        };
+        let host = match node.first() {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::SimpleString(s)) => s.clone(),
+            _ => return Err(bad()),
+        };
+        let Some(Value::Int(port)) = node.get(1) else {
+            return Err(bad());
+        };
+        let slot = |n: i64| u16::try_from(n).ok().filter(|&s| s < 16_384);
+        let (Some(first), Some(last)) = (slot(*first), slot(*last)) else {
+            return Err(bad());
+        };
+        ranges.push(Range {
+            first,
+            last,
+            master: format!("{host}:{port}"),
+        });
+    }
+    Ok(ranges)
+}
+
+/// Whether an error means the slots moved (or the cluster is between masters): ask again.
+fn slots_moved(e: &StoreError) -> bool {
+    match e {
+        StoreError::Unreachable(_) | StoreError::Timeout(_) => true,
+        StoreError::Protocol(m) => ["MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"]
+            .iter()
+            .any(|code| m.starts_with(code)),
+        StoreError::NotReplicated { .. } => false,
+    }
+}
+
+impl Store for RedisClusterStore {
+    fn sync(
+        &mut self,
+        room: &str,
+        host: &str,
+        report: &Report,
+        params: &Params,
+    ) -> Result<Reply, StoreError> {
+        let call = SyncCall {
+            room,
+            host,
+            report,
+            params,
+        };
+        self.sync_many(&[call])
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::Protocol("no answer".into())))
+    }
+
+    /// One pipeline per master; every call answered (a master that failed fails its calls
+    /// only).
+    fn sync_many(&mut self, calls: &[SyncCall<'_>]) -> Vec<Result<Reply, StoreError>> {
+        if self.stale || self.ranges.is_empty() {
+            if let Err(e) = self.learn_slots() {
+                return calls.iter().map(|_| Err(e.clone())).collect();
+            }
+        }
+        let mut by_master: Vec<(String, Vec<usize>)> = Vec::new();
+        let mut answers: Vec<Result<Reply, StoreError>> = calls
+            .iter()
+            .map(|_| Err(StoreError::Protocol("not sent".into())))
+            .collect();
+        for (i, c) in calls.iter().enumerate() {
+            match self.master_of(c.room).map(str::to_owned) {
+                Some(m) => match by_master.iter_mut().find(|(a, _)| *a == m) {
+                    Some((_, idx)) => idx.push(i),
+                    None => by_master.push((m, vec![i])),
+                },
+                None => {
+                    answers[i] = Err(StoreError::Protocol("no master serves the slot".into()));
+                    self.stale = true;
+                }
+            }
+        }
+        for (addr, idx) in by_master {
+            let group: Vec<SyncCall<'_>> = idx.iter().map(|&i| calls[i]).collect();
+            let results = match self.master(&addr) {
+                Ok(store) => {
+                    let before = store.commands();
+                    let results = store.sync_many(&group);
+                    self.commands += store.commands() - before;
+                    results
+                }
+                Err(e) => vec![Err(e)],
+            };
+            // A master that could not be reached answers fewer: the rest share its error.
+            let last = results.last().cloned();
+            let mut results = results.into_iter();
+            for &i in &idx {
+                let answer = results.next().unwrap_or_else(|| {
+                    last.clone()
+                        .unwrap_or_else(|| Err(StoreError::Protocol("no answer".into())))
+                });
+                if let Err(e) = &answer {
+                    if slots_moved(e) {
+                        self.stale = true;
+                    }
+                }
+                answers[i] = answer;
+            }
+        }
+        answers
+    }
+
+    fn commands(&self) -> u64 {
+        self.commands
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Redis Cluster's specification: the slot of `123456789` is CRC16/XMODEM 0x31C3 mod
+    /// 16,384, and a hash tag picks the part between the first braces when it is not empty.
+    #[test]
+    fn slots_follow_the_specification() {
+        assert_eq!(key_slot(b"123456789"), 0x31c3);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
+        assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar"));
+        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+        assert_eq!(key_slot(b"foo{bar}{zap}"), key_slot(b"bar"));
+        // Every key of a room is on the room's slot.
+        let s = key_slot(b"{vr:shop}:s");
+        assert_eq!(key_slot(b"{vr:shop}:d"), s);
+        assert_eq!(key_slot(b"{vr:shop}:rv"), s);
+    }
+
+    #[test]
+    fn a_slots_answer_is_read_or_refused() {
+        use redis::Value;
+        let node = |port| {
+            Value::Array(vec![
+                Value::BulkString(b"127.0.0.1".to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let answer = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5460),
+                node(7000),
+                node(7003),
+            ]),
+            Value::Array(vec![Value::Int(5461), Value::Int(16383), node(7001)]),
+        ]);
+        assert_eq!(
+            parse_slots(&answer).unwrap(),
+            vec![
+                Range {
+                    first: 0,
+                    last: 5460,
+                    master: "127.0.0.1:7000".into()
+                },
+                Range {
+                    first: 5461,
+                    last: 16383,
+                    master: "127.0.0.1:7001".into()
+                }
+            ]
+        );
+        let bad = Value::Array(vec![Value::Array(vec![
+            Value::Int(0),
+            Value::Int(16384),
+            node(7000),
+        ])]);
+        assert!(parse_slots(&bad).is_err());
+        assert!(parse_slots(&Value::Nil).is_err());
+    }
+}

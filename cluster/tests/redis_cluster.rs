@@ -1,0 +1,314 @@
+//! The cluster tier over a real Redis Cluster: three masters with a replica each, started by
+//! the test (`redis-server --cluster-enabled yes`, `redis-cli --cluster create`). Three rooms
+//! live on three masters (by their hash tags); three hosts sync them with `redis_cluster =
+//! true` and `replicas = 1`. One master is killed mid-run: its replica is promoted by the
+//! cluster, the hosts find the new master, the killed node comes back as its replica, and every
+//! room holds its limit throughout, never one visitor more, then fills exactly.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use velvet_rope::{Engine, Outcome};
+use velvet_rope_cluster::{key_slot, Syncer};
+
+use common::{cookie_value, now, RedisServer, LEARNING_MS};
+
+const LIMIT: u64 = 20;
+
+/// Six nodes made into a cluster of three masters with a replica each; waits until every
+/// node sees every slot served.
+fn start_cluster() -> Vec<RedisServer> {
+    let nodes: Vec<RedisServer> = (0..6).map(|_| RedisServer::start_cluster_node()).collect();
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let out = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "1", "--cluster-yes"])
+        .output()
+        .expect("redis-cli (Debian's redis-tools, installed with redis-server)");
+    assert!(
+        out.status.success(),
+        "redis-cli --cluster create: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    for n in &nodes {
+        wait_cluster_ok(n, 20);
+    }
+    // Every replica in sync with its master (a replica that never synced is not promoted).
+    for n in &nodes {
+        common::wait_for(20, "the replicas to sync", || {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut n.connection())
+                .unwrap_or_default();
+            info.contains("role:master") || info.contains("master_link_status:up")
+        });
+    }
+    nodes
+}
+
+/// Waits until `node` says the cluster is up (every slot served).
+fn wait_cluster_ok(node: &RedisServer, secs: u64) {
+    common::wait_for(secs, "the cluster to be up", || {
+        let mut conn = node.connection();
+        let info: String = redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query(&mut conn)
+            .unwrap_or_default();
+        info.contains("cluster_state:ok")
+    });
+}
+
+/// Whether `node` is a master serving slots.
+fn serves_slots(node: &RedisServer) -> bool {
+    let mut conn = node.connection();
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut conn)
+        .unwrap_or_default();
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query(&mut conn)
+        .unwrap_or_default();
+    info.contains("role:master")
+        && nodes
+            .lines()
+            .any(|l| l.contains("myself") && l.split(' ').count() > 8)
+}
+
+/// The port of the master serving `slot`, as `node` sees it (none while none does).
+fn master_port(node: &RedisServer, slot: u16) -> Option<u16> {
+    let mut conn = node.connection();
+    let slots: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn).unwrap();
+    for range in slots {
+        let redis::Value::Array(parts) = range else {
+            continue;
+        };
+        let (redis::Value::Int(first), redis::Value::Int(last), redis::Value::Array(master)) =
+            (&parts[0], &parts[1], &parts[2])
+        else {
+            continue;
+        };
+        if (*first..=*last).contains(&i64::from(slot)) {
+            if let redis::Value::Int(port) = master[1] {
+                return Some(port as u16);
+            }
+        }
+    }
+    None
+}
+
+fn config(url: &str, host: &str, rooms: &[String]) -> String {
+    let rooms: String = rooms
+        .iter()
+        .map(|r| {
+            format!(
+                "[[rooms]]\nname = \"{r}\"\ntotal_active_users = {LIMIT}\n\
+                 new_users_per_minute = 100000\nsession_duration = 600\nrefresh_interval = 1\n\
+                 [rooms.cookie]\nsecure = false\n"
+            )
+        })
+        .collect();
+    format!(
+        r#"
+[settings]
+bucket_width_secs = 1
+
+[tickets]
+keys = [{{ id = 1, secret = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=" }}]
+
+[cluster]
+redis_url = "{url}"
+redis_cluster = true
+replicas = 1
+host_id = "{host}"
+sync_interval_ms = 100
+lease_ms = 600
+timeout_ms = 200
+
+{rooms}
+"#
+    )
+}
+
+/// New visitors at every host for every room, and waiters coming back every 100 ms, for
+/// `dur`; adds the first admissions to `admitted`, per room.
+fn crowd(
+    hosts: &[Arc<Engine>],
+    rooms: &[String],
+    waiting: &mut Vec<(usize, String, String)>,
+    admitted: &mut BTreeMap<String, u64>,
+    dur: Duration,
+) {
+    let until = Instant::now() + dur;
+    let mut polled = Instant::now();
+    while Instant::now() < until {
+        for (i, h) in hosts.iter().enumerate() {
+            for r in rooms {
+                let d = h.admit(r, None, now()).unwrap();
+                match (d.outcome, d.set_cookie) {
+                    (Outcome::Admit, _) => *admitted.entry(r.clone()).or_default() += 1,
+                    (_, Some(c)) => waiting.push((i, r.clone(), cookie_value(c))),
+                    _ => {}
+                }
+            }
+        }
+        if polled.elapsed() >= Duration::from_millis(100) {
+            polled = Instant::now();
+            let mut still = Vec::new();
+            for (i, r, c) in waiting.drain(..) {
+                let d = hosts[i].admit(&r, Some(&c), now()).unwrap();
+                if d.outcome == Outcome::Admit {
+                    *admitted.entry(r.clone()).or_default() += 1;
+                } else {
+                    still.push((i, r, d.set_cookie.map(cookie_value).unwrap_or(c)));
+                }
+            }
+            *waiting = still;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn assert_within(admitted: &BTreeMap<String, u64>, when: &str) {
+    for (room, n) in admitted {
+        assert!(*n <= LIMIT, "{room} holds {n} of {LIMIT} {when}");
+    }
+}
+
+#[test]
+fn a_master_killed_mid_run_never_overfills_a_room() {
+    let mut nodes = start_cluster();
+    // A room on each master: the first names whose slots the three masters serve.
+    let mut by_master: BTreeMap<u16, String> = BTreeMap::new();
+    for i in 0.. {
+        let room = format!("room{i}");
+        let port = master_port(&nodes[0], key_slot(format!("{{vr:{room}}}").as_bytes()))
+            .expect("every slot served");
+        by_master.entry(port).or_insert(room);
+        if by_master.len() == 3 {
+            break;
+        }
+    }
+    let rooms: Vec<String> = by_master.values().cloned().collect();
+    let (&victim_port, victim_room) = by_master.iter().next().unwrap();
+    let victim_room = victim_room.clone();
+    let url = format!("redis://127.0.0.1:{}", nodes[0].port);
+    let hosts: Vec<(Arc<Engine>, Syncer)> = ["a", "b", "c"]
+        .iter()
+        .map(|id| {
+            let engine = Arc::new(Engine::from_text(&config(&url, id, &rooms), now()).unwrap());
+            let sync = Syncer::from_engine(engine.clone()).unwrap().unwrap();
+            (engine, sync)
+        })
+        .collect();
+    let engines: Vec<Arc<Engine>> = hosts.iter().map(|h| h.0.clone()).collect();
+    std::thread::sleep(Duration::from_millis(LEARNING_MS));
+    let mut waiting = Vec::new();
+    let mut admitted = BTreeMap::new();
+    crowd(
+        &engines,
+        &rooms,
+        &mut waiting,
+        &mut admitted,
+        Duration::from_millis(400),
+    );
+    assert_within(&admitted, "before the failover");
+
+    // The master of the first room dies; the cluster promotes its replica after the node
+    // timeout (a second) and an election.
+    let victim = nodes.iter().position(|n| n.port == victim_port).unwrap();
+    nodes[victim].kill();
+    let survivor = (victim + 1) % nodes.len();
+    crowd(
+        &engines,
+        &rooms,
+        &mut waiting,
+        &mut admitted,
+        Duration::from_millis(1500),
+    );
+    assert_within(&admitted, "while the master was dead");
+    let slot = key_slot(format!("{{vr:{victim_room}}}").as_bytes());
+    common::wait_for(20, "the cluster to promote the replica", || {
+        master_port(&nodes[survivor], slot).is_some_and(|p| p != victim_port)
+    });
+    crowd(
+        &engines,
+        &rooms,
+        &mut waiting,
+        &mut admitted,
+        Duration::from_millis(1000),
+    );
+    assert_within(&admitted, "after the promotion");
+
+    // The dead master comes back as the new master's replica (its nodes.conf): grants of
+    // that room are acknowledged again (`replicas = 1`).
+    nodes[victim].restart();
+    common::wait_for(20, "the old master to come back as a replica", || {
+        !serves_slots(&nodes[victim])
+    });
+    let until = Instant::now() + Duration::from_secs(15);
+    while rooms
+        .iter()
+        .any(|r| admitted.get(r).copied().unwrap_or(0) < LIMIT)
+        && Instant::now() < until
+    {
+        crowd(
+            &engines,
+            &rooms,
+            &mut waiting,
+            &mut admitted,
+            Duration::from_millis(200),
+        );
+        assert_within(&admitted, "after the old master came back");
+    }
+    crowd(
+        &engines,
+        &rooms,
+        &mut waiting,
+        &mut admitted,
+        Duration::from_millis(700),
+    );
+    for r in &rooms {
+        assert_eq!(
+            admitted.get(r).copied().unwrap_or(0),
+            LIMIT,
+            "{r} fills again, exactly ({admitted:?})"
+        );
+    }
+    for (_, sync) in &hosts {
+        assert!(!sync.status().in_outage, "{:?}", sync.status());
+    }
+    // Only the dead master's room missed syncs: the others' masters answered throughout.
+    for (engine, _) in &hosts {
+        for r in &rooms {
+            let failed = failed_syncs(engine, r);
+            if *r == victim_room {
+                assert!(failed > 0, "{r}'s master died, yet no sync of it failed");
+            } else {
+                assert_eq!(failed, 0, "{r}'s master never failed");
+            }
+        }
+    }
+}
+
+/// Failed syncs of `room` by `engine`'s host (its metrics).
+fn failed_syncs(engine: &Engine, room: &str) -> u64 {
+    let text = engine.metrics_text();
+    let line = text
+        .lines()
+        .find(|l| {
+            l.starts_with("velvet_rope_cluster_syncs_total{")
+                && l.contains(&format!("room=\"{room}\""))
+                && l.contains("outcome=\"failed\"")
+        })
+        .unwrap_or_else(|| panic!("no failed syncs metric for {room} in {text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}

@@ -170,6 +170,11 @@ pub fn leaf_for(
         &resources,
         Duration::from_millis(c.timeout_ms),
     )?;
+    let root = if c.redis_cluster {
+        root.in_cluster()?
+    } else {
+        root
+    };
     let host = c.host_id.clone().unwrap_or_else(crate::syncer::host_name);
     let options = crate::syncer::SyncOptions::from_config(c);
     let round = LeafRound::new(

@@ -27,6 +27,7 @@
 //! when the table was made, a record per client), `:d` (the clients' deadlines) and `:b<n>`
 //! (band `n`'s demands).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,6 +38,7 @@ use velvet_rope::lease::{
 };
 use velvet_rope::{Clock, Millis};
 
+use crate::redis_cluster_store::SlotMap;
 use crate::redis_store::script_arg;
 use crate::store::StoreError;
 
@@ -112,10 +114,19 @@ struct ScriptReply {
     x: bool,
 }
 
+/// Where the root's requests go: one server, or the masters of a Redis Cluster.
+struct Connections {
+    /// The configured server's URL (the first node asked, in a cluster).
+    url: String,
+    /// In a cluster: which master serves which slots.
+    slots: Option<SlotMap>,
+    /// Open connections, by URL.
+    open: HashMap<String, redis::Connection>,
+}
+
 /// A lease root in Redis.
 pub struct RedisLeaseRoot {
-    client: redis::Client,
-    conn: Mutex<Option<redis::Connection>>,
+    conns: Mutex<Connections>,
     script: redis::Script,
     templates: TemplateSet,
     prefix: String,
@@ -140,19 +151,38 @@ impl RedisLeaseRoot {
         config: &LeaseConfig,
         timeout: Duration,
     ) -> Result<Self, LeaseError> {
-        let client = redis::Client::open(url).map_err(|e| LeaseError::InvalidConfig {
+        redis::Client::open(url).map_err(|e| LeaseError::InvalidConfig {
             field: "cluster.redis_url".into(),
             reason: e.to_string(),
         })?;
         Ok(Self {
-            client,
-            conn: Mutex::new(None),
+            conns: Mutex::new(Connections {
+                url: url.to_owned(),
+                slots: None,
+                open: HashMap::new(),
+            }),
             script: redis::Script::new(LEASE_SCRIPT),
             templates: TemplateSet::new(config)?,
             prefix: prefix.to_owned(),
             timeout,
             store_clock: None,
         })
+    }
+
+    /// Makes the configured server a node of a Redis Cluster: each resource's request goes to
+    /// the master serving its slot (learned with `CLUSTER SLOTS`, again after a master failed
+    /// or answered that the slot moved).
+    pub fn in_cluster(self) -> Result<Self, LeaseError> {
+        {
+            let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+            let slots =
+                SlotMap::new(&conns.url, self.timeout).map_err(|e| LeaseError::InvalidConfig {
+                    field: "cluster.redis_url".into(),
+                    reason: e.to_string(),
+                })?;
+            conns.slots = Some(slots);
+        }
+        Ok(self)
     }
 
     /// Tests only: the script reads `clock` in place of the store's `TIME`, so that a test
@@ -173,34 +203,58 @@ impl RedisLeaseRoot {
         format!("{{{}-lease:{resource}}}:d", self.prefix)
     }
 
-    /// Runs `f` on the connection (made first if needed; dropped after an error).
+    /// Runs `f` on the connection to the server holding `key` (made first if needed;
+    /// dropped after an error, and the cluster's slots learned again when the error says
+    /// they may have moved).
     fn with_conn<T>(
         &self,
+        key: &str,
         f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<T, StoreError> {
-        let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.is_none() {
-            let conn = self
-                .client
-                .get_connection_with_timeout(self.timeout)
-                .map_err(|e| StoreError::Unreachable(e.to_string()))?;
+        let mut guard = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        let conns = &mut *guard;
+        let url = match conns.slots.as_mut() {
+            Some(slots) => {
+                let master = slots.master_of(key.as_bytes())?;
+                slots.url(&master)
+            }
+            None => conns.url.clone(),
+        };
+        if !conns.open.contains_key(&url) {
+            let unreachable = |e: redis::RedisError| StoreError::Unreachable(e.to_string());
+            let conn = redis::Client::open(url.as_str())
+                .and_then(|c| c.get_connection_with_timeout(self.timeout))
+                .map_err(unreachable)?;
             conn.set_read_timeout(Some(self.timeout))
                 .and_then(|()| conn.set_write_timeout(Some(self.timeout)))
-                .map_err(|e| StoreError::Unreachable(e.to_string()))?;
-            *guard = Some(conn);
+                .map_err(unreachable)?;
+            conns.open.insert(url.clone(), conn);
         }
-        let conn = guard
-            .as_mut()
+        let conn = conns
+            .open
+            .get_mut(&url)
             .ok_or_else(|| StoreError::Unreachable("no connection".into()))?;
         f(conn).map_err(|e| {
-            *guard = None;
-            if e.is_timeout() {
+            conns.open.remove(&url);
+            let error = if e.is_timeout() {
                 StoreError::Timeout(self.timeout.as_millis() as u64)
             } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
                 StoreError::Unreachable(e.to_string())
             } else {
-                StoreError::Protocol(e.to_string())
+                use redis::ErrorKind::{Ask, ClusterDown, Moved, TryAgain};
+                match e.kind() {
+                    Moved | Ask | TryAgain | ClusterDown => StoreError::Protocol(format!(
+                        "{} {}",
+                        e.code().unwrap_or("MOVED"),
+                        e.detail().unwrap_or_default()
+                    )),
+                    _ => StoreError::Protocol(e.to_string()),
+                }
+            };
+            if let Some(slots) = conns.slots.as_mut() {
+                slots.saw(&error);
             }
+            error
         })
     }
 
@@ -219,9 +273,10 @@ impl RedisLeaseRoot {
             .as_ref()
             .map(|c| c.now_ms().to_string())
             .unwrap_or_default();
-        let reply: Vec<u8> = self.with_conn(|con| {
+        let key = self.resource_key(resource);
+        let reply: Vec<u8> = self.with_conn(&key, |con| {
             let mut call = self.script.prepare_invoke();
-            call.key(self.resource_key(resource))
+            call.key(&key)
                 .key(self.deadlines_key(resource))
                 .arg(client_id)
                 .arg(&request)

@@ -41,36 +41,22 @@ struct Range {
     master: String,
 }
 
-/// A Redis Cluster.
-pub struct RedisClusterStore {
+/// Which master of a Redis Cluster serves which slots, as last learned.
+#[derive(Debug)]
+pub(crate) struct SlotMap {
     /// Where to ask for the slots: the configured node first, then every master seen.
     seeds: Vec<String>,
     /// `user:password@` of the configured URL, for every node.
     auth: String,
-    prefix: String,
     timeout: Duration,
-    replicas: u32,
     ranges: Vec<Range>,
-    /// Whether the slots must be asked for again before the next round.
+    /// Whether the slots must be asked for again before the next call.
     stale: bool,
-    masters: HashMap<String, RedisStore>,
-    commands: u64,
 }
 
-impl std::fmt::Debug for RedisClusterStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisClusterStore")
-            .field("prefix", &self.prefix)
-            .field("ranges", &self.ranges)
-            .field("commands", &self.commands)
-            .finish()
-    }
-}
-
-impl RedisClusterStore {
-    /// A cluster reached first through the node at `url` (`redis://[user:password@]host:port`),
-    /// keys under `prefix`, giving up on any call after `timeout`. Connects on first use.
-    pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<Self, StoreError> {
+impl SlotMap {
+    /// A map learned first from the node at `url` (`redis://[user:password@]host:port`).
+    pub(crate) fn new(url: &str, timeout: Duration) -> Result<Self, StoreError> {
         redis::Client::open(url)
             .map_err(|e| StoreError::Protocol(format!("bad store URL: {e}")))?;
         let rest = url.strip_prefix("redis://").ok_or_else(|| {
@@ -83,41 +69,55 @@ impl RedisClusterStore {
         Ok(Self {
             seeds: vec![url.to_owned()],
             auth,
-            prefix: prefix.to_owned(),
             timeout,
-            replicas: 0,
             ranges: Vec::new(),
             stale: true,
-            masters: HashMap::new(),
-            commands: 0,
         })
     }
 
-    /// Makes every sync wait until `replicas` replicas of its master hold its writes (see
-    /// [`RedisStore::with_replicas`]).
-    pub fn with_replicas(mut self, replicas: u32) -> Self {
-        self.replicas = replicas;
-        self
+    /// The URL of the master at `addr` (`host:port`).
+    pub(crate) fn url(&self, addr: &str) -> String {
+        format!("redis://{}{addr}", self.auth)
     }
 
-    /// The master serving `room`, as last learned (`host:port`).
-    pub fn master_of(&self, room: &str) -> Option<&str> {
-        let slot = key_slot(format!("{{{}:{room}}}", self.prefix).as_bytes());
-        self.ranges
+    /// The master serving the slot of `key` (`host:port`), learning the slots first when
+    /// they are stale; `Err` when no node could say.
+    pub(crate) fn master_of(&mut self, key: &[u8]) -> Result<String, StoreError> {
+        if self.stale || self.ranges.is_empty() {
+            self.learn()?;
+        }
+        let slot = key_slot(key);
+        match self
+            .ranges
             .iter()
             .find(|r| (r.first..=r.last).contains(&slot))
-            .map(|r| r.master.as_str())
+        {
+            Some(r) => Ok(r.master.clone()),
+            None => {
+                self.stale = true;
+                Err(StoreError::Protocol(format!(
+                    "no master serves slot {slot}"
+                )))
+            }
+        }
+    }
+
+    /// After `e` from a master: whether the slots must be learned again (a master that
+    /// failed, or answered that the slot moved or the cluster is between masters).
+    pub(crate) fn saw(&mut self, e: &StoreError) {
+        if slots_moved(e) {
+            self.stale = true;
+        }
     }
 
     /// Asks the seeds in turn which masters serve which slots.
-    fn learn_slots(&mut self) -> Result<(), StoreError> {
+    fn learn(&mut self) -> Result<(), StoreError> {
         let mut last = StoreError::Unreachable("no node to ask".into());
         for seed in self.seeds.clone() {
-            self.commands += 1;
             match self.slots_from(&seed) {
                 Ok(ranges) if !ranges.is_empty() => {
                     for r in &ranges {
-                        let url = format!("redis://{}{}", self.auth, r.master);
+                        let url = self.url(&r.master);
                         if !self.seeds.contains(&url) {
                             self.seeds.push(url);
                         }
@@ -148,12 +148,53 @@ impl RedisClusterStore {
             .map_err(|e| StoreError::Protocol(e.to_string()))?;
         parse_slots(&value)
     }
+}
+
+/// A Redis Cluster.
+pub struct RedisClusterStore {
+    slots: SlotMap,
+    prefix: String,
+    timeout: Duration,
+    replicas: u32,
+    masters: HashMap<String, RedisStore>,
+    commands: u64,
+}
+
+impl std::fmt::Debug for RedisClusterStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisClusterStore")
+            .field("prefix", &self.prefix)
+            .field("slots", &self.slots)
+            .field("commands", &self.commands)
+            .finish()
+    }
+}
+
+impl RedisClusterStore {
+    /// A cluster reached first through the node at `url` (`redis://[user:password@]host:port`),
+    /// keys under `prefix`, giving up on any call after `timeout`. Connects on first use.
+    pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<Self, StoreError> {
+        Ok(Self {
+            slots: SlotMap::new(url, timeout)?,
+            prefix: prefix.to_owned(),
+            timeout,
+            replicas: 0,
+            masters: HashMap::new(),
+            commands: 0,
+        })
+    }
+
+    /// Makes every sync wait until `replicas` replicas of its master hold its writes (see
+    /// [`RedisStore::with_replicas`]).
+    pub fn with_replicas(mut self, replicas: u32) -> Self {
+        self.replicas = replicas;
+        self
+    }
 
     fn master(&mut self, addr: &str) -> Result<&mut RedisStore, StoreError> {
         if !self.masters.contains_key(addr) {
-            let url = format!("redis://{}{addr}", self.auth);
-            let store =
-                RedisStore::new(&url, &self.prefix, self.timeout)?.with_replicas(self.replicas);
+            let store = RedisStore::new(&self.slots.url(addr), &self.prefix, self.timeout)?
+                .with_replicas(self.replicas);
             self.masters.insert(addr.to_owned(), store);
         }
         self.masters
@@ -233,27 +274,21 @@ impl Store for RedisClusterStore {
     /// One pipeline per master; every call answered (a master that failed fails its calls
     /// only).
     fn sync_many(&mut self, calls: &[SyncCall<'_>]) -> Vec<Result<Reply, StoreError>> {
-        if self.stale || self.ranges.is_empty() {
-            if let Err(e) = self.learn_slots() {
-                return calls.iter().map(|_| Err(e.clone())).collect();
-            }
-        }
         let mut by_master: Vec<(String, Vec<usize>)> = Vec::new();
-        let mut answers: Vec<Result<Reply, StoreError>> = calls
-            .iter()
-            .map(|_| Err(StoreError::Protocol("not sent".into())))
-            .collect();
+        let mut answers: Vec<Result<Reply, StoreError>> = Vec::with_capacity(calls.len());
         for (i, c) in calls.iter().enumerate() {
-            match self.master_of(c.room).map(str::to_owned) {
-                Some(m) => match by_master.iter_mut().find(|(a, _)| *a == m) {
+            let key = format!("{{{}:{}}}", self.prefix, c.room);
+            match self.slots.master_of(key.as_bytes()) {
+                Ok(m) => match by_master.iter_mut().find(|(a, _)| *a == m) {
                     Some((_, idx)) => idx.push(i),
                     None => by_master.push((m, vec![i])),
                 },
-                None => {
-                    answers[i] = Err(StoreError::Protocol("no master serves the slot".into()));
-                    self.stale = true;
+                Err(e) => {
+                    answers.push(Err(e));
+                    continue;
                 }
             }
+            answers.push(Err(StoreError::Protocol("not sent".into())));
         }
         for (addr, idx) in by_master {
             let group: Vec<SyncCall<'_>> = idx.iter().map(|&i| calls[i]).collect();
@@ -275,9 +310,7 @@ impl Store for RedisClusterStore {
                         .unwrap_or_else(|| Err(StoreError::Protocol("no answer".into())))
                 });
                 if let Err(e) = &answer {
-                    if slots_moved(e) {
-                        self.stale = true;
-                    }
+                    self.slots.saw(e);
                 }
                 answers[i] = answer;
             }

@@ -312,3 +312,73 @@ fn failed_syncs(engine: &Engine, room: &str) -> u64 {
         .unwrap_or_else(|| panic!("no failed syncs metric for {room} in {text}"));
     line.rsplit(' ').next().unwrap().parse().unwrap()
 }
+
+/// The lease root in a cluster: resources on every master, each request sent to its
+/// resource's master (a single connection to one node would be answered `MOVED` for two of
+/// the three), fair shares as on one server.
+#[test]
+fn a_lease_root_reaches_every_master() {
+    use velvet_rope::lease::{LeaseConfig, LeaseRequest, LeaseSource};
+    use velvet_rope::FakeClock;
+    use velvet_rope_cluster::RedisLeaseRoot;
+
+    let nodes = start_cluster();
+    let mut by_master: BTreeMap<u16, String> = BTreeMap::new();
+    for i in 0.. {
+        let resource = format!("db{i}");
+        let slot = key_slot(format!("{{vr-lease:{resource}}}").as_bytes());
+        by_master
+            .entry(master_port(&nodes[0], slot).expect("every slot served"))
+            .or_insert(resource);
+        if by_master.len() == 3 {
+            break;
+        }
+    }
+    let config = LeaseConfig::from_toml(
+        r#"
+[[resources]]
+identifier_glob = "*"
+capacity = 90
+algorithm = { kind = "fair_share", lease_length = 2, refresh_interval = 1 }
+"#,
+    )
+    .unwrap();
+    let clock = Arc::new(FakeClock::new(1_800_000_000_000));
+    let url = format!("redis://127.0.0.1:{}", nodes[0].port);
+    let root = RedisLeaseRoot::new(&url, "vr", &config, Duration::from_secs(2))
+        .unwrap()
+        .in_cluster()
+        .unwrap()
+        .with_store_clock(clock.clone());
+    let ask = |client: &str, resource: &str| {
+        root.request_lease(&LeaseRequest::new(client, resource, 100.0, 0), 0)
+            .unwrap()
+            .capacity
+    };
+    for resource in by_master.values() {
+        assert_eq!(
+            ask("a", resource),
+            0.0,
+            "{resource}: a new table learns first"
+        );
+    }
+    clock.advance(3_000);
+    for resource in by_master.values() {
+        assert_eq!(ask("a", resource), 90.0, "{resource}");
+        assert_eq!(ask("b", resource), 0.0, "{resource}: a holds it all");
+    }
+    clock.advance(1_000);
+    for resource in by_master.values() {
+        assert_eq!(ask("a", resource), 45.0, "{resource}: a's fair share");
+        assert_eq!(
+            ask("b", resource),
+            0.0,
+            "{resource}: a's grant of 90 still runs"
+        );
+    }
+    clock.advance(2_001);
+    for resource in by_master.values() {
+        assert_eq!(ask("a", resource), 45.0, "{resource}");
+        assert_eq!(ask("b", resource), 45.0, "{resource}");
+    }
+}

@@ -39,7 +39,9 @@ local id = ARGV[1]
 local req = cmsgpack.unpack(ARGV[2])
 local terms = cmsgpack.unpack(ARGV[3])
 local now
-if ARGV[4] ~= nil and ARGV[4] ~= '' then
+-- A test's clock: the server's expiry does not follow it, so expiries are pushed every call.
+local test_clock = ARGV[4] ~= nil and ARGV[4] ~= ''
+if test_clock then
   now = tonumber(ARGV[4])
 else
   local t = redis.call('TIME')
@@ -73,9 +75,13 @@ if state[2] then
 end
 
 -- A band's sums (made when first needed).
+-- Whether a key may have been made in this call (its expiry must be set now).
+local fresh = false
+
 local function band(p)
   local b = agg.b['p' .. p]
   if not b then
+    fresh = true
     b = { W = 0, T = 0, n = 0, t = 0, s = 0, a = 0, p = p }
     agg.b['p' .. p] = b
   end
@@ -208,12 +214,17 @@ local function rebuild()
 end
 
 local function damaged()
-  if not agg or agg.u ~= unit or redis.call('ZCARD', deadlines) ~= agg.nr then return true end
+  if not agg or agg.u ~= unit then return true end
+  local counted = redis.call('ZCARD', deadlines)
+  -- An empty set is no key: the next member makes it anew.
+  if counted == 0 then fresh = true end
+  if counted ~= agg.nr then return true end
   local b = agg.b['p' .. req.p]
   return b ~= nil and redis.call('ZCARD', band_key(req.p)) ~= b.n
 end
 
 if damaged() then
+  fresh = true
   rebuild()
   state[3] = redis.call('HGET', key, 'c:' .. id)
 end
@@ -234,16 +245,18 @@ for _, client in ipairs(due) do
   end
 end
 
+-- The keys' expiry, pushed back to twice a lease, the learning period and the margin from
+-- now when a key may be new or half of that has passed since the last push (at least a
+-- lease and the margin after any call, so every key outlives every grant made in it).
 local function push_expiry()
   local ttl = 2 * terms.l + terms.n + terms.m
-  redis.call('PEXPIRE', key, ttl)
-  redis.call('PEXPIRE', deadlines, ttl)
-  local clients = 0
-  for _, b in pairs(agg.b) do
-    redis.call('PEXPIRE', band_key(b.p), ttl)
-    clients = clients + b.n
+  if fresh or test_clock or now + ttl / 2 >= (agg.x or 0) then
+    redis.call('PEXPIRE', key, ttl)
+    redis.call('PEXPIRE', deadlines, ttl)
+    for _, b in pairs(agg.b) do redis.call('PEXPIRE', band_key(b.p), ttl) end
+    agg.x = now + ttl
   end
-  return clients
+  redis.call('HSET', key, 'agg', cmsgpack.pack(agg))
 end
 
 -- This client: its old demand out, its new one in.
@@ -256,12 +269,11 @@ if state[3] then
     -- A release: the client uses nothing from now on (its record and what it held go).
     agg.R = agg.R - old.cr
     keep(old, id, false)
-    redis.call('HSET', key, 'agg', cmsgpack.pack(agg))
     push_expiry()
     return cmsgpack.pack({ g = 0, n = 0, l = false, x = true })
   end
 elseif req.x then
-  redis.call('HSET', key, 'agg', cmsgpack.pack(agg))
+  push_expiry()
   return cmsgpack.pack({ g = 0, n = 0, l = false, x = false })
 else
   old = { h = 0, e = 0, held = {}, cd = 0, cr = 0 }
@@ -402,7 +414,11 @@ agg.R = agg.R + held - old.cr
 rec.cr = held
 keep(rec, id, true)
 
-redis.call('HSETNX', key, 'born', born)
-redis.call('HSET', key, 'agg', cmsgpack.pack(agg))
-local clients = push_expiry()
+if not state[1] then
+  fresh = true
+  redis.call('HSET', key, 'born', born)
+end
+push_expiry()
+local clients = 0
+for _, b in pairs(agg.b) do clients = clients + b.n end
 return cmsgpack.pack({ g = grant, n = clients, l = learning })

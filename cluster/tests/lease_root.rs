@@ -398,3 +398,49 @@ fn ten_thousand_clients_cost_what_ten_do() {
         per_request[0]
     );
 }
+
+/// Every key of a table has an expiry after every request, on the store's own clock (the
+/// script pushes expiries back only when half of one has passed or a key may be new): a
+/// client alone, a second band, the last client released and a new one, a release of a
+/// client the table never had.
+#[test]
+fn every_key_expires() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let root = RedisLeaseRoot::new(
+        &redis.url(),
+        "ttl",
+        &config("fair_share", 90.0, 0.0),
+        std::time::Duration::from_secs(5),
+    )
+    .unwrap();
+    let mut check = |what: &str| {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("{ttl-lease:db}*")
+            .query(&mut conn)
+            .unwrap();
+        assert!(!keys.is_empty(), "{what}: no keys");
+        for k in keys {
+            let ttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut conn).unwrap();
+            assert!(ttl > 0, "{what}: {k} has no expiry ({ttl})");
+        }
+    };
+    let ask = |id: &str, prio: u32| {
+        root.request_lease(&LeaseRequest::new(id, "db", 10.0, prio), 0)
+            .unwrap()
+    };
+    ask("a", 0);
+    check("one client");
+    ask("a", 0);
+    ask("b", 1);
+    check("a second band");
+    root.release_lease("a", "db").unwrap();
+    root.release_lease("b", "db").unwrap();
+    check("everyone released");
+    ask("c", 0);
+    check("a new client after everyone left");
+    root.release_lease("nobody", "db").unwrap();
+    check("a release of a client never seen");
+    ask("c", 2);
+    check("a client moved to another band");
+}

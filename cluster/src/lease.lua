@@ -27,7 +27,10 @@
 --          release: it gives back all it holds)
 -- ARGV[3]  the resource's terms (k: 0 none, 1 static, 2 proportional, 3 fair or reserved
 --          plus shared; c: capacity; l: lease ms; m: the store's margin ms; n: learning ms)
--- ARGV[4]  (tests only; absent in production) the store's clock in ms, in place of TIME
+-- ARGV[4]  the server's identity as the client saw it (`<run_id>/<replication id>`, '' if
+--          unknown): another than the table last saw means a restart or a failover (writes
+--          may be lost), and the table learns anew, as a new one does
+-- ARGV[5]  (tests only; absent in production) the store's clock in ms, in place of TIME
 -- Returns (g: the grant, n: clients counted, l: learning; x: whether a release found a
 -- record).
 
@@ -40,9 +43,9 @@ local req = cmsgpack.unpack(ARGV[2])
 local terms = cmsgpack.unpack(ARGV[3])
 local now
 -- A test's clock: the server's expiry does not follow it, so expiries are pushed every call.
-local test_clock = ARGV[4] ~= nil and ARGV[4] ~= ''
+local test_clock = ARGV[5] ~= nil and ARGV[5] ~= ''
 if test_clock then
-  now = tonumber(ARGV[4])
+  now = tonumber(ARGV[5])
 else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -67,8 +70,14 @@ local function band_key(p)
   return key .. ':b' .. p
 end
 
-local state = redis.call('HMGET', key, 'born', 'agg', 'c:' .. id)
+local state = redis.call('HMGET', key, 'born', 'agg', 'c:' .. id, 'run')
 local born = tonumber(state[1]) or now
+local run = ARGV[4] or ''
+-- Another server than the one that wrote the table (a restart that kept its data, a replica
+-- promoted): it may have lost grants its clients use. It learns for the learning period, as
+-- a table made anew does: it hands out only what clients report holding.
+local other_server = run ~= '' and state[4] ~= false and state[4] ~= run
+if other_server then born = now end
 local agg
 if state[2] then
   agg = cmsgpack.unpack(state[2])
@@ -414,10 +423,9 @@ agg.R = agg.R + held - old.cr
 rec.cr = held
 keep(rec, id, true)
 
-if not state[1] then
-  fresh = true
-  redis.call('HSET', key, 'born', born)
-end
+if not state[1] then fresh = true end
+if not state[1] or other_server then redis.call('HSET', key, 'born', born) end
+if run ~= '' and state[4] ~= run then redis.call('HSET', key, 'run', run) end
 push_expiry()
 local clients = 0
 for _, b in pairs(agg.b) do clients = clients + b.n end

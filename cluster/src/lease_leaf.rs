@@ -169,7 +169,8 @@ pub fn leaf_for(
         &c.key_prefix,
         &resources,
         Duration::from_millis(c.timeout_ms),
-    )?;
+    )?
+    .with_replicas(c.replicas);
     let root = if c.redis_cluster {
         root.in_cluster()?
     } else {

@@ -20,8 +20,12 @@
 //! grants). A table the store lost (a restart without persistence) is made anew, and for its
 //! learning period (the template's, at least a lease) the root only gives back what clients
 //! report they hold, as Doorman's server does after a restart: clients are trusted to report
-//! what they hold. A store rolled back to an older snapshot is not detected here: run it
-//! without snapshots, or with AOF `always`.
+//! what they hold. A table another server answers for than the one that wrote it (a restart
+//! that kept its data, a replica promoted, a server demoted and promoted again: its
+//! `<run_id>/<replication id>` differs) learns the same way. With `replicas`, a grant is used
+//! only once that many replicas hold it (`WAIT`), so a promoted replica knows every grant in
+//! use. A store rolled back in place (the same process loading an older snapshot) is not
+//! detected here: run it without snapshots, or with AOF `always`.
 //!
 //! Keys, all in the resource's hash slot: `{<prefix>-lease:<resource>}:s` (a hash: the sums,
 //! when the table was made, a record per client), `:d` (the clients' deadlines) and `:b<n>`
@@ -31,6 +35,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use redis::ConnectionLike;
 use serde::{Deserialize, Serialize};
 use velvet_rope::lease::{
     AlgorithmKind, Lease, LeaseConfig, LeaseError, LeaseRequest, LeaseSource, ResourceTemplate,
@@ -121,7 +126,7 @@ struct Connections {
     /// In a cluster: which master serves which slots.
     slots: Option<SlotMap>,
     /// Open connections, by URL.
-    open: HashMap<String, redis::Connection>,
+    open: HashMap<String, Server>,
 }
 
 /// A lease root in Redis.
@@ -131,6 +136,7 @@ pub struct RedisLeaseRoot {
     templates: TemplateSet,
     prefix: String,
     timeout: Duration,
+    replicas: u32,
     store_clock: Option<Arc<dyn Clock>>,
 }
 
@@ -165,6 +171,7 @@ impl RedisLeaseRoot {
             templates: TemplateSet::new(config)?,
             prefix: prefix.to_owned(),
             timeout,
+            replicas: 0,
             store_clock: None,
         })
     }
@@ -185,6 +192,14 @@ impl RedisLeaseRoot {
         Ok(self)
     }
 
+    /// Makes every request wait (`WAIT`, within half the timeout) until `replicas` replicas
+    /// hold its write; a grant fewer acknowledge is refused (the leaf keeps its last grant
+    /// until it ends), so that a promoted replica holds every grant a client uses.
+    pub fn with_replicas(mut self, replicas: u32) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
     /// Tests only: the script reads `clock` in place of the store's `TIME`, so that a test
     /// drives the root's time.
     #[doc(hidden)]
@@ -203,62 +218,14 @@ impl RedisLeaseRoot {
         format!("{{{}-lease:{resource}}}:d", self.prefix)
     }
 
-    /// Runs `f` on the connection to the server holding `key` (made first if needed;
-    /// dropped after an error, and the cluster's slots learned again when the error says
-    /// they may have moved).
-    fn with_conn<T>(
-        &self,
-        key: &str,
-        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
-    ) -> Result<T, StoreError> {
-        let mut guard = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-        let conns = &mut *guard;
-        let url = match conns.slots.as_mut() {
-            Some(slots) => {
-                let master = slots.master_of(key.as_bytes())?;
-                slots.url(&master)
-            }
-            None => conns.url.clone(),
-        };
-        if !conns.open.contains_key(&url) {
-            let unreachable = |e: redis::RedisError| StoreError::Unreachable(e.to_string());
-            let conn = redis::Client::open(url.as_str())
-                .and_then(|c| c.get_connection_with_timeout(self.timeout))
-                .map_err(unreachable)?;
-            conn.set_read_timeout(Some(self.timeout))
-                .and_then(|()| conn.set_write_timeout(Some(self.timeout)))
-                .map_err(unreachable)?;
-            conns.open.insert(url.clone(), conn);
-        }
-        let conn = conns
-            .open
-            .get_mut(&url)
-            .ok_or_else(|| StoreError::Unreachable("no connection".into()))?;
-        f(conn).map_err(|e| {
-            conns.open.remove(&url);
-            let error = if e.is_timeout() {
-                StoreError::Timeout(self.timeout.as_millis() as u64)
-            } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
-                StoreError::Unreachable(e.to_string())
-            } else {
-                use redis::ErrorKind::{Ask, ClusterDown, Moved, TryAgain};
-                match e.kind() {
-                    Moved | Ask | TryAgain | ClusterDown => StoreError::Protocol(format!(
-                        "{} {}",
-                        e.code().unwrap_or("MOVED"),
-                        e.detail().unwrap_or_default()
-                    )),
-                    _ => StoreError::Protocol(e.to_string()),
-                }
-            };
-            if let Some(slots) = conns.slots.as_mut() {
-                slots.saw(&error);
-            }
-            error
-        })
-    }
-
-    /// Runs the script for `resource` with the client's request and the resource's terms.
+    /// Runs the script for `resource` on the server holding its keys (connected first if
+    /// needed: its identity read, `<run_id>/<replication id>`), in one pipeline with that
+    /// server's replication id before it and, with `replicas`, a `WAIT` after it. An answer
+    /// is refused when the replication id changed since the identity the script was sent (a
+    /// failover: the next request sends the new one, and the table learns) or when fewer
+    /// replicas than `replicas` hold the write in time (the grant stays reserved in the
+    /// store, not used). After an error the connection is dropped, and in a cluster the
+    /// slots are learned again when it says they may have moved.
     fn call(
         &self,
         resource: &str,
@@ -274,19 +241,197 @@ impl RedisLeaseRoot {
             .map(|c| c.now_ms().to_string())
             .unwrap_or_default();
         let key = self.resource_key(resource);
-        let reply: Vec<u8> = self.with_conn(&key, |con| {
-            let mut call = self.script.prepare_invoke();
-            call.key(&key)
-                .key(self.deadlines_key(resource))
-                .arg(client_id)
-                .arg(&request)
-                .arg(&terms);
-            if !clock.is_empty() {
-                call.arg(&clock);
+        let mut guard = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        let conns = &mut *guard;
+        let url = match conns.slots.as_mut() {
+            Some(slots) => {
+                slots.begin();
+                let master = slots.master_of(key.as_bytes())?;
+                slots.url(&master)
             }
-            call.invoke(con)
-        })?;
+            None => conns.url.clone(),
+        };
+        if !conns.open.contains_key(&url) {
+            let server = Server::connect(&url, self.timeout)?;
+            conns.open.insert(url.clone(), server);
+        }
+        let server = conns
+            .open
+            .get_mut(&url)
+            .ok_or_else(|| StoreError::Unreachable("no connection".into()))?;
+        let answer = server.run(
+            &self.script,
+            [key.as_str(), &self.deadlines_key(resource)],
+            [client_id.as_bytes(), &request, &terms],
+            &clock,
+            self.replicas,
+            self.timeout,
+        );
+        let reply = answer.map_err(|e| {
+            let error = store_error(&e, self.timeout);
+            if !matches!(error, StoreError::NotReplicated { .. }) {
+                conns.open.remove(&url);
+            }
+            if let Some(slots) = conns.slots.as_mut() {
+                slots.saw(&error);
+            }
+            error
+        });
+        let reply = match reply {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(refusal)) => {
+                if let Some(slots) = conns.slots.as_mut() {
+                    slots.saw(&refusal);
+                }
+                return Err(refusal);
+            }
+            Err(e) => return Err(e),
+        };
         rmp_serde::from_slice(&reply).map_err(|e| StoreError::Protocol(e.to_string()))
+    }
+}
+
+/// A connection to one server and who that server is.
+struct Server {
+    conn: redis::Connection,
+    run_id: String,
+    replid: String,
+}
+
+impl Server {
+    fn connect(url: &str, timeout: Duration) -> Result<Self, StoreError> {
+        let unreachable = |e: redis::RedisError| StoreError::Unreachable(e.to_string());
+        let mut conn = redis::Client::open(url)
+            .and_then(|c| c.get_connection_with_timeout(timeout))
+            .map_err(unreachable)?;
+        conn.set_read_timeout(Some(timeout))
+            .and_then(|()| conn.set_write_timeout(Some(timeout)))
+            .map_err(unreachable)?;
+        let info: String = redis::cmd("INFO")
+            .query(&mut conn)
+            .map_err(|e| store_error(&e, timeout))?;
+        Ok(Self {
+            conn,
+            run_id: info_field(&info, "run_id"),
+            replid: info_field(&info, "master_replid"),
+        })
+    }
+
+    /// The script's answer (`Ok(Err(_))`: answered, but not to be used), or the error of the
+    /// exchange.
+    fn run(
+        &mut self,
+        script: &redis::Script,
+        keys: [&str; 2],
+        args: [&[u8]; 3],
+        clock: &str,
+        replicas: u32,
+        timeout: Duration,
+    ) -> redis::RedisResult<Result<Vec<u8>, StoreError>> {
+        for attempt in 0..2 {
+            let identity = format!("{}/{}", self.run_id, self.replid);
+            let mut pipe = redis::pipe();
+            pipe.cmd("INFO").arg("replication");
+            let call = pipe
+                .cmd("EVALSHA")
+                .arg(script.get_hash())
+                .arg(2)
+                .arg(keys[0])
+                .arg(keys[1])
+                .arg(args[0])
+                .arg(args[1])
+                .arg(args[2])
+                .arg(identity.as_str());
+            if !clock.is_empty() {
+                call.arg(clock);
+            }
+            if replicas > 0 {
+                pipe.cmd("WAIT")
+                    .arg(replicas)
+                    .arg((timeout.as_millis() as u64 / 2).max(1));
+            }
+            let sent = 2 + usize::from(replicas > 0);
+            let values = self
+                .conn
+                .req_packed_commands(&pipe.get_packed_pipeline(), 0, sent)?;
+            let mut values = values.into_iter();
+            let info = match values.next() {
+                Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
+                Some(redis::Value::VerbatimString { text, .. }) => text,
+                _ => String::new(),
+            };
+            let replid = info_field(&info, "master_replid");
+            let answer = values.next();
+            if let Some(redis::Value::ServerError(e)) = &answer {
+                if attempt == 0 && e.code() == "NOSCRIPT" {
+                    redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(LEASE_SCRIPT)
+                        .exec(&mut self.conn)?;
+                    continue;
+                }
+            }
+            if replid != self.replid {
+                self.replid = replid;
+                return Ok(Err(StoreError::Protocol(
+                    "the server's replication id changed (a failover): the table learns at \
+                     the next request"
+                        .into(),
+                )));
+            }
+            let bytes = match answer {
+                Some(redis::Value::BulkString(b)) => b,
+                Some(redis::Value::ServerError(e)) => {
+                    return Err(redis::RedisError::from(e));
+                }
+                other => {
+                    return Ok(Err(StoreError::Protocol(format!(
+                        "unexpected answer {other:?}"
+                    ))))
+                }
+            };
+            if replicas > 0 {
+                let acked = match values.next() {
+                    Some(redis::Value::Int(n)) => u32::try_from(n).unwrap_or(0),
+                    _ => 0,
+                };
+                if acked < replicas {
+                    return Ok(Err(StoreError::NotReplicated {
+                        acked,
+                        wanted: replicas,
+                    }));
+                }
+            }
+            return Ok(Ok(bytes));
+        }
+        Ok(Err(StoreError::Protocol(
+            "the server kept refusing the script (NOSCRIPT)".into(),
+        )))
+    }
+}
+
+/// A field of an `INFO` answer (empty when absent).
+fn info_field(info: &str, name: &str) -> String {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// The store error of a failed exchange.
+fn store_error(e: &redis::RedisError, timeout: Duration) -> StoreError {
+    if e.is_timeout() {
+        StoreError::Timeout(timeout.as_millis() as u64)
+    } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
+        StoreError::Unreachable(e.to_string())
+    } else {
+        match e.code() {
+            Some(code) => {
+                StoreError::Protocol(format!("{code} {}", e.detail().unwrap_or_default()))
+            }
+            None => StoreError::Protocol(e.to_string()),
+        }
     }
 }
 

@@ -52,6 +52,11 @@ pub(crate) struct SlotMap {
     ranges: Vec<Range>,
     /// Whether the slots must be asked for again before the next call.
     stale: bool,
+    /// Whether they were asked for since [`SlotMap::begin`] (at most once per round: a
+    /// cluster nobody answers for does not cost every call of a round the seeds' timeouts).
+    asked: bool,
+    /// `CLUSTER SLOTS` asked so far.
+    pub(crate) commands: u64,
 }
 
 impl SlotMap {
@@ -72,7 +77,14 @@ impl SlotMap {
             timeout,
             ranges: Vec::new(),
             stale: true,
+            asked: false,
+            commands: 0,
         })
+    }
+
+    /// A new round (or request): the slots may be asked for once more.
+    pub(crate) fn begin(&mut self) {
+        self.asked = false;
     }
 
     /// The URL of the master at `addr` (`host:port`).
@@ -83,8 +95,14 @@ impl SlotMap {
     /// The master serving the slot of `key` (`host:port`), learning the slots first when
     /// they are stale; `Err` when no node could say.
     pub(crate) fn master_of(&mut self, key: &[u8]) -> Result<String, StoreError> {
-        if self.stale || self.ranges.is_empty() {
+        if (self.stale || self.ranges.is_empty()) && !self.asked {
+            self.asked = true;
             self.learn()?;
+        }
+        if self.ranges.is_empty() {
+            return Err(StoreError::Unreachable(
+                "no node of the cluster said which masters serve its slots".into(),
+            ));
         }
         let slot = key_slot(key);
         match self
@@ -110,10 +128,12 @@ impl SlotMap {
         }
     }
 
-    /// Asks the seeds in turn which masters serve which slots.
+    /// Asks the seeds in turn which masters serve which slots: the last one that answered
+    /// first, then the configured node, then every master seen since.
     fn learn(&mut self) -> Result<(), StoreError> {
         let mut last = StoreError::Unreachable("no node to ask".into());
-        for seed in self.seeds.clone() {
+        for (i, seed) in self.seeds.clone().into_iter().enumerate() {
+            self.commands += 1;
             match self.slots_from(&seed) {
                 Ok(ranges) if !ranges.is_empty() => {
                     for r in &ranges {
@@ -122,6 +142,8 @@ impl SlotMap {
                             self.seeds.push(url);
                         }
                     }
+                    // Asked first next time.
+                    self.seeds.swap(0, i);
                     self.ranges = ranges;
                     self.stale = false;
                     return Ok(());
@@ -223,6 +245,9 @@ fn parse_slots(value: &redis::Value) -> Result<Vec<Range>, StoreError> {
         let host = match node.first() {
             Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
             Some(Value::SimpleString(s)) => s.clone(),
+            // An endpoint the node does not know (`cluster-preferred-endpoint-type
+            // unknown-endpoint`): these slots are not served as far as this store knows.
+            Some(Value::Nil) => String::new(),
             _ => return Err(bad()),
         };
         let Some(Value::Int(port)) = node.get(1) else {
@@ -232,10 +257,19 @@ fn parse_slots(value: &redis::Value) -> Result<Vec<Range>, StoreError> {
         let (Some(first), Some(last)) = (slot(*first), slot(*last)) else {
             return Err(bad());
         };
+        if host.is_empty() || host == "?" {
+            continue;
+        }
+        // An IPv6 address goes in brackets in a URL.
+        let master = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
         ranges.push(Range {
             first,
             last,
-            master: format!("{host}:{port}"),
+            master,
         });
     }
     Ok(ranges)
@@ -245,9 +279,17 @@ fn parse_slots(value: &redis::Value) -> Result<Vec<Range>, StoreError> {
 fn slots_moved(e: &StoreError) -> bool {
     match e {
         StoreError::Unreachable(_) | StoreError::Timeout(_) => true,
-        StoreError::Protocol(m) => ["MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"]
-            .iter()
-            .any(|code| m.starts_with(code)),
+        StoreError::Protocol(m) => [
+            "MOVED",
+            "ASK",
+            "TRYAGAIN",
+            "CLUSTERDOWN",
+            "READONLY",
+            "UNBLOCKED",
+            "the server's replication id changed",
+        ]
+        .iter()
+        .any(|code| m.starts_with(code)),
         StoreError::NotReplicated { .. } => false,
     }
 }
@@ -274,6 +316,7 @@ impl Store for RedisClusterStore {
     /// One pipeline per master; every call answered (a master that failed fails its calls
     /// only).
     fn sync_many(&mut self, calls: &[SyncCall<'_>]) -> Vec<Result<Reply, StoreError>> {
+        self.slots.begin();
         let mut by_master: Vec<(String, Vec<usize>)> = Vec::new();
         let mut answers: Vec<Result<Reply, StoreError>> = Vec::with_capacity(calls.len());
         for (i, c) in calls.iter().enumerate() {
@@ -319,7 +362,7 @@ impl Store for RedisClusterStore {
     }
 
     fn commands(&self) -> u64 {
-        self.commands
+        self.commands + self.slots.commands
     }
 }
 
@@ -383,6 +426,24 @@ mod tests {
             node(7000),
         ])]);
         assert!(parse_slots(&bad).is_err());
+        let v6 = Value::Array(vec![
+            Value::BulkString(b"::1".to_vec()),
+            Value::Int(7000),
+            Value::BulkString(b"id".to_vec()),
+        ]);
+        let unknown = Value::Array(vec![Value::Nil, Value::Int(7001)]);
+        let answer = Value::Array(vec![
+            Value::Array(vec![Value::Int(0), Value::Int(10), v6]),
+            Value::Array(vec![Value::Int(11), Value::Int(16383), unknown]),
+        ]);
+        assert_eq!(
+            parse_slots(&answer).unwrap(),
+            vec![Range {
+                first: 0,
+                last: 10,
+                master: "[::1]:7000".into()
+            }]
+        );
         assert!(parse_slots(&Value::Nil).is_err());
     }
 }

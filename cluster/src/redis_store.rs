@@ -26,8 +26,13 @@ pub struct RedisStore {
     prefix: String,
     timeout: Duration,
     replicas: u32,
-    /// The server's `run_id`, read when connecting: the script learns when it changes.
+    /// Which server answers: its `run_id` (read when connecting) and its replication id
+    /// (`master_replid`, read before every batch), as `<run_id>/<replid>`. The script learns
+    /// when it changes: a restart changes the first, a promotion the second (a server demoted
+    /// and promoted again keeps its `run_id`, not its replication id).
     run_id: String,
+    /// The replication id part of it.
+    replid: String,
     commands: u64,
 }
 
@@ -55,6 +60,7 @@ impl RedisStore {
             timeout,
             replicas: 0,
             run_id: String::new(),
+            replid: String::new(),
             commands: 0,
         })
     }
@@ -105,15 +111,10 @@ impl RedisStore {
             self.commands += 1;
             let mut conn = conn;
             let info: String = redis::cmd("INFO")
-                .arg("server")
                 .query(&mut conn)
                 .map_err(|e| self.error(e))?;
-            self.run_id = info
-                .lines()
-                .find_map(|l| l.strip_prefix("run_id:"))
-                .unwrap_or_default()
-                .trim()
-                .to_owned();
+            self.run_id = info_field(&info, "run_id");
+            self.replid = info_field(&info, "master_replid");
             // The script, so that a pipeline can call it by its hash.
             self.commands += 1;
             load_script(&mut conn).map_err(|e| self.error(e))?;
@@ -154,6 +155,26 @@ fn load_script(conn: &mut redis::Connection) -> redis::RedisResult<String> {
         .query(conn)
 }
 
+/// A field of an `INFO` answer (empty when absent: a server that does not say).
+fn info_field(info: &str, name: &str) -> String {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// Error codes of a server that is not (or no longer) the master of the room's keys: the
+/// connection is made anew (and the server's identity read again) before the next batch.
+const NOT_MASTER: [&str; 6] = [
+    "MOVED",
+    "ASK",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "READONLY",
+    "UNBLOCKED",
+];
+
 /// One call of a batch, ready to send: its place in the batch, its report and the room's
 /// terms as the script reads them.
 struct Encoded {
@@ -170,7 +191,11 @@ impl RedisStore {
         calls: &[SyncCall<'_>],
         batch: &[Encoded],
     ) -> Result<Vec<redis::Value>, StoreError> {
+        // The replication id first: a server demoted and promoted again since the last batch
+        // answers with another (see `exchange`).
         let mut pipe = redis::pipe();
+        pipe.cmd("INFO").arg("replication");
+        let identity = format!("{}/{}", self.run_id, self.replid);
         for e in batch {
             let c = &calls[e.call];
             let [key, log, deadlines] = self.script_keys(c.room);
@@ -183,13 +208,32 @@ impl RedisStore {
                 .arg(c.host)
                 .arg(e.report.as_slice())
                 .arg(e.params.as_slice())
-                .arg(self.run_id.as_str());
+                .arg(identity.as_str());
         }
-        self.commands += batch.len() as u64;
+        self.commands += batch.len() as u64 + 1;
         let packed = pipe.get_packed_pipeline();
         let conn = self.connection()?;
-        match conn.req_packed_commands(&packed, 0, batch.len()) {
-            Ok(values) if values.len() == batch.len() => Ok(values),
+        match conn.req_packed_commands(&packed, 0, batch.len() + 1) {
+            Ok(mut values) if values.len() == batch.len() + 1 => {
+                let info = match values.remove(0) {
+                    redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+                    redis::Value::VerbatimString { text, .. } => text,
+                    _ => String::new(),
+                };
+                let replid = info_field(&info, "master_replid");
+                if replid != self.replid {
+                    // Promoted (or demoted) since the identity the scripts were sent: their
+                    // answers may come from a state that lost writes without their knowing.
+                    // None is applied; the next batch sends the new identity.
+                    self.replid = replid;
+                    return Err(StoreError::Protocol(
+                        "the server's replication id changed (a failover): the calls are \
+                         sent again with the new one"
+                            .into(),
+                    ));
+                }
+                Ok(values)
+            }
             Ok(values) => {
                 self.conn = None;
                 Err(StoreError::Protocol(format!(
@@ -229,6 +273,7 @@ impl RedisStore {
         }
         // A server that lost its scripts (`SCRIPT FLUSH`) is sent the script again, and the
         // calls it refused for that once more.
+        let mut not_master = false;
         for attempt in 0..2 {
             let values = self.send(calls, &batch)?;
             let mut refused = Vec::new();
@@ -239,11 +284,18 @@ impl RedisStore {
                         refused.push(e);
                         continue;
                     }
-                    redis::Value::ServerError(s) => Err(StoreError::Protocol(format!(
-                        "{} {}",
-                        s.code(),
-                        s.details().unwrap_or_default()
-                    ))),
+                    redis::Value::ServerError(s) => {
+                        if NOT_MASTER.contains(&s.code()) {
+                            // Asked of a server that is not the keys' master: connect anew
+                            // (and read its identity) next time.
+                            not_master = true;
+                        }
+                        Err(StoreError::Protocol(format!(
+                            "{} {}",
+                            s.code(),
+                            s.details().unwrap_or_default()
+                        )))
+                    }
                     other => Err(StoreError::Protocol(format!("unexpected answer {other:?}"))),
                 };
             }
@@ -282,6 +334,10 @@ impl RedisStore {
                     *a = Err(refused.clone());
                 }
             }
+        }
+        // After the WAIT (which counts this connection's writes only).
+        if not_master {
+            self.conn = None;
         }
         Ok(answers)
     }

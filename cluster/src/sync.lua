@@ -21,8 +21,9 @@
 -- ARGV[2]  its report (seq, b, active, admitted, traffic, demand, at, am0, am1, live,
 --          held; rc and rv for rooms whose sessions the origin may revoke)
 -- ARGV[3]  the room's limits and lease terms (total, minute, lease, hold, learn)
--- ARGV[4]  the server's run_id as the client saw it ('' if unknown): another than the state
---          last saw means a restart or a failover (writes may be lost)
+-- ARGV[4]  the server's identity as the client saw it (`<run_id>/<replication id>`, '' if
+--          unknown): another than the state last saw means a restart or a failover (writes
+--          may be lost)
 -- ARGV[5]  (tests only; absent in production) the store's clock in ms, in place of TIME
 -- Returns the reply (seq, gt, b, gm0, gm1, frontier, behind, hosts, known, learning,
 -- free, stale; rc and rv with a report's rc).

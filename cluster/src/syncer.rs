@@ -23,9 +23,11 @@ pub struct SyncStatus {
     pub syncs: u64,
     /// Syncs of one room that failed.
     pub failures: u64,
-    /// Outages: runs of failures after a success (or from the start).
+    /// Outages: runs of a room's failures after a success (or from the start), summed over
+    /// the rooms.
     pub outages: u64,
-    /// Whether the last sync failed.
+    /// Whether some room's last sync failed (with a Redis Cluster, one master's rooms may
+    /// fail while the others' sync).
     pub in_outage: bool,
     /// The last failure, if any.
     pub last_error: Option<String>,
@@ -160,6 +162,8 @@ pub struct SyncRound {
     options: SyncOptions,
     status: Arc<Mutex<SyncStatus>>,
     most_hosts: std::collections::HashMap<String, u64>,
+    /// Rooms whose last sync failed.
+    failing: std::collections::HashSet<String>,
 }
 
 impl std::fmt::Debug for SyncRound {
@@ -179,6 +183,7 @@ impl SyncRound {
             options,
             status: Arc::new(Mutex::new(SyncStatus::default())),
             most_hosts: Default::default(),
+            failing: Default::default(),
         }
     }
 
@@ -326,17 +331,24 @@ impl SyncRound {
     fn record(&mut self, room: &str, result: Result<u64, &StoreError>) {
         let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
         s.commands = self.store.commands();
-        self.engine
-            .record_sync(room, result.is_ok(), result.is_err() && !s.in_outage);
+        // A room's outage begins at its first failure after an answer and ends at its next
+        // answer (one event each, per room); the log says when the first room fails and when
+        // the last one is answered again.
+        let began = result.is_err() && self.failing.insert(room.to_owned());
+        let ended = result.is_ok() && self.failing.remove(room);
+        self.engine.record_sync(room, result.is_ok(), began);
+        let was = s.in_outage;
+        s.in_outage = !self.failing.is_empty();
         match result {
             Ok(hosts) => {
                 s.syncs += 1;
                 s.hosts = hosts;
-                if s.in_outage {
-                    s.in_outage = false;
-                    (self.options.log)(&format!(
-                        "store reachable again (room `{room}`): allowances are synced anew"
-                    ));
+                if ended {
+                    if was && !s.in_outage {
+                        (self.options.log)(&format!(
+                            "store reachable again (room `{room}`): allowances are synced anew"
+                        ));
+                    }
                     self.engine.record_event(Event {
                         at: self.options.clock.now_ms(),
                         kind: EventKind::ClusterOutageEnded,
@@ -348,14 +360,15 @@ impl SyncRound {
             Err(e) => {
                 s.failures += 1;
                 s.last_error = Some(e.to_string());
-                if !s.in_outage {
-                    s.in_outage = true;
+                if began {
                     s.outages += 1;
-                    (self.options.log)(&format!(
-                        "{e} (room `{room}`): deciding on the last allowances for up to {} ms, \
-                         then on the fallback share; requests never wait for the store",
-                        self.options.lease.as_millis()
-                    ));
+                    if !was {
+                        (self.options.log)(&format!(
+                            "{e} (room `{room}`): deciding on the last allowances for up to {} \
+                             ms, then on the fallback share; requests never wait for the store",
+                            self.options.lease.as_millis()
+                        ));
+                    }
                     self.engine.record_event(Event {
                         at: self.options.clock.now_ms(),
                         kind: EventKind::ClusterOutageBegan,

@@ -444,3 +444,61 @@ fn every_key_expires() {
     ask("c", 2);
     check("a client moved to another band");
 }
+
+/// The root on a replicated server: with `replicas = 1` a grant the replica does not hold in
+/// time is refused (a promoted replica would not know it); a server demoted and promoted
+/// again (its replication id new, its run_id the same) makes the table learn, as a table
+/// made anew does, instead of trusting records that may have lost grants.
+#[test]
+fn a_failover_makes_the_table_learn_and_grants_wait_for_the_replica() {
+    use velvet_rope::lease::LeaseError;
+    let a = RedisServer::start();
+    let b = RedisServer::start_replica_of(a.port);
+    let clock = Arc::new(FakeClock::new(START));
+    let root = RedisLeaseRoot::new(
+        &a.url(),
+        "fo",
+        &config("fair_share", 90.0, 0.0),
+        std::time::Duration::from_secs(2),
+    )
+    .unwrap()
+    .with_replicas(1)
+    .with_store_clock(clock.clone());
+    let ask = |has: f64| {
+        let req = LeaseRequest {
+            has,
+            ..LeaseRequest::new("a", "db", 100.0, 0)
+        };
+        root.request_lease(&req, clock.now_ms())
+    };
+    assert_eq!(ask(0.0).unwrap().capacity, 0.0, "learning");
+    clock.advance(LEASE_MS + MARGIN_MS);
+    assert_eq!(ask(0.0).unwrap().capacity, 90.0);
+    // The replica stalls: the grant is not acknowledged, and not handed out.
+    b.pause();
+    let refused = ask(90.0);
+    assert!(
+        matches!(&refused, Err(LeaseError::RefreshFailed { message, .. }) if message.contains("replicas")),
+        "{refused:?}"
+    );
+    b.resume();
+    assert_eq!(ask(90.0).unwrap().capacity, 90.0);
+    // A, then B, then A again: the same run_id, another replication id.
+    common::set_role(&b, None);
+    common::set_role(&a, Some(b.port));
+    common::set_role(&a, None);
+    common::set_role(&b, Some(a.port));
+    let refused = ask(90.0);
+    assert!(
+        matches!(&refused, Err(LeaseError::RefreshFailed { message, .. }) if message.contains("replication id")),
+        "{refused:?}"
+    );
+    // Learning: the client gets what it reports holding, no more.
+    assert_eq!(
+        ask(30.0).unwrap().capacity,
+        30.0,
+        "learning after the failover"
+    );
+    clock.advance(LEASE_MS + MARGIN_MS);
+    assert_eq!(ask(30.0).unwrap().capacity, 90.0, "learned");
+}

@@ -19,6 +19,9 @@ use common::{cookie_value, now, RedisServer, LEARNING_MS};
 
 const LIMIT: u64 = 20;
 
+/// Time between two new visitors of a room at a host.
+const ARRIVALS: Duration = Duration::from_millis(150);
+
 /// Six nodes made into a cluster of three masters with a replica each; waits until every
 /// node sees every slot served.
 fn start_cluster() -> Vec<RedisServer> {
@@ -149,8 +152,15 @@ fn crowd(
 ) {
     let until = Instant::now() + dur;
     let mut polled = Instant::now();
+    let mut arrived = Instant::now() - ARRIVALS;
     while Instant::now() < until {
-        for (i, h) in hosts.iter().enumerate() {
+        // A new visitor per room at every host every ARRIVALS: rooms fill over seconds, so
+        // the failover happens while they still admit.
+        let arrive = arrived.elapsed() >= ARRIVALS;
+        if arrive {
+            arrived = Instant::now();
+        }
+        for (i, h) in hosts.iter().enumerate().filter(|_| arrive) {
             for r in rooms {
                 let d = h.admit(r, None, now()).unwrap();
                 match (d.outcome, d.set_cookie) {
@@ -221,6 +231,10 @@ fn a_master_killed_mid_run_never_overfills_a_room() {
         Duration::from_millis(400),
     );
     assert_within(&admitted, "before the failover");
+    assert!(
+        admitted.values().all(|&n| n < LIMIT),
+        "the rooms are full before the failover: {admitted:?}"
+    );
 
     // The master of the first room dies; the cluster promotes its replica after the node
     // timeout (a second) and an election.
@@ -248,6 +262,10 @@ fn a_master_killed_mid_run_never_overfills_a_room() {
     );
     assert_within(&admitted, "after the promotion");
 
+    let answered: Vec<u64> = hosts
+        .iter()
+        .map(|(e, _)| syncs(e, &victim_room, "ok"))
+        .collect();
     // The dead master comes back as the new master's replica (its nodes.conf): grants of
     // that room are acknowledged again (`replicas = 1`).
     nodes[victim].restart();
@@ -286,10 +304,17 @@ fn a_master_killed_mid_run_never_overfills_a_room() {
     for (_, sync) in &hosts {
         assert!(!sync.status().in_outage, "{:?}", sync.status());
     }
+    // The dead master's room is synced again through the promoted replica.
+    for ((engine, _), before) in hosts.iter().zip(answered) {
+        assert!(
+            syncs(engine, &victim_room, "ok") > before,
+            "{victim_room} never synced again"
+        );
+    }
     // Only the dead master's room missed syncs: the others' masters answered throughout.
     for (engine, _) in &hosts {
         for r in &rooms {
-            let failed = failed_syncs(engine, r);
+            let failed = syncs(engine, r, "failed");
             if *r == victim_room {
                 assert!(failed > 0, "{r}'s master died, yet no sync of it failed");
             } else {
@@ -299,17 +324,17 @@ fn a_master_killed_mid_run_never_overfills_a_room() {
     }
 }
 
-/// Failed syncs of `room` by `engine`'s host (its metrics).
-fn failed_syncs(engine: &Engine, room: &str) -> u64 {
+/// Syncs of `room` by `engine`'s host with `outcome` (`ok` or `failed`; its metrics).
+fn syncs(engine: &Engine, room: &str, outcome: &str) -> u64 {
     let text = engine.metrics_text();
     let line = text
         .lines()
         .find(|l| {
             l.starts_with("velvet_rope_cluster_syncs_total{")
                 && l.contains(&format!("room=\"{room}\""))
-                && l.contains("outcome=\"failed\"")
+                && l.contains(&format!("outcome=\"{outcome}\""))
         })
-        .unwrap_or_else(|| panic!("no failed syncs metric for {room} in {text}"));
+        .unwrap_or_else(|| panic!("no {outcome} syncs metric for {room} in {text}"));
     line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 

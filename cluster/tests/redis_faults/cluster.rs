@@ -5,8 +5,6 @@
 //! cluster, the hosts find the new master, the killed node comes back as its replica, and every
 //! room holds its limit throughout, never one visitor more, then fills exactly.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::sync::Arc;
@@ -15,7 +13,7 @@ use std::time::{Duration, Instant};
 use velvet_rope::{Engine, Outcome};
 use velvet_rope_cluster::{key_slot, Syncer};
 
-use common::{cookie_value, now, RedisServer, LEARNING_MS};
+use crate::common::{cookie_value, now, RedisServer, LEARNING_MS};
 
 const LIMIT: u64 = 20;
 
@@ -46,7 +44,7 @@ fn start_cluster() -> Vec<RedisServer> {
     }
     // Every replica in sync with its master (a replica that never synced is not promoted).
     for n in &nodes {
-        common::wait_for(20, "the replicas to sync", || {
+        crate::common::wait_for(20, "the replicas to sync", || {
             let info: String = redis::cmd("INFO")
                 .arg("replication")
                 .query(&mut n.connection())
@@ -59,7 +57,7 @@ fn start_cluster() -> Vec<RedisServer> {
 
 /// Waits until `node` says the cluster is up (every slot served).
 fn wait_cluster_ok(node: &RedisServer, secs: u64) {
-    common::wait_for(secs, "the cluster to be up", || {
+    crate::common::wait_for(secs, "the cluster to be up", || {
         let mut conn = node.connection();
         let info: String = redis::cmd("CLUSTER")
             .arg("INFO")
@@ -250,7 +248,7 @@ fn a_master_killed_mid_run_never_overfills_a_room() {
     );
     assert_within(&admitted, "while the master was dead");
     let slot = key_slot(format!("{{vr:{victim_room}}}").as_bytes());
-    common::wait_for(20, "the cluster to promote the replica", || {
+    crate::common::wait_for(20, "the cluster to promote the replica", || {
         master_port(&nodes[survivor], slot).is_some_and(|p| p != victim_port)
     });
     crowd(
@@ -269,7 +267,7 @@ fn a_master_killed_mid_run_never_overfills_a_room() {
     // The dead master comes back as the new master's replica (its nodes.conf): grants of
     // that room are acknowledged again (`replicas = 1`).
     nodes[victim].restart();
-    common::wait_for(20, "the old master to come back as a replica", || {
+    crate::common::wait_for(20, "the old master to come back as a replica", || {
         !serves_slots(&nodes[victim])
     });
     let until = Instant::now() + Duration::from_secs(15);

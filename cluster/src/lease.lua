@@ -1,6 +1,6 @@
 -- velvet-rope cluster tier: one client's request to a lease root, atomically (the same
 -- grants as the core's `allocate` over every live client, then clamped to what the others
--- hold; tests/lease_root.rs holds the two to the same answers).
+-- hold; tests/leases/root.rs holds the two to the same answers).
 --
 -- A request costs the same however many clients lease the resource. The resource keeps its
 -- sums over its clients (`agg`) and, per priority band, a sorted set of the clients' demands

@@ -74,7 +74,7 @@ struct ScriptRequest {
 #[derive(Serialize)]
 struct ScriptTerms {
     /// 0 none, 1 static, 2 proportional share, 3 fair share or reserved plus shared (the two
-    /// are the same water-filling: see `allocate`'s tests in `tests/lease_root.rs`).
+    /// are the same water-filling: see `allocate`'s tests in `tests/leases/root.rs`).
     k: u8,
     /// The capacity.
     c: f64,

@@ -64,7 +64,9 @@ local function finite(x)
 end
 if not (finite(req.w) and finite(req.h) and req.w >= 0 and req.h >= 0 and finite(req.s)
     and req.s >= 1 and finite(req.p) and req.p >= 0 and finite(terms.c) and finite(terms.l)
-    and finite(terms.m) and finite(terms.n) and terms.k >= 0 and terms.k <= 3) then
+    and finite(terms.m) and finite(terms.n) and terms.k >= 0 and terms.k <= 3
+    and terms.l % 1 == 0 and terms.m % 1 == 0 and terms.n % 1 == 0 and terms.l >= 0
+    and terms.m >= 0 and terms.n >= 0 and 2 * terms.l + terms.n + terms.m < 1e15) then
   return redis.error_reply('ERR velvet-rope lease.lua: a request out of range')
 end
 
@@ -80,9 +82,19 @@ if cap > 0 then
 else
   unit = math.ldexp(1, -40)
 end
--- What one record may count for, in units (a finite sum even for grants far over the
--- capacity, as algorithm `none` makes).
-local MOST_UNITS = 2 ^ 52
+-- Whether grants come out of one pool (what the clients hold is counted and clamped):
+-- proportional share, fair share, reserved plus shared. Under `none` and `static` nothing is
+-- counted (their grants may be far over the capacity); a table that changes between the two
+-- kinds is counted anew.
+local pooled = kind >= 2
+
+-- What a record counts for, in units: what its client may be using, rounded up, and at most
+-- one unit over the whole capacity (which already leaves nobody else anything: the count
+-- stays a finite integer whatever a grant under another algorithm was).
+local function units(x)
+  if not pooled then return 0 end
+  return math.min(math.ceil(x / unit), math.floor(cap / unit) + 1)
+end
 
 local function fmt(x)
   return string.format('%.17g', x)
@@ -103,7 +115,10 @@ if other_server then born = now end
 local agg
 if state[2] then
   agg = cmsgpack.unpack(state[2])
-  if type(agg) == 'table' and agg.u and cap / agg.u < 2 ^ 51 then unit = agg.u end
+  if type(agg) == 'table' and type(agg.u) == 'number' and cap / agg.u < 2 ^ 51
+      and cap / agg.u >= 2 ^ 30 then
+    unit = agg.u
+  end
 end
 
 -- A band's sums (made when first needed).
@@ -199,7 +214,7 @@ end
 local function bring(rec, client)
   if rec.cd == 1 and rec.e <= now then remove_demand(rec, client) end
   rec.held = still_running(rec.held)
-  local held = math.min(math.ceil(reserved(rec) / unit), MOST_UNITS)
+  local held = units(reserved(rec))
   agg.R = agg.R + held - rec.cr
   rec.cr = held
   return rec.cd == 1 or held > 0
@@ -221,11 +236,13 @@ end
 -- The sums made anew from the records: the first request, a table whose sums were lost or
 -- disagree with its deadlines, or a capacity of another binary order (another unit).
 local function rebuild()
-  if agg then
-    for _, b in pairs(agg.b) do redis.call('DEL', band_key(b.p)) end
+  if type(agg) == 'table' and type(agg.b) == 'table' then
+    for _, b in pairs(agg.b) do
+      if type(b) == 'table' and b.p then redis.call('DEL', band_key(b.p)) end
+    end
   end
   redis.call('DEL', deadlines)
-  agg = { u = unit, k = kind, R = 0, nr = 0, b = {} }
+  agg = { u = unit, pooled = pooled, R = 0, nr = 0, b = {} }
   local all = redis.call('HGETALL', key)
   for i = 1, #all, 2 do
     local f = all[i]
@@ -246,9 +263,13 @@ local function rebuild()
 end
 
 local function damaged()
-  if type(agg) ~= 'table' or agg.u ~= unit or agg.k ~= kind then return true end
-  -- What the clients hold together: a count (finite, not negative) or counted anew.
-  if not finite(agg.R) or agg.R < 0 then return true end
+  if type(agg) ~= 'table' or type(agg.b) ~= 'table' or agg.u ~= unit
+      or agg.pooled ~= pooled then
+    return true
+  end
+  -- What the clients hold together: an exact count (an integer under 2^52, which pooled
+  -- grants never reach: together they stay under the capacity's 2^51 units) or counted anew.
+  if not finite(agg.R) or agg.R < 0 or agg.R >= 2 ^ 52 then return true end
   local counted = redis.call('ZCARD', deadlines)
   -- An empty set is no key: the next member makes it anew.
   if counted == 0 then fresh = true end
@@ -464,7 +485,7 @@ local earlier = old.held
 earlier[#earlier + 1] = { old.h, old.e }
 rec.held = still_running(earlier)
 rec.h = grant
-local held = math.min(math.ceil(reserved(rec) / unit), MOST_UNITS)
+local held = units(reserved(rec))
 agg.R = agg.R + held - old.cr
 rec.cr = held
 keep(rec, id, true)

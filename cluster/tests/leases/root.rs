@@ -382,6 +382,39 @@ fn a_change_of_algorithm_keeps_the_capacity() {
     assert_eq!(c, 100.0, "the grants under `none` ended: all of it is free");
 }
 
+/// The second review's finding: the table kept the unit it was made with however far the
+/// capacity fell, so after one request with a capacity of 2^50 (a misconfigured host) a
+/// capacity of 1,000 was under one unit: every grant 0. A capacity 2^10 times under its
+/// unit's order counts the table anew; a change of algorithm between pooled and not does too.
+#[test]
+fn a_capacity_cut_by_far_counts_anew() {
+    let redis = RedisServer::start();
+    let clock = Arc::new(FakeClock::new(START));
+    let root = |capacity: f64, kind: &str| {
+        RedisLeaseRoot::new(
+            &redis.url(),
+            "cut",
+            &config(kind, capacity, 0.0),
+            std::time::Duration::from_secs(5),
+        )
+        .unwrap()
+        .with_store_clock(clock.clone())
+    };
+    let ask = |root: &RedisLeaseRoot, id: &str, wants: f64| {
+        root.request_lease(&LeaseRequest::new(id, "db", wants, 0), clock.now_ms())
+            .unwrap()
+            .capacity
+    };
+    ask(&root(2f64.powi(50), "fair_share"), "a", 10.0);
+    clock.advance(LEASE_MS + MARGIN_MS);
+    let small = root(1_000.0, "fair_share");
+    assert_eq!(ask(&small, "b", 10.0), 10.0);
+    assert_eq!(ask(&small, "c", 2_000.0), 990.0, "b's 10 is held");
+    // Proportional share next to fair share (a rollout): both pooled, nothing counted anew,
+    // and the clamp holds: b and c hold it all until their leases end.
+    assert_eq!(ask(&root(1_000.0, "proportional_share"), "d", 500.0), 0.0);
+}
+
 /// The review's finding: hosts whose configurations give one resource two capacities (a
 /// rollout) made every request count the table anew (another unit): 5,433 commands a request
 /// at 2,000 clients. The table keeps its unit.

@@ -252,8 +252,18 @@ impl RedisLeaseRoot {
             None => conns.url.clone(),
         };
         if !conns.open.contains_key(&url) {
-            let server = Server::connect(&url, self.timeout)?;
-            conns.open.insert(url.clone(), server);
+            match Server::connect(&url, self.timeout) {
+                Ok(server) => {
+                    conns.open.insert(url.clone(), server);
+                }
+                Err(e) => {
+                    // A master that died: the cluster may have promoted another.
+                    if let Some(slots) = conns.slots.as_mut() {
+                        slots.saw(&e);
+                    }
+                    return Err(e);
+                }
+            }
         }
         let server = conns
             .open
@@ -269,9 +279,7 @@ impl RedisLeaseRoot {
         );
         let reply = answer.map_err(|e| {
             let error = store_error(&e, self.timeout);
-            if !matches!(error, StoreError::NotReplicated { .. }) {
-                conns.open.remove(&url);
-            }
+            conns.open.remove(&url);
             if let Some(slots) = conns.slots.as_mut() {
                 slots.saw(&error);
             }

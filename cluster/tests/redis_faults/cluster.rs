@@ -404,4 +404,27 @@ algorithm = { kind = "fair_share", lease_length = 2, refresh_interval = 1 }
         assert_eq!(ask("a", resource), 45.0, "{resource}");
         assert_eq!(ask("b", resource), 45.0, "{resource}");
     }
+    // The master of the first resource dies: its requests fail until the cluster promotes
+    // the replica, then go to it (the root learns the slots again after the failed
+    // connection), and the table, answered by another server, learns.
+    let (&victim_port, resource) = by_master.iter().next().unwrap();
+    let mut nodes = nodes;
+    let victim = nodes.iter().position(|n| n.port == victim_port).unwrap();
+    nodes[victim].kill();
+    let try_ask = |client: &str| {
+        root.request_lease(&LeaseRequest::new(client, resource, 100.0, 0), 0)
+            .map(|l| l.capacity)
+    };
+    assert!(try_ask("a").is_err(), "the dead master answered");
+    let mut answered = None;
+    crate::common::wait_for(20, "the lease root to reach the promoted replica", || {
+        answered = try_ask("a").ok();
+        std::thread::sleep(Duration::from_millis(100));
+        answered.is_some()
+    });
+    assert_eq!(
+        answered,
+        Some(0.0),
+        "{resource}: another server learns first"
+    );
 }

@@ -3,15 +3,17 @@
 //! by their slots. The store learns which master serves which slots (`CLUSTER SLOTS`, from the
 //! configured node or any node seen since) and keeps one [`RedisStore`] per master: a round's
 //! calls go to their masters, one pipeline each, and every guarantee of the single server holds
-//! per master (its run id, so a promoted replica is found out; `WAIT` for `replicas` on the
-//! master that took the writes).
+//! per master (its identity, run id and replication id, so a promoted replica is found out;
+//! `WAIT` for `replicas` on the master that took the writes).
 //!
 //! When a master fails, the calls for its rooms fail (those rooms' hosts keep their grants while
 //! the store may still reserve them, as with a single server that stalls), and the store asks
-//! again which masters serve the slots before its next round; a `MOVED`, `ASK`, `TRYAGAIN` or
-//! `CLUSTERDOWN` answer does the same. Once the cluster has promoted a replica the rooms sync
-//! with it, which sees another run id than the state's and counts what may have been lost as
-//! the single server does after a failover.
+//! again which masters serve the slots before its next round (at most once a round); a
+//! `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `READONLY` or `UNBLOCKED` answer does the same.
+//! Once the cluster has promoted a replica the rooms sync with it, which the state sees as
+//! another server, and counts what may have been lost as the single server does after a
+//! failover. Slot migrations are not followed (`ASK` is not retried at the importing node):
+//! a migrating slot's rooms do not sync until it is done.
 
 use std::collections::HashMap;
 use std::time::Duration;

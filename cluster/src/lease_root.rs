@@ -44,7 +44,7 @@ use velvet_rope::lease::{
 use velvet_rope::{Clock, Millis};
 
 use crate::redis_cluster_store::SlotMap;
-use crate::redis_store::script_arg;
+use crate::redis_store::{info_field, script_arg};
 use crate::store::StoreError;
 
 /// The root's script (see its head).
@@ -416,15 +416,6 @@ impl Server {
             "the server kept refusing the script (NOSCRIPT)".into(),
         )))
     }
-}
-
-/// A field of an `INFO` answer (empty when absent).
-fn info_field(info: &str, name: &str) -> String {
-    info.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
 }
 
 /// The store error of a failed exchange.

@@ -156,7 +156,7 @@ fn load_script(conn: &mut redis::Connection) -> redis::RedisResult<String> {
 }
 
 /// A field of an `INFO` answer (empty when absent: a server that does not say).
-fn info_field(info: &str, name: &str) -> String {
+pub(crate) fn info_field(info: &str, name: &str) -> String {
     info.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .unwrap_or_default()

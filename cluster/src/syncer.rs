@@ -203,6 +203,14 @@ impl SyncRound {
             // Reloaded without a `[cluster]` table: nothing to sync.
             return;
         }
+        // A room a reload removed no longer fails (it is not synced at all).
+        let before = self.failing.len();
+        self.failing
+            .retain(|r| config.rooms.iter().any(|room| room.name == *r));
+        if self.failing.len() < before {
+            let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+            s.in_outage = !self.failing.is_empty();
+        }
         let interval_ms = self.options.interval.as_millis() as u64;
         let lease_ms = self.options.lease.as_millis() as u64;
         // The longest a sync of one room may take: a connection, a script call (one more call
@@ -404,4 +412,72 @@ fn demand(report: &HostReport, interval_ms: u64) -> u64 {
             as u64
     };
     (2 * per_interval).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory_store::MemoryStore;
+    use crate::protocol::{Params, Reply, Report};
+    use velvet_rope::{Config, FakeClock};
+
+    /// A store that never answers for room `b`.
+    struct FailsForB(MemoryStore);
+
+    impl Store for FailsForB {
+        fn sync(
+            &mut self,
+            room: &str,
+            host: &str,
+            report: &Report,
+            params: &Params,
+        ) -> Result<Reply, StoreError> {
+            if room == "b" {
+                return Err(StoreError::Unreachable("b's master is down".into()));
+            }
+            self.0.sync(room, host, report, params)
+        }
+
+        fn commands(&self) -> u64 {
+            self.0.commands()
+        }
+    }
+
+    fn config(rooms: &[&str]) -> String {
+        let rooms: String = rooms
+            .iter()
+            .map(|r| format!("[[rooms]]\nname = \"{r}\"\ntotal_active_users = 10\nnew_users_per_minute = 100\n"))
+            .collect();
+        format!(
+            "[cluster]\nredis_url = \"redis://unused\"\nhost_id = \"h\"\n\
+             sync_interval_ms = 100\nlease_ms = 600\ntimeout_ms = 100\n{rooms}"
+        )
+    }
+
+    /// The review of the whole change: a room removed by a reload while its syncs failed
+    /// stayed among the failing rooms for good, so the syncer said it was in an outage
+    /// forever (and never logged the end of it).
+    #[test]
+    fn a_room_removed_while_failing_ends_the_outage() {
+        let clock = Arc::new(FakeClock::new(1_800_000_000_000));
+        let engine = Arc::new(Engine::from_text(&config(&["a", "b"]), clock.now_ms()).unwrap());
+        let mut options = SyncOptions::from_config(engine.config().cluster.as_ref().unwrap());
+        options.clock = clock.clone();
+        options.log = Arc::new(|_| {});
+        let store = FailsForB(MemoryStore::with_clock(
+            Duration::from_millis(100),
+            clock.clone(),
+        ));
+        let mut round = SyncRound::new(engine.clone(), Box::new(store), options);
+        round.round();
+        assert!(round.status().in_outage, "{:?}", round.status());
+        engine
+            .reload(Config::from_text(&config(&["a"])).unwrap())
+            .unwrap();
+        clock.advance(200);
+        round.round();
+        let status = round.status();
+        assert!(status.syncs >= 2, "{status:?}");
+        assert!(!status.in_outage, "{status:?}");
+    }
 }

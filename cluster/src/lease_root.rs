@@ -44,7 +44,7 @@ use velvet_rope::lease::{
 use velvet_rope::{Clock, Millis};
 
 use crate::redis_cluster_store::SlotMap;
-use crate::redis_store::{info_field, script_arg};
+use crate::redis_store::{info_field, replid_in, script_arg, store_error, FAILED_OVER};
 use crate::store::StoreError;
 
 /// The root's script (see its head).
@@ -363,12 +363,7 @@ impl Server {
                 .conn
                 .req_packed_commands(&pipe.get_packed_pipeline(), 0, sent)?;
             let mut values = values.into_iter();
-            let info = match values.next() {
-                Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
-                Some(redis::Value::VerbatimString { text, .. }) => text,
-                _ => String::new(),
-            };
-            let replid = info_field(&info, "master_replid");
+            let replid = replid_in(values.next());
             let answer = values.next();
             if let Some(redis::Value::ServerError(e)) = &answer {
                 if attempt == 0 && e.code() == "NOSCRIPT" {
@@ -381,11 +376,9 @@ impl Server {
             }
             if replid != self.replid {
                 self.replid = replid;
-                return Ok(Err(StoreError::Protocol(
-                    "the server's replication id changed (a failover): the table learns at \
-                     the next request"
-                        .into(),
-                )));
+                return Ok(Err(StoreError::Protocol(format!(
+                    "{FAILED_OVER}: the table learns at the next request"
+                ))));
             }
             let bytes = match answer {
                 Some(redis::Value::BulkString(b)) => b,
@@ -415,22 +408,6 @@ impl Server {
         Ok(Err(StoreError::Protocol(
             "the server kept refusing the script (NOSCRIPT)".into(),
         )))
-    }
-}
-
-/// The store error of a failed exchange.
-fn store_error(e: &redis::RedisError, timeout: Duration) -> StoreError {
-    if e.is_timeout() {
-        StoreError::Timeout(timeout.as_millis() as u64)
-    } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
-        StoreError::Unreachable(e.to_string())
-    } else {
-        match e.code() {
-            Some(code) => {
-                StoreError::Protocol(format!("{code} {}", e.detail().unwrap_or_default()))
-            }
-            None => StoreError::Protocol(e.to_string()),
-        }
     }
 }
 

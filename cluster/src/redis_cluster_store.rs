@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::protocol::{Params, Reply, Report};
-use crate::redis_store::RedisStore;
+use crate::redis_store::{RedisStore, FAILED_OVER, NOT_MASTER};
 use crate::store::{Store, StoreError, SyncCall};
 
 /// The hash slot of `key` (Redis Cluster's: CRC16/XMODEM of the hash tag, the part between the
@@ -281,17 +281,9 @@ fn parse_slots(value: &redis::Value) -> Result<Vec<Range>, StoreError> {
 fn slots_moved(e: &StoreError) -> bool {
     match e {
         StoreError::Unreachable(_) | StoreError::Timeout(_) => true,
-        StoreError::Protocol(m) => [
-            "MOVED",
-            "ASK",
-            "TRYAGAIN",
-            "CLUSTERDOWN",
-            "READONLY",
-            "UNBLOCKED",
-            "the server's replication id changed",
-        ]
-        .iter()
-        .any(|code| m.starts_with(code)),
+        StoreError::Protocol(m) => {
+            m.starts_with(FAILED_OVER) || NOT_MASTER.iter().any(|code| m.starts_with(code))
+        }
         StoreError::NotReplicated { .. } => false,
     }
 }

@@ -126,12 +126,23 @@ impl RedisStore {
     }
 
     fn error(&self, e: redis::RedisError) -> StoreError {
-        if e.is_timeout() {
-            StoreError::Timeout(self.timeout.as_millis() as u64)
-        } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
-            StoreError::Unreachable(e.to_string())
-        } else {
-            StoreError::Protocol(e.to_string())
+        store_error(&e, self.timeout)
+    }
+}
+
+/// The store's error for a Redis error: a timeout, an unreachable server, or an answer this
+/// version does not expect (a server error keeps its code first: `MOVED 1234 host:port`).
+pub(crate) fn store_error(e: &redis::RedisError, timeout: Duration) -> StoreError {
+    if e.is_timeout() {
+        StoreError::Timeout(timeout.as_millis() as u64)
+    } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
+        StoreError::Unreachable(e.to_string())
+    } else {
+        match e.code() {
+            Some(code) => {
+                StoreError::Protocol(format!("{code} {}", e.detail().unwrap_or_default()))
+            }
+            None => StoreError::Protocol(e.to_string()),
         }
     }
 }
@@ -164,9 +175,23 @@ pub(crate) fn info_field(info: &str, name: &str) -> String {
         .to_owned()
 }
 
+/// The replication id in the answer to `INFO replication` (empty if none).
+pub(crate) fn replid_in(info: Option<redis::Value>) -> String {
+    let text = match info {
+        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
+        Some(redis::Value::VerbatimString { text, .. }) => text,
+        _ => String::new(),
+    };
+    info_field(&text, "master_replid")
+}
+
+/// How a refusal after a failover begins (the answers may come from a state that lost
+/// writes: none is used, and the next call sends the server's new identity).
+pub(crate) const FAILED_OVER: &str = "the server's replication id changed (a failover)";
+
 /// Error codes of a server that is not (or no longer) the master of the room's keys: the
 /// connection is made anew (and the server's identity read again) before the next batch.
-const NOT_MASTER: [&str; 6] = [
+pub(crate) const NOT_MASTER: [&str; 6] = [
     "MOVED",
     "ASK",
     "TRYAGAIN",
@@ -215,22 +240,15 @@ impl RedisStore {
         let conn = self.connection()?;
         match conn.req_packed_commands(&packed, 0, batch.len() + 1) {
             Ok(mut values) if values.len() == batch.len() + 1 => {
-                let info = match values.remove(0) {
-                    redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-                    redis::Value::VerbatimString { text, .. } => text,
-                    _ => String::new(),
-                };
-                let replid = info_field(&info, "master_replid");
+                let replid = replid_in(Some(values.remove(0)));
                 if replid != self.replid {
                     // Promoted (or demoted) since the identity the scripts were sent: their
                     // answers may come from a state that lost writes without their knowing.
                     // None is applied; the next batch sends the new identity.
                     self.replid = replid;
-                    return Err(StoreError::Protocol(
-                        "the server's replication id changed (a failover): the calls are \
-                         sent again with the new one"
-                            .into(),
-                    ));
+                    return Err(StoreError::Protocol(format!(
+                        "{FAILED_OVER}: the calls are sent again with the new one"
+                    )));
                 }
                 Ok(values)
             }

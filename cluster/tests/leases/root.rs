@@ -40,6 +40,26 @@ algorithm = {{ kind = "{kind}", lease_length = 2, refresh_interval = 1{parameter
     .unwrap()
 }
 
+/// A root on `redis` with keys under `prefix`, for the resource `db` of `kind` (with its
+/// `reserved` parameter) and `capacity`, on the test's `clock`.
+fn root_on(
+    redis: &RedisServer,
+    prefix: &str,
+    kind: &str,
+    capacity: f64,
+    reserved: f64,
+    clock: &Arc<FakeClock>,
+) -> RedisLeaseRoot {
+    RedisLeaseRoot::new(
+        &redis.url(),
+        prefix,
+        &config(kind, capacity, reserved),
+        std::time::Duration::from_secs(5),
+    )
+    .unwrap()
+    .with_store_clock(clock.clone())
+}
+
 /// One client's record in the model (what the root stored before, per client).
 #[derive(Debug, Clone, Default)]
 struct Record {
@@ -165,14 +185,7 @@ fn schedule_with(redis: &RedisServer, seed: u64, clients: usize, check: bool, dy
     let capacity = [90.0, 1.0, 1_000_000.0, 7.5][rng.gen_range(0..4)];
     let reserved = capacity / [3.0, 10.0, 50.0][rng.gen_range(0..3)];
     let clock = Arc::new(FakeClock::new(START));
-    let root = RedisLeaseRoot::new(
-        &redis.url(),
-        &format!("s{seed}"),
-        &config(name, capacity, reserved),
-        std::time::Duration::from_secs(5),
-    )
-    .unwrap()
-    .with_store_clock(clock.clone());
+    let root = root_on(redis, &format!("s{seed}"), name, capacity, reserved, &clock);
     let mut model = Model {
         kind,
         capacity,
@@ -269,14 +282,7 @@ fn every_grant_is_the_models_with_any_wants() {
 fn a_sum_that_rounds_over_the_capacity_starves_nobody() {
     let redis = RedisServer::start();
     let clock = Arc::new(FakeClock::new(START));
-    let root = RedisLeaseRoot::new(
-        &redis.url(),
-        "round",
-        &config("fair_share", 0.3, 0.0),
-        std::time::Duration::from_secs(5),
-    )
-    .unwrap()
-    .with_store_clock(clock.clone());
+    let root = root_on(&redis, "round", "fair_share", 0.3, 0.0, &clock);
     let ask = |id: &str, wants: f64| {
         let req = LeaseRequest {
             subclients: 3,
@@ -301,14 +307,7 @@ fn a_sum_that_rounds_over_the_capacity_starves_nobody() {
 fn a_level_on_a_members_ratio_keeps_the_sums() {
     let redis = RedisServer::start();
     let clock = Arc::new(FakeClock::new(START));
-    let root = RedisLeaseRoot::new(
-        &redis.url(),
-        "tie",
-        &config("fair_share", 1.0, 0.0),
-        std::time::Duration::from_secs(5),
-    )
-    .unwrap()
-    .with_store_clock(clock.clone());
+    let root = root_on(&redis, "tie", "fair_share", 1.0, 0.0, &clock);
     let mut model = Model {
         kind: AlgorithmKind::FairShare,
         capacity: 1.0,
@@ -350,16 +349,7 @@ fn a_level_on_a_members_ratio_keeps_the_sums() {
 fn a_change_of_algorithm_keeps_the_capacity() {
     let redis = RedisServer::start();
     let clock = Arc::new(FakeClock::new(START));
-    let root = |kind: &str| {
-        RedisLeaseRoot::new(
-            &redis.url(),
-            "kind",
-            &config(kind, 100.0, 0.0),
-            std::time::Duration::from_secs(5),
-        )
-        .unwrap()
-        .with_store_clock(clock.clone())
-    };
+    let root = |kind: &str| root_on(&redis, "kind", kind, 100.0, 0.0, &clock);
     let ask = |root: &RedisLeaseRoot, id: &str, wants: f64| {
         root.request_lease(&LeaseRequest::new(id, "db", wants, 0), clock.now_ms())
             .unwrap()
@@ -390,16 +380,7 @@ fn a_change_of_algorithm_keeps_the_capacity() {
 fn a_capacity_cut_by_far_counts_anew() {
     let redis = RedisServer::start();
     let clock = Arc::new(FakeClock::new(START));
-    let root = |capacity: f64, kind: &str| {
-        RedisLeaseRoot::new(
-            &redis.url(),
-            "cut",
-            &config(kind, capacity, 0.0),
-            std::time::Duration::from_secs(5),
-        )
-        .unwrap()
-        .with_store_clock(clock.clone())
-    };
+    let root = |capacity: f64, kind: &str| root_on(&redis, "cut", kind, capacity, 0.0, &clock);
     let ask = |root: &RedisLeaseRoot, id: &str, wants: f64| {
         root.request_lease(&LeaseRequest::new(id, "db", wants, 0), clock.now_ms())
             .unwrap()
@@ -423,16 +404,7 @@ fn two_capacities_at_once_cost_no_more() {
     let redis = RedisServer::start();
     let mut conn = redis.connection();
     let clock = Arc::new(FakeClock::new(START));
-    let root = |capacity: f64| {
-        RedisLeaseRoot::new(
-            &redis.url(),
-            "two",
-            &config("fair_share", capacity, 0.0),
-            std::time::Duration::from_secs(5),
-        )
-        .unwrap()
-        .with_store_clock(clock.clone())
-    };
+    let root = |capacity: f64| root_on(&redis, "two", "fair_share", capacity, 0.0, &clock);
     let (old, new) = (root(200_000.0), root(400_000.0));
     clock.advance(LEASE_MS + MARGIN_MS);
     let ids: Vec<String> = (0..500).map(|i| format!("c{i}")).collect();
@@ -471,14 +443,7 @@ fn many_lapses_at_once_never_over_capacity() {
 fn a_lost_part_is_rebuilt_from_the_records() {
     let redis = RedisServer::start();
     let clock = Arc::new(FakeClock::new(START));
-    let root = RedisLeaseRoot::new(
-        &redis.url(),
-        "lost",
-        &config("fair_share", 90.0, 0.0),
-        std::time::Duration::from_secs(5),
-    )
-    .unwrap()
-    .with_store_clock(clock.clone());
+    let root = root_on(&redis, "lost", "fair_share", 90.0, 0.0, &clock);
     let ask = |id: &str, wants: f64| {
         root.request_lease(&LeaseRequest::new(id, "db", wants, 0), clock.now_ms())
             .unwrap()
@@ -556,14 +521,14 @@ fn ten_thousand_clients_cost_what_ten_do() {
     let (mut per_request, mut cpu_per_request) = (Vec::new(), Vec::new());
     for clients in [10usize, 10_000] {
         let clock = Arc::new(FakeClock::new(START));
-        let root = RedisLeaseRoot::new(
-            &redis.url(),
+        let root = root_on(
+            &redis,
             &format!("n{clients}"),
-            &config("fair_share", 100.0 * clients as f64, 0.0),
-            std::time::Duration::from_secs(5),
-        )
-        .unwrap()
-        .with_store_clock(clock.clone());
+            "fair_share",
+            100.0 * clients as f64,
+            0.0,
+            &clock,
+        );
         clock.advance(LEASE_MS + MARGIN_MS);
         let ids: Vec<String> = (0..clients).map(|i| format!("client-{i}")).collect();
         // Everyone asks every second (within its lease), four times: the first clients took

@@ -199,17 +199,19 @@ impl SyncRound {
     /// [`Engine::cluster_sync_turn`]), then a tick to apply the grants.
     pub fn round(&mut self) {
         let config = self.engine.config();
-        if config.cluster.is_none() {
-            // Reloaded without a `[cluster]` table: nothing to sync.
-            return;
-        }
-        // A room a reload removed no longer fails (it is not synced at all).
+        // A room a reload removed (or every room, with the `[cluster]` table gone) no longer
+        // fails: it is not synced at all.
         let before = self.failing.len();
-        self.failing
-            .retain(|r| config.rooms.iter().any(|room| room.name == *r));
+        self.failing.retain(|r| {
+            config.cluster.is_some() && config.rooms.iter().any(|room| room.name == *r)
+        });
         if self.failing.len() < before {
             let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
             s.in_outage = !self.failing.is_empty();
+        }
+        if config.cluster.is_none() {
+            // Reloaded without a `[cluster]` table: nothing to sync.
+            return;
         }
         let interval_ms = self.options.interval.as_millis() as u64;
         let lease_ms = self.options.lease.as_millis() as u64;
@@ -479,5 +481,18 @@ mod tests {
         let status = round.status();
         assert!(status.syncs >= 2, "{status:?}");
         assert!(!status.in_outage, "{status:?}");
+        // The same with the `[cluster]` table gone (the round returns early).
+        engine
+            .reload(Config::from_text(&config(&["a", "b"])).unwrap())
+            .unwrap();
+        clock.advance(200);
+        round.round();
+        assert!(round.status().in_outage);
+        let plain = config(&["a", "b"]);
+        let plain = &plain[plain.find("[[rooms]]").unwrap()..];
+        engine.reload(Config::from_text(plain).unwrap()).unwrap();
+        clock.advance(200);
+        round.round();
+        assert!(!round.status().in_outage, "{:?}", round.status());
     }
 }

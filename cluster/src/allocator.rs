@@ -967,4 +967,32 @@ mod tests {
         assert!(b2.gt <= b.at, "B is held to what it holds: {b2:?}");
         assert!(a2.gt + b2.gt <= P.total);
     }
+
+    /// REVIEW (issue 30), open: a batch the Redis store refuses after finding the server's
+    /// replication id changed (a failover its scripts did not see) was still written: its
+    /// host's entry holds a grant computed without learning, on a state that may have lost
+    /// the other server's writes. The host never applies it and reports again with its older
+    /// sequence number; that report is stale, and the stale path answers with the entry's
+    /// reservation after the learning limit, so the host gets the refused grant anyway. The
+    /// fix (planned): hold the reply, not the entry's reservation, to what the incoming
+    /// report holds while learning, in `allocate` and `sync.lua` together.
+    #[test]
+    #[ignore = "known hole, open (issue 30's note): a stale report after a failover is answered with the refused grant, not held to what the host reports while learning. Run with --ignored."]
+    fn review_a_refused_grant_is_not_handed_out_after_a_failover() {
+        let mut room = Room::learned();
+        room.s.run = Some("x".into());
+        let mut b = report(5, 5, 1);
+        b.demand = 50;
+        b.seq = room.seq.get("b").copied().unwrap_or(0);
+        // Sent with the old identity; the store refuses the batch: b keeps its old seq.
+        let refused = allocate(&mut room.s, "b", &b, &P, 2000, "x");
+        assert!(refused.gt > b.at, "{refused:?}");
+        // The next batch carries the new identity, and b's report its older seq.
+        let again = allocate(&mut room.s, "b", &b, &P, 2100, "y");
+        assert_eq!(again.learning, 1, "another server: learning");
+        assert!(
+            again.gt <= b.at,
+            "b is held to what it holds while the store learns: {again:?}"
+        );
+    }
 }

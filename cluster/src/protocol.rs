@@ -64,6 +64,18 @@ impl Report {
             rv: Vec::new(),
         }
     }
+
+    /// The allowance of admissions in bucket `b` the host says it holds (none for a bucket
+    /// its report does not cover).
+    pub fn held_minute(&self, b: u64) -> u64 {
+        if b == self.b {
+            self.am0
+        } else if b == self.b.wrapping_add(1) {
+            self.am1
+        } else {
+            0
+        }
+    }
 }
 
 /// The room's limits and the lease terms, sent with every report.

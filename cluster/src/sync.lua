@@ -243,6 +243,7 @@ local seq = math.max(room_seq, r.seq) + 1
 -- A report older than the last grant to its host: computed on the store's newer record of
 -- the host, and answered with what the store already reserves for it.
 local stale = nil
+local incoming = r
 if mine ~= nil and r.seq < (mine.seq or 0) then
   stale = mine
   r = mine.report
@@ -386,10 +387,29 @@ if learning then
   gm0 = math.min(gm0, r.am0)
   gm1 = math.min(gm1, r.am1)
 end
+-- What the reply grants; the entry keeps what the store reserves.
+local agt, agm0, agm1 = gt, gm0, gm1
 if stale ~= nil then
   gt = math.max(stale.report.at, stale.gt)
   gm0 = reserved_minute(stale, r.b)
   gm1 = reserved_minute(stale, r.b + 1)
+  agt, agm0, agm1 = gt, gm0, gm1
+  if learning then
+    -- The store's record may hold a grant computed on a state that lost writes (a batch
+    -- refused after a failover was still written): while it learns, the host gets no more
+    -- than its own report says it holds.
+    local function held(b)
+      if b == incoming.b then
+        return incoming.am0
+      elseif b == incoming.b + 1 then
+        return incoming.am1
+      end
+      return 0
+    end
+    agt = math.min(gt, incoming.at)
+    agm0 = math.min(gm0, held(r.b))
+    agm1 = math.min(gm1, held(r.b + 1))
+  end
 end
 
 local entry = {
@@ -506,7 +526,7 @@ if rev_cursor ~= nil and KEYS[2] ~= nil then
 end
 
 return cmsgpack.pack({
-  seq = seq, gt = gt, b = r.b, gm0 = gm0, gm1 = gm1, frontier = frontier,
+  seq = seq, gt = agt, b = r.b, gm0 = agm0, gm1 = agm1, frontier = frontier,
   behind = behind - math.min(own_behind, behind) + uncovered, hosts = hosts, known = known,
   learning = learning and 1 or 0, free = free, stale = stale ~= nil and 1 or 0,
   rc = rc_out, rv = rv_out,

@@ -109,7 +109,7 @@ fn the_script_and_the_allocator_agree() {
     let hosts = ["h1", "h2", "h3", "h4", "h5"];
     // Each host's last grant per room, as hosts report it.
     let mut last_seq = std::collections::HashMap::<(usize, &str), u64>::new();
-    let (mut stale, mut lost) = (0, 0);
+    let (mut stale, mut lost, mut stale_learning) = (0, 0, 0);
     for i in 0..600 {
         let r = rng.gen_range(0..rooms.len());
         let host = hosts[rng.gen_range(0..hosts.len())];
@@ -149,9 +149,13 @@ fn the_script_and_the_allocator_agree() {
         );
         stale += got.stale;
         lost += u64::from(got.learning == 1 && i >= 450);
+        stale_learning += got.stale * got.learning;
         last_seq.insert((r, host), got.seq);
     }
-    assert!(stale > 10 && lost > 5, "stale {stale}, learning {lost}");
+    assert!(
+        stale > 10 && lost > 5 && stale_learning > 5,
+        "stale {stale}, learning {lost}, stale while learning {stale_learning}"
+    );
     assert!(
         store.commands() <= 2 * 600 + 3,
         "one connection (INFO, SCRIPT LOAD), then per sync the server's replication id and \

@@ -264,7 +264,7 @@ bench-side-by-side: python-env node-env
 	done
 
 # The cluster tier's deterministic fault simulation at length: 50,000 seeded schedules within
-# the guarantee and 20,000 beyond it (make test runs 1,700). SIM_SEEDS=<n> to choose;
+# the guarantee and 20,000 beyond it (make test runs 1,100). SIM_SEEDS=<n> to choose;
 # a failing seed prints SIM_SEED=<n> to replay it (with SIM_TRACE=<events>).
 SOAK_SEEDS ?= 50000
 soak: redis-env

@@ -93,7 +93,7 @@ fn once(s: &Scenario, seed: u64) -> Outcome {
 /// holds one visitor more than its limit, and no bucket admits one more than its limit.
 #[test]
 fn random_schedules_within_the_guarantee_never_overshoot() {
-    let (n, exact, fullest) = sweep(&Scenario::default(), 1200);
+    let (n, exact, fullest) = sweep(&Scenario::default(), 500);
     eprintln!(
         "{n} schedules within the guarantee: {exact} exact throughout (the rest went beyond \
          it and kept the bound); the fullest of those held {} of 30",
@@ -121,7 +121,7 @@ fn random_schedules_beyond_the_guarantee_keep_the_stated_bound() {
         run_ms: 40_000,
         ..Scenario::default()
     };
-    let (n, exact, fullest) = sweep(&s, 500);
+    let (n, exact, fullest) = sweep(&s, 200);
     eprintln!(
         "{n} schedules beyond the guarantee: {exact} stayed within it (the fullest of those \
          held {} of 30); the others kept the bound",
@@ -480,7 +480,7 @@ fn an_event_lowering_the_limit_is_exact_across_hosts() {
         }),
         ..Scenario::default()
     };
-    let (n, exact, fullest) = sweep(&s, 300);
+    let (n, exact, fullest) = sweep(&s, 150);
     eprintln!(
         "{n} schedules with an event (30 -> 12 -> 30): {exact} within the guarantee, the \
          fullest held {}",
@@ -499,7 +499,7 @@ fn revocations_under_faults_free_each_seat_once() {
         ..Scenario::default()
     };
     let revoked = AtomicU64::new(0);
-    let (n, exact, fullest) = sweep(&s, 300);
+    let (n, exact, fullest) = sweep(&s, 150);
     for seed in seeds(3).into_iter().take(3) {
         revoked.fetch_add(once(&s, seed).revoked, Ordering::SeqCst);
     }
@@ -519,6 +519,6 @@ fn revocations_under_faults_free_each_seat_once() {
         replicas: 0,
         ..s
     };
-    let (n, exact, _) = sweep(&beyond, 200);
+    let (n, exact, _) = sweep(&beyond, 100);
     eprintln!("{n} schedules with revocations beyond the guarantee: {exact} stayed within it");
 }

@@ -34,9 +34,13 @@
 --          release: it gives back all it holds)
 -- ARGV[3]  the resource's terms (k: 0 none, 1 static, 2 proportional, 3 fair or reserved
 --          plus shared; c: capacity; l: lease ms; m: the store's margin ms; n: learning ms)
--- ARGV[4]  the server's identity as the client saw it (`<run_id>/<replication id>`, '' if
---          unknown): another than the table last saw means a restart or a failover (writes
---          may be lost), and the table learns anew, as a new one does
+-- ARGV[4]  the server's `run_id` as read when the connection was made ('' if unknown); the
+--          script adds the replication id it reads now (`INFO replication`). Together they
+--          are the server's identity: another than the table last saw means a restart or a
+--          failover (writes may be lost), and the table learns anew, as a new one does. (Read
+--          here, in the same atomic step as the grant, no grant is computed on a table that
+--          lost writes without its knowing: a server demoted and promoted again keeps its
+--          run_id, not its replication id.)
 -- ARGV[5]  (tests only; absent in production) the store's clock in ms, in place of TIME
 -- Returns (g: the grant, n: clients counted, l: learning; x: whether a release found a
 -- record).
@@ -107,6 +111,10 @@ end
 local state = redis.call('HMGET', key, 'born', 'agg', 'c:' .. id, 'run')
 local born = tonumber(state[1]) or now
 local run = ARGV[4] or ''
+do
+  local info = redis.call('INFO', 'replication')
+  run = run .. '/' .. (string.match(info, 'master_replid:(%w+)') or '')
+end
 -- Another server than the one that wrote the table (a restart that kept its data, a replica
 -- promoted): it may have lost grants its clients use. It learns for the learning period, as
 -- a table made anew does: it hands out only what clients report holding.

@@ -44,7 +44,7 @@ use velvet_rope::lease::{
 use velvet_rope::{Clock, Millis};
 
 use crate::redis_cluster_store::SlotMap;
-use crate::redis_store::{info_field, replid_in, script_arg, store_error, FAILED_OVER};
+use crate::redis_store::{info_field, script_arg, store_error};
 use crate::store::StoreError;
 
 /// The root's script (see its head).
@@ -219,13 +219,12 @@ impl RedisLeaseRoot {
     }
 
     /// Runs the script for `resource` on the server holding its keys (connected first if
-    /// needed: its identity read, `<run_id>/<replication id>`), in one pipeline with that
-    /// server's replication id before it and, with `replicas`, a `WAIT` after it. An answer
-    /// is refused when the replication id changed since the identity the script was sent (a
-    /// failover: the next request sends the new one, and the table learns) or when fewer
-    /// replicas than `replicas` hold the write in time (the grant stays reserved in the
-    /// store, not used). After an error the connection is dropped, and in a cluster the
-    /// slots are learned again when it says they may have moved.
+    /// needed: its `run_id` read; the script reads the replication id itself, in the same
+    /// atomic step as the grant), in one pipeline with, with `replicas`, a `WAIT` after it.
+    /// An answer is refused when fewer replicas than `replicas` hold the write in time (the
+    /// grant stays reserved in the store, not used). After an error the connection is
+    /// dropped, and in a cluster the slots are learned again when it says they may have
+    /// moved.
     fn call(
         &self,
         resource: &str,
@@ -303,7 +302,6 @@ impl RedisLeaseRoot {
 struct Server {
     conn: redis::Connection,
     run_id: String,
-    replid: String,
 }
 
 impl Server {
@@ -321,7 +319,6 @@ impl Server {
         Ok(Self {
             conn,
             run_id: info_field(&info, "run_id"),
-            replid: info_field(&info, "master_replid"),
         })
     }
 
@@ -337,9 +334,7 @@ impl Server {
         timeout: Duration,
     ) -> redis::RedisResult<Result<Vec<u8>, StoreError>> {
         for attempt in 0..2 {
-            let identity = format!("{}/{}", self.run_id, self.replid);
             let mut pipe = redis::pipe();
-            pipe.cmd("INFO").arg("replication");
             let call = pipe
                 .cmd("EVALSHA")
                 .arg(script.get_hash())
@@ -349,7 +344,7 @@ impl Server {
                 .arg(args[0])
                 .arg(args[1])
                 .arg(args[2])
-                .arg(identity.as_str());
+                .arg(self.run_id.as_str());
             if !clock.is_empty() {
                 call.arg(clock);
             }
@@ -358,12 +353,11 @@ impl Server {
                     .arg(replicas)
                     .arg((timeout.as_millis() as u64 / 2).max(1));
             }
-            let sent = 2 + usize::from(replicas > 0);
+            let sent = 1 + usize::from(replicas > 0);
             let values = self
                 .conn
                 .req_packed_commands(&pipe.get_packed_pipeline(), 0, sent)?;
             let mut values = values.into_iter();
-            let replid = replid_in(values.next());
             let answer = values.next();
             if let Some(redis::Value::ServerError(e)) = &answer {
                 if attempt == 0 && e.code() == "NOSCRIPT" {
@@ -373,12 +367,6 @@ impl Server {
                         .exec(&mut self.conn)?;
                     continue;
                 }
-            }
-            if replid != self.replid {
-                self.replid = replid;
-                return Ok(Err(StoreError::Protocol(format!(
-                    "{FAILED_OVER}: the table learns at the next request"
-                ))));
             }
             let bytes = match answer {
                 Some(redis::Value::BulkString(b)) => b,

@@ -154,7 +154,7 @@ pub use lease_root::RedisLeaseRoot;
 pub use memory_store::MemoryStore;
 pub use protocol::{id_text, id_value, store_host, Params, Reply, Report};
 pub use redis_cluster_store::{key_slot, RedisClusterStore};
-pub use redis_store::{script_arg, script_reply, RedisStore, SYNC_SCRIPT};
+pub use redis_store::{script_arg, script_calls, script_reply, RedisStore, SYNC_SCRIPT};
 pub use store::{store_for, Store, StoreError, SyncCall};
 pub use syncer::{host_name, Log, SyncOptions, SyncRound, SyncStatus, Syncer};
 pub use velvet_rope::admission::cluster::TICK_LOCK_TAKEOVER_MS;

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::protocol::{Params, Reply, Report};
-use crate::redis_store::{RedisStore, FAILED_OVER, NOT_MASTER};
+use crate::redis_store::{RedisStore, NOT_MASTER};
 use crate::store::{Store, StoreError, SyncCall};
 
 /// The hash slot of `key` (Redis Cluster's: CRC16/XMODEM of the hash tag, the part between the
@@ -218,7 +218,8 @@ impl RedisClusterStore {
     fn master(&mut self, addr: &str) -> Result<&mut RedisStore, StoreError> {
         if !self.masters.contains_key(addr) {
             let store = RedisStore::new(&self.slots.url(addr), &self.prefix, self.timeout)?
-                .with_replicas(self.replicas);
+                .with_replicas(self.replicas)
+                .per_slot();
             self.masters.insert(addr.to_owned(), store);
         }
         self.masters
@@ -281,9 +282,7 @@ fn parse_slots(value: &redis::Value) -> Result<Vec<Range>, StoreError> {
 fn slots_moved(e: &StoreError) -> bool {
     match e {
         StoreError::Unreachable(_) | StoreError::Timeout(_) => true,
-        StoreError::Protocol(m) => {
-            m.starts_with(FAILED_OVER) || NOT_MASTER.iter().any(|code| m.starts_with(code))
-        }
+        StoreError::Protocol(m) => NOT_MASTER.iter().any(|code| m.starts_with(code)),
         StoreError::NotReplicated { .. } => false,
     }
 }

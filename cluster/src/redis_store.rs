@@ -1,5 +1,6 @@
-//! The Redis store: one script call per room per sync (`sync.lua`), over one connection with
-//! connect, read and write timeouts, re-made after any error.
+//! The Redis store: one script call (`sync.lua`) per batch of rooms (per hash slot in a Redis
+//! Cluster), over one connection with connect, read and write timeouts, re-made after any
+//! error.
 //!
 //! Each room is a hash, `{<prefix>:<room>}:s`, beside a sorted set of its hosts' deadlines,
 //! `{<prefix>:<room>}:d`, and its log of revocations, `{<prefix>:<room>}:rv`: the braces make
@@ -13,6 +14,7 @@ use std::time::Duration;
 use redis::ConnectionLike;
 
 use crate::protocol::{Params, Reply, Report};
+use crate::redis_cluster_store::key_slot;
 use crate::store::{Store, StoreError, SyncCall};
 
 /// The sync script (see `allocator` for what it does).
@@ -26,13 +28,14 @@ pub struct RedisStore {
     prefix: String,
     timeout: Duration,
     replicas: u32,
-    /// Which server answers: its `run_id` (read when connecting) and its replication id
-    /// (`master_replid`, read before every batch), as `<run_id>/<replid>`. The script learns
-    /// when it changes: a restart changes the first, a promotion the second (a server demoted
-    /// and promoted again keeps its `run_id`, not its replication id).
+    /// Which server process answers (`run_id`, read when connecting: a restart breaks the
+    /// connection). The script adds the server's replication id, read in the same atomic
+    /// step as the syncs (a server demoted and promoted again keeps its `run_id`, not its
+    /// replication id); a room's state learns when the two change.
     run_id: String,
-    /// The replication id part of it.
-    replid: String,
+    /// Rooms in different hash slots go in different script calls (a Redis Cluster refuses
+    /// a script over keys of several slots).
+    per_slot: bool,
     commands: u64,
 }
 
@@ -60,7 +63,7 @@ impl RedisStore {
             timeout,
             replicas: 0,
             run_id: String::new(),
-            replid: String::new(),
+            per_slot: false,
             commands: 0,
         })
     }
@@ -69,6 +72,13 @@ impl RedisStore {
     /// writes; a grant fewer acknowledge is refused as [`StoreError::NotReplicated`].
     pub fn with_replicas(mut self, replicas: u32) -> Self {
         self.replicas = replicas;
+        self
+    }
+
+    /// Sends rooms of different hash slots in different script calls (for a master of a
+    /// Redis Cluster).
+    pub fn per_slot(mut self) -> Self {
+        self.per_slot = true;
         self
     }
 
@@ -114,7 +124,6 @@ impl RedisStore {
                 .query(&mut conn)
                 .map_err(|e| self.error(e))?;
             self.run_id = info_field(&info, "run_id");
-            self.replid = info_field(&info, "master_replid");
             // The script, so that a pipeline can call it by its hash.
             self.commands += 1;
             load_script(&mut conn).map_err(|e| self.error(e))?;
@@ -175,20 +184,6 @@ pub(crate) fn info_field(info: &str, name: &str) -> String {
         .to_owned()
 }
 
-/// The replication id in the answer to `INFO replication` (empty if none).
-pub(crate) fn replid_in(info: Option<redis::Value>) -> String {
-    let text = match info {
-        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
-        Some(redis::Value::VerbatimString { text, .. }) => text,
-        _ => String::new(),
-    };
-    info_field(&text, "master_replid")
-}
-
-/// How a refusal after a failover begins (the answers may come from a state that lost
-/// writes: none is used, and the next call sends the server's new identity).
-pub(crate) const FAILED_OVER: &str = "the server's replication id changed (a failover)";
-
 /// Error codes of a server that is not (or no longer) the master of the room's keys: the
 /// connection is made anew (and the server's identity read again) before the next batch.
 pub(crate) const NOT_MASTER: [&str; 6] = [
@@ -208,56 +203,98 @@ struct Encoded {
     params: Vec<u8>,
 }
 
+/// At most this many rooms in one script call (Redis runs nothing else meanwhile).
+const ROOMS_PER_SCRIPT: usize = 64;
+
+/// The sync script's `ARGV[1]` for `calls`: a MessagePack array of `[host, report, terms]`,
+/// each report and terms as [`script_arg`] encodes them.
+pub fn script_calls(calls: &[(&str, &[u8], &[u8])]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(
+        calls
+            .iter()
+            .map(|c| c.0.len() + c.1.len() + c.2.len() + 8)
+            .sum(),
+    );
+    // (Writing to a Vec cannot fail.)
+    let _ = rmp::encode::write_array_len(&mut out, calls.len() as u32);
+    for (host, report, terms) in calls {
+        let _ = rmp::encode::write_array_len(&mut out, 3);
+        let _ = rmp::encode::write_str(&mut out, host);
+        out.extend_from_slice(report);
+        out.extend_from_slice(terms);
+    }
+    out
+}
+
+/// The sync script's answer to a call of several rooms: one value per room (an error for the
+/// whole call stands for each).
+fn per_room(value: redis::Value, rooms: usize) -> Vec<redis::Value> {
+    match value {
+        redis::Value::Array(values) if values.len() == rooms => values,
+        redis::Value::ServerError(e) => vec![redis::Value::ServerError(e); rooms],
+        // (Answered as unexpected, room by room.)
+        other => vec![redis::Value::SimpleString(format!("{other:?} for {rooms} rooms")); rooms],
+    }
+}
+
 impl RedisStore {
-    /// Sends `batch` (of `calls`) in one pipeline (`EVALSHA`s of the sync script); the
-    /// server's answer to each, in order.
+    /// Sends `batch` (of `calls`) in one pipeline: the sync script once per group of rooms
+    /// (every room in one, but at most [`ROOMS_PER_SCRIPT`], and one hash slot per call with
+    /// [`RedisStore::per_slot`]); the server's answer to each call, in the batch's order.
     fn send(
         &mut self,
         calls: &[SyncCall<'_>],
         batch: &[Encoded],
     ) -> Result<Vec<redis::Value>, StoreError> {
-        // The replication id first: a server demoted and promoted again since the last batch
-        // answers with another (see `exchange`).
-        let mut pipe = redis::pipe();
-        pipe.cmd("INFO").arg("replication");
-        let identity = format!("{}/{}", self.run_id, self.replid);
-        for e in batch {
-            let c = &calls[e.call];
-            let [key, log, deadlines] = self.script_keys(c.room);
-            pipe.cmd("EVALSHA")
-                .arg(self.script.get_hash())
-                .arg(3)
-                .arg(key)
-                .arg(log)
-                .arg(deadlines)
-                .arg(c.host)
-                .arg(e.report.as_slice())
-                .arg(e.params.as_slice())
-                .arg(identity.as_str());
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        if self.per_slot {
+            let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+            for (i, e) in batch.iter().enumerate() {
+                let slot = key_slot(self.room_key(calls[e.call].room).as_bytes());
+                by_slot.entry(slot).or_default().push(i);
+            }
+            for (_, g) in by_slot {
+                groups.extend(g.chunks(ROOMS_PER_SCRIPT).map(<[usize]>::to_vec));
+            }
+        } else {
+            let all: Vec<usize> = (0..batch.len()).collect();
+            groups.extend(all.chunks(ROOMS_PER_SCRIPT).map(<[usize]>::to_vec));
         }
-        self.commands += batch.len() as u64 + 1;
+        let mut pipe = redis::pipe();
+        for g in &groups {
+            let cmd = pipe
+                .cmd("EVALSHA")
+                .arg(self.script.get_hash())
+                .arg(3 * g.len());
+            let mut args = Vec::with_capacity(g.len());
+            for &i in g {
+                let (e, c) = (&batch[i], &calls[batch[i].call]);
+                for k in self.script_keys(c.room) {
+                    cmd.arg(k);
+                }
+                args.push((c.host, e.report.as_slice(), e.params.as_slice()));
+            }
+            cmd.arg(script_calls(&args)).arg(self.run_id.as_str());
+        }
+        self.commands += groups.len() as u64;
         let packed = pipe.get_packed_pipeline();
         let conn = self.connection()?;
-        match conn.req_packed_commands(&packed, 0, batch.len() + 1) {
-            Ok(mut values) if values.len() == batch.len() + 1 => {
-                let replid = replid_in(Some(values.remove(0)));
-                if replid != self.replid {
-                    // Promoted (or demoted) since the identity the scripts were sent: their
-                    // answers may come from a state that lost writes without their knowing.
-                    // None is applied; the next batch sends the new identity.
-                    self.replid = replid;
-                    return Err(StoreError::Protocol(format!(
-                        "{FAILED_OVER}: the calls are sent again with the new one"
-                    )));
+        match conn.req_packed_commands(&packed, 0, groups.len()) {
+            Ok(values) if values.len() == groups.len() => {
+                let mut answers = vec![redis::Value::Nil; batch.len()];
+                for (g, value) in groups.iter().zip(values) {
+                    for (&i, v) in g.iter().zip(per_room(value, g.len())) {
+                        answers[i] = v;
+                    }
                 }
-                Ok(values)
+                Ok(answers)
             }
             Ok(values) => {
                 self.conn = None;
                 Err(StoreError::Protocol(format!(
                     "{} answers to {} calls",
                     values.len(),
-                    batch.len()
+                    groups.len()
                 )))
             }
             Err(e) => {

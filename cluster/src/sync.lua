@@ -1,6 +1,6 @@
--- velvet-rope cluster tier: one host's sync of one room, atomically (the same steps, in the
--- same order, as `allocate` in allocator.rs; tests/stores_agree.rs holds the two to the same
--- answers).
+-- velvet-rope cluster tier: one host's sync of its rooms, each atomically (the same steps,
+-- in the same order, as `allocate` in allocator.rs; tests/stores_agree.rs holds the two to
+-- the same answers).
 --
 -- A call costs the same however many hosts share the room: the room's sums over its hosts
 -- (`agg`) are kept in its hash, and each call takes the calling host's old entry out of them
@@ -10,524 +10,555 @@
 -- reads, stores and answers is MessagePack (Redis's cmsgpack decodes it several times faster
 -- than cjson does JSON).
 --
--- KEYS[1]  the room's hash: fields `born`, `frontier`, `seq`, `clock`, `skew`, `run`, `ttl`
---          (when the keys' expiry was last pushed back), `agg` (the sums below) and
---          `h:<host>` (entries)
--- KEYS[2]  the room's log of revocations (a stream; only read and written for reports with
---          a cursor `rc`)
--- KEYS[3]  the room's deadlines (a sorted set): `p:<host>` at the end of its lease while it
---          counts as present, `g:<host>` at the end of its reservation while it has an entry
--- ARGV[1]  the host's store name (id and counters' incarnation)
--- ARGV[2]  its report (seq, b, active, admitted, traffic, demand, at, am0, am1, live,
---          held; rc and rv for rooms whose sessions the origin may revoke)
--- ARGV[3]  the room's limits and lease terms (total, minute, lease, hold, learn)
--- ARGV[4]  the server's identity as the client saw it (`<run_id>/<replication id>`, '' if
---          unknown): another than the state last saw means a restart or a failover (writes
---          may be lost)
--- ARGV[5]  (tests only; absent in production) the store's clock in ms, in place of TIME
--- Returns the reply (seq, gt, b, gm0, gm1, frontier, behind, hosts, known, learning,
--- free, stale; rc and rv with a report's rc).
+-- One script call syncs several rooms (one host's batch, or in a Redis Cluster the part of it
+-- in one hash slot): the server's identity and clock are read once, and every room's sync
+-- is its own (one that fails writes nothing and answers an error; the others go on).
+--
+-- Per room, three keys, in the order of the calls:
+--   1. the room's hash: fields `born`, `frontier`, `seq`, `clock`, `skew`, `run`, `ttl` (when
+--      the keys' expiry was last pushed back), `agg` (the sums below) and `h:<host>` (entries)
+--   2. the room's log of revocations (a stream; only read and written for reports with a
+--      cursor `rc`)
+--   3. the room's deadlines (a sorted set): `p:<host>` at the end of its lease while it counts
+--      as present, `g:<host>` at the end of its reservation while it has an entry
+-- ARGV[1]  the calls (MessagePack): an array of [host, report, terms] with the host's store
+--          name (id and counters' incarnation), its report (seq, b, active, admitted, traffic,
+--          demand, at, am0, am1, live, held; rc and rv for rooms whose sessions the origin may
+--          revoke) and the room's limits and lease terms (total, minute, lease, hold, learn)
+-- ARGV[2]  the server's `run_id` as read when the connection was made ('' if unknown); the
+--          script adds the replication id it reads now (`INFO replication`). Together they
+--          are the server's identity: another than a room's state last saw means a restart or
+--          a failover, which may have lost writes (a server demoted and promoted again keeps
+--          its run_id, not its replication id). Read here, in the same atomic step as the
+--          syncs, no batch can be computed on a state that lost writes without knowing it.
+-- ARGV[3]  (tests only; absent in production) the identity to use instead
+-- ARGV[4]  (tests only; absent in production) the store's clock in ms, in place of TIME
+-- Returns, per call, its reply (MessagePack: seq, gt, b, gm0, gm1, frontier, behind, hosts,
+-- known, learning, free, stale; rc and rv with a report's rc) or an error.
 
 local LAPSES_PER_SYNC = 16
 
-local key, deadlines = KEYS[1], KEYS[3]
-local me = 'h:' .. ARGV[1]
-local r = cmsgpack.unpack(ARGV[2])
-local p = cmsgpack.unpack(ARGV[3])
 local raw
-if ARGV[5] ~= nil and ARGV[5] ~= '' then
-  raw = tonumber(ARGV[5])
+if ARGV[4] ~= nil and ARGV[4] ~= '' then
+  raw = tonumber(ARGV[4])
 else
   local t = redis.call('TIME')
   raw = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-r.held = r.held or 0
--- Revocations travel apart from the report (see the end): the entry keeps neither.
-local rev_cursor, rev_ids = r.rc, r.rv
-r.rc = nil
-r.rv = nil
+local identity = ARGV[3]
+if identity == nil then
+  local info = redis.call('INFO', 'replication')
+  local replid = string.match(info, 'master_replid:(%w+)') or ''
+  identity = ARGV[2] .. '/' .. replid
+end
 
-local state = redis.call('HMGET', key, 'clock', 'skew', 'run', 'seq', 'born', 'frontier', 'agg', me,
-  'ttl')
 
--- The effective clock: never back, never forward by more than a lease between two calls
--- (see allocator.rs).
-local last = state[1]
-local skew = tonumber(state[2] or '0')
-local now
-if last == false then
-  skew = 0
-  now = raw
-else
-  last = tonumber(last)
-  local eff = raw - skew
-  if eff < last then
-    skew = raw - last
-    now = last
-  elseif eff > last + p.lease then
-    skew = raw - last - p.lease
-    now = last + p.lease
+-- One room's sync: `key`, `log` and `deadlines` its keys, `name` the host, `r` its report,
+-- `p` the room's terms (the script's `raw` clock and server `identity` as read for all).
+local function sync_room(key, log, deadlines, name, r, p)
+  local me = 'h:' .. name
+  r.held = r.held or 0
+  -- Revocations travel apart from the report (see the end): the entry keeps neither.
+  local rev_cursor, rev_ids = r.rc, r.rv
+  r.rc = nil
+  r.rv = nil
+
+  local state = redis.call('HMGET', key, 'clock', 'skew', 'run', 'seq', 'born', 'frontier', 'agg', me,
+    'ttl')
+
+  -- The effective clock: never back, never forward by more than a lease between two calls
+  -- (see allocator.rs).
+  local last = state[1]
+  local skew = tonumber(state[2] or '0')
+  local now
+  if last == false then
+    skew = 0
+    now = raw
   else
-    now = eff
-  end
-end
-
-local function reserved_minute(e, b)
-  local er = e.report
-  if er.b == b then
-    return math.max(er.am0, e.gm0)
-  elseif er.b + 1 == b then
-    return math.max(er.am1, e.gm1)
-  elseif b + 1 == er.b then
-    return e.prev
-  end
-  return 0
-end
-
-local function reserved_total(e)
-  return math.max(e.report.at, e.gt)
-end
-
--- The room's sums over its hosts (this one's taken out while it syncs): over every host the
--- store holds an entry for, `n` of them, their reserved totals `rt`, their active visitors
--- `act`, and their minute reservations by bucket `m`; over the hosts counted as present, `np`
--- of them, their traffic `tr`, their admissions by bucket `a`, how many are in each bucket
--- `c`, their live waiters by arrival bucket `l`, and `u`: by bucket, how much each bucket's
--- waiters add to what their hosts' unused allowance does not cover (summed over buckets
--- before `j`, the waiters older than `j` that no allowance covers).
-local agg
-if state[7] then
-  agg = cmsgpack.unpack(state[7])
-  -- (State a development build wrote before `dm` was kept: counted from 0.)
-  agg.dm = agg.dm or 0
-else
-  agg = { n = 0, rt = 0, act = 0, m = {}, np = 0, tr = 0, dm = 0, a = {}, c = {}, l = {}, u = {} }
-end
-
-local function add(map, b, n)
-  if n ~= 0 then
-    local v = (map[b] or 0) + n
-    if v == 0 then
-      map[b] = nil
+    last = tonumber(last)
+    local eff = raw - skew
+    if eff < last then
+      skew = raw - last
+      now = last
+    elseif eff > last + p.lease then
+      skew = raw - last - p.lease
+      now = last + p.lease
     else
-      map[b] = v
+      now = eff
     end
   end
-end
 
--- Adds (s = 1) or takes out (s = -1) what entry `e` counts for as a host the store holds.
-local function count_known(e, s)
-  local er = e.report
-  agg.n = agg.n + s
-  agg.rt = agg.rt + s * reserved_total(e)
-  agg.act = agg.act + s * er.active
-  add(agg.m, er.b - 1, s * e.prev)
-  add(agg.m, er.b, s * math.max(er.am0, e.gm0))
-  add(agg.m, er.b + 1, s * math.max(er.am1, e.gm1))
-end
-
--- The same for what it counts for as a present host.
-local function count_present(e, s)
-  local er = e.report
-  agg.np = agg.np + s
-  agg.tr = agg.tr + s * er.traffic
-  agg.dm = agg.dm + s * er.demand
-  add(agg.a, er.b, s * er.admitted)
-  add(agg.c, er.b, s)
-  local headroom = math.min(
-    math.max(0, reserved_total(e) - er.active),
-    math.max(0, reserved_minute(e, er.b) - er.admitted))
-  local live = {}
-  for i, w in ipairs(er.live) do
-    live[i] = w
-  end
-  table.sort(live, function(x, y) return x[1] < y[1] end)
-  local older = 0
-  for _, w in ipairs(live) do
-    add(agg.l, w[1], s * w[2])
-    local uncovered = math.max(0, older - headroom)
-    older = older + w[2]
-    add(agg.u, w[1], s * (math.max(0, older - headroom) - uncovered))
-  end
-end
-
--- Nothing is written before the answer is computed (a script that fails part-way keeps what
--- it wrote): the members and fields that go are listed here, and go with the new entry.
-local zrem, hdel = {}, {}
-
--- The set holds one `g:` member per entry and one `p:` member per host counted as present:
--- `n + np` members. Any other count means the set or the sums were lost apart from the
--- entries (a `DEL`, an eviction): both are counted anew from the entries, once (O(hosts)),
--- each present while its lease runs.
-local members = redis.call('ZCARD', deadlines)
-local rebuild = members ~= agg.n + agg.np
-local mine = nil
-if state[8] then
-  mine = cmsgpack.unpack(state[8])
-end
-if rebuild then
-  agg = { n = 0, rt = 0, act = 0, m = {}, np = 0, tr = 0, dm = 0, a = {}, c = {}, l = {}, u = {} }
-  local fields = redis.call('HGETALL', key)
-  for i = 1, #fields, 2 do
-    local f = fields[i]
-    if string.sub(f, 1, 2) == 'h:' and f ~= me then
-      local e = cmsgpack.unpack(fields[i + 1])
-      if e.gone < now then
-        table.insert(hdel, f)
-      else
-        count_known(e, 1)
-        if e.exp >= now then
-          count_present(e, 1)
-        end
-      end
+  local function reserved_minute(e, b)
+    local er = e.report
+    if er.b == b then
+      return math.max(er.am0, e.gm0)
+    elseif er.b + 1 == b then
+      return math.max(er.am1, e.gm1)
+    elseif b + 1 == er.b then
+      return e.prev
     end
-  end
-else
-  -- This host's old entry comes out of the sums (it is counted anew below; its deadlines are
-  -- set anew then). It counts as present while its `p:` member is there.
-  if mine ~= nil then
-    count_known(mine, -1)
-    if redis.call('ZSCORE', deadlines, 'p:' .. ARGV[1]) then
-      count_present(mine, -1)
-    end
-  end
-  -- Other hosts' lapses due, soonest first: a lease's end (it stops counting as present), a
-  -- reservation's end (its entry goes). A lease ends before its reservation does: a `g:`
-  -- member comes after its host's `p:`.
-  -- (This host's own two members may be among them: read two more, skip them.)
-  local due = redis.call('ZRANGEBYSCORE', deadlines, '-inf', string.format('(%.0f', now),
-    'LIMIT', 0, LAPSES_PER_SYNC + 2)
-  local ended, taken = {}, 0
-  for _, member in ipairs(due) do
-    local host = string.sub(member, 3)
-    if host ~= ARGV[1] and taken < LAPSES_PER_SYNC then
-      taken = taken + 1
-      local field = 'h:' .. host
-      table.insert(zrem, member)
-      local raw_entry = redis.call('HGET', key, field)
-      if raw_entry then
-        local e = cmsgpack.unpack(raw_entry)
-        if string.sub(member, 1, 2) == 'p:' then
-          count_present(e, -1)
-          ended[host] = true
-        else
-          if not ended[host] and redis.call('ZSCORE', deadlines, 'p:' .. host) then
-            count_present(e, -1)
-            table.insert(zrem, 'p:' .. host)
-          end
-          count_known(e, -1)
-          table.insert(hdel, field)
-        end
-      end
-    end
-  end
-end
-
--- Writes the store lost: another server than the one that wrote the state, a grant newer
--- than its record, or a reservation it does not hold.
-local run = ARGV[4] or ''
-local seen_run = state[3]
-local room_seq = tonumber(state[4] or '0')
-local lost = r.seq > room_seq or (run ~= '' and seen_run ~= false and seen_run ~= run)
-if mine ~= nil then
-  lost = lost or r.seq > (mine.seq or 0)
-else
-  lost = lost or r.held ~= 0
-end
-local born = tonumber(state[5] or now)
-if lost then
-  born = now
-end
-local learning = now - born < math.max(p.lease, p.learn or 0) + p.lease
-local seq = math.max(room_seq, r.seq) + 1
--- A report older than the last grant to its host: computed on the store's newer record of
--- the host, and answered with what the store already reserves for it.
-local stale = nil
-local incoming = r
-if mine ~= nil and r.seq < (mine.seq or 0) then
-  stale = mine
-  r = mine.report
-end
-local prev = 0
-if stale ~= nil then
-  prev = stale.prev
-elseif mine ~= nil then
-  prev = reserved_minute(mine, r.b - 1)
-end
-local frontier = tonumber(state[6] or '0')
-
--- The other hosts, from the sums.
-local others = agg.rt
-local om0 = agg.m[r.b] or 0
-local om1 = agg.m[r.b + 1] or 0
-local occupied = r.active + agg.act
-local admitted = r.admitted + (agg.a[r.b] or 0)
-local traffic = r.traffic + agg.tr
-local hosts, known, oldest_bucket = 1 + agg.np, 1 + agg.n, r.b
-for b, _ in pairs(agg.c) do
-  oldest_bucket = math.min(oldest_bucket, b)
-end
-local live = {}
-for b, n in pairs(agg.l) do
-  live[b] = n
-end
-for _, w in ipairs(r.live) do
-  if w[2] ~= 0 then
-    live[w[1]] = (live[w[1]] or 0) + w[2]
-  end
-end
-
--- The frontier moves over arrival buckets, oldest first, while the waiters it lets in fit in
--- the room's free slots; past everyone when they all fit, but never past the oldest bucket a
--- present host is in (a host whose clock runs ahead cannot drag it).
-local free = math.max(0, math.min(p.total - occupied, p.minute - admitted))
-local buckets = {}
-local queued, ready = 0, 0
-for b, n in pairs(live) do
-  table.insert(buckets, b)
-  queued = queued + n
-  if b <= frontier then
-    ready = ready + n
-  end
-end
-table.sort(buckets)
-for _, b in ipairs(buckets) do
-  if b > frontier then
-    if ready >= free then
-      break
-    end
-    frontier = b
-    ready = ready + live[b]
-  end
-end
-if ready < free then
-  frontier = math.max(frontier, oldest_bucket)
-end
-local behind = queued - math.min(ready, queued)
-local own_ready, own_queued = 0, 0
-for _, w in ipairs(r.live) do
-  own_queued = own_queued + w[2]
-  if w[1] <= frontier then
-    own_ready = own_ready + w[2]
-  end
-end
-local own_behind = own_queued - own_ready
--- Waiters of other hosts, older than bucket `j`, that their own host's unused allowance does
--- not cover: slots for them come first (the sums of `u` over the buckets before `j`).
-local u_buckets = {}
-for b, _ in pairs(agg.u) do
-  table.insert(u_buckets, b)
-end
-table.sort(u_buckets)
-local u_sums = {}
-local uncovered = 0
-for i, b in ipairs(u_buckets) do
-  uncovered = uncovered + agg.u[b]
-  u_sums[i] = uncovered
-end
-local function uncovered_before(j)
-  -- The last bucket before `j` (binary search).
-  local lo, hi = 0, #u_buckets
-  while lo < hi do
-    local mid = math.floor((lo + hi + 1) / 2)
-    if u_buckets[mid] < j then
-      lo = mid
-    else
-      hi = mid - 1
-    end
-  end
-  if lo == 0 then
     return 0
   end
-  return u_sums[lo]
-end
-local room_total = math.max(0, p.total - others - r.active)
 
--- This host's waiters the frontier reached, oldest first, each after the older waiters
--- elsewhere; then its chunk and share of what is free for new arrivals (below). One headroom
--- per bucket, within both limits.
-local ready_head = 0
-for _, w in ipairs(r.live) do
-  if w[1] <= frontier then
-    local room = math.max(0, room_total - uncovered_before(w[1]) - ready_head)
-    ready_head = ready_head + math.min(w[2], room)
+  local function reserved_total(e)
+    return math.max(e.report.at, e.gt)
   end
-end
--- The free slots are handed out once on paper: the waiters' first, then every present host's
--- chunk (scaled down when they ask for more than is left), then the rest, half evenly (a
--- quiet host is not starved) and half by traffic (evenly when nobody had any).
-local function ratio(n, of, whole)
-  return math.floor(n * of / math.max(whole, 1))
-end
-local demand = r.demand + agg.dm
-local spare = math.max(0, free - queued)
-local share, chunk
-if demand > spare then
-  share, chunk = 0, ratio(spare, r.demand, demand)
-elseif traffic == 0 then
-  share, chunk = math.floor((spare - demand) / hosts), r.demand
-else
-  local rest = spare - demand
-  local half = math.floor(rest / 2)
-  share, chunk = math.floor(half / hosts) + ratio(rest - half, r.traffic, traffic), r.demand
-end
--- New arrivals get nothing while anyone waits behind the frontier; the slots for waiters
--- elsewhere that their own host's allowance does not cover are left to them.
-local want = ready_head
-if behind == 0 then
-  want = want + math.min(share + chunk, math.max(0, room_total - uncovered - ready_head))
-end
-local head0 = math.min(want, room_total, math.max(0, p.minute - om0 - r.admitted))
-local head1 = math.min(want, room_total, math.max(0, p.minute - om1))
-local gt = r.active + math.max(head0, head1)
-local gm0 = r.admitted + head0
-local gm1 = head1
-if learning then
-  gt = math.min(gt, r.at)
-  gm0 = math.min(gm0, r.am0)
-  gm1 = math.min(gm1, r.am1)
-end
--- What the reply grants; the entry keeps what the store reserves.
-local agt, agm0, agm1 = gt, gm0, gm1
-if stale ~= nil then
-  gt = math.max(stale.report.at, stale.gt)
-  gm0 = reserved_minute(stale, r.b)
-  gm1 = reserved_minute(stale, r.b + 1)
-  agt, agm0, agm1 = gt, gm0, gm1
-  if learning then
-    -- The store's record may hold a grant computed on a state that lost writes (a batch
-    -- refused after a failover was still written): while it learns, the host gets no more
-    -- than its own report says it holds.
-    local function held(b)
-      if b == incoming.b then
-        return incoming.am0
-      elseif b == incoming.b + 1 then
-        return incoming.am1
+
+  -- The room's sums over its hosts (this one's taken out while it syncs): over every host the
+  -- store holds an entry for, `n` of them, their reserved totals `rt`, their active visitors
+  -- `act`, and their minute reservations by bucket `m`; over the hosts counted as present, `np`
+  -- of them, their traffic `tr`, their admissions by bucket `a`, how many are in each bucket
+  -- `c`, their live waiters by arrival bucket `l`, and `u`: by bucket, how much each bucket's
+  -- waiters add to what their hosts' unused allowance does not cover (summed over buckets
+  -- before `j`, the waiters older than `j` that no allowance covers).
+  local agg
+  if state[7] then
+    agg = cmsgpack.unpack(state[7])
+    -- (State a development build wrote before `dm` was kept: counted from 0.)
+    agg.dm = agg.dm or 0
+  else
+    agg = { n = 0, rt = 0, act = 0, m = {}, np = 0, tr = 0, dm = 0, a = {}, c = {}, l = {}, u = {} }
+  end
+
+  local function add(map, b, n)
+    if n ~= 0 then
+      local v = (map[b] or 0) + n
+      if v == 0 then
+        map[b] = nil
+      else
+        map[b] = v
       end
+    end
+  end
+
+  -- Adds (s = 1) or takes out (s = -1) what entry `e` counts for as a host the store holds.
+  local function count_known(e, s)
+    local er = e.report
+    agg.n = agg.n + s
+    agg.rt = agg.rt + s * reserved_total(e)
+    agg.act = agg.act + s * er.active
+    add(agg.m, er.b - 1, s * e.prev)
+    add(agg.m, er.b, s * math.max(er.am0, e.gm0))
+    add(agg.m, er.b + 1, s * math.max(er.am1, e.gm1))
+  end
+
+  -- The same for what it counts for as a present host.
+  local function count_present(e, s)
+    local er = e.report
+    agg.np = agg.np + s
+    agg.tr = agg.tr + s * er.traffic
+    agg.dm = agg.dm + s * er.demand
+    add(agg.a, er.b, s * er.admitted)
+    add(agg.c, er.b, s)
+    local headroom = math.min(
+      math.max(0, reserved_total(e) - er.active),
+      math.max(0, reserved_minute(e, er.b) - er.admitted))
+    local live = {}
+    for i, w in ipairs(er.live) do
+      live[i] = w
+    end
+    table.sort(live, function(x, y) return x[1] < y[1] end)
+    local older = 0
+    for _, w in ipairs(live) do
+      add(agg.l, w[1], s * w[2])
+      local uncovered = math.max(0, older - headroom)
+      older = older + w[2]
+      add(agg.u, w[1], s * (math.max(0, older - headroom) - uncovered))
+    end
+  end
+
+  -- Nothing is written before the answer is computed (a script that fails part-way keeps what
+  -- it wrote): the members and fields that go are listed here, and go with the new entry.
+  local zrem, hdel = {}, {}
+
+  -- The set holds one `g:` member per entry and one `p:` member per host counted as present:
+  -- `n + np` members. Any other count means the set or the sums were lost apart from the
+  -- entries (a `DEL`, an eviction): both are counted anew from the entries, once (O(hosts)),
+  -- each present while its lease runs.
+  local members = redis.call('ZCARD', deadlines)
+  local rebuild = members ~= agg.n + agg.np
+  local mine = nil
+  if state[8] then
+    mine = cmsgpack.unpack(state[8])
+  end
+  if rebuild then
+    agg = { n = 0, rt = 0, act = 0, m = {}, np = 0, tr = 0, dm = 0, a = {}, c = {}, l = {}, u = {} }
+    local fields = redis.call('HGETALL', key)
+    for i = 1, #fields, 2 do
+      local f = fields[i]
+      if string.sub(f, 1, 2) == 'h:' and f ~= me then
+        local e = cmsgpack.unpack(fields[i + 1])
+        if e.gone < now then
+          table.insert(hdel, f)
+        else
+          count_known(e, 1)
+          if e.exp >= now then
+            count_present(e, 1)
+          end
+        end
+      end
+    end
+  else
+    -- This host's old entry comes out of the sums (it is counted anew below; its deadlines are
+    -- set anew then). It counts as present while its `p:` member is there.
+    if mine ~= nil then
+      count_known(mine, -1)
+      if redis.call('ZSCORE', deadlines, 'p:' .. name) then
+        count_present(mine, -1)
+      end
+    end
+    -- Other hosts' lapses due, soonest first: a lease's end (it stops counting as present), a
+    -- reservation's end (its entry goes). A lease ends before its reservation does: a `g:`
+    -- member comes after its host's `p:`.
+    -- (This host's own two members may be among them: read two more, skip them.)
+    local due = redis.call('ZRANGEBYSCORE', deadlines, '-inf', string.format('(%.0f', now),
+      'LIMIT', 0, LAPSES_PER_SYNC + 2)
+    local ended, taken = {}, 0
+    for _, member in ipairs(due) do
+      local host = string.sub(member, 3)
+      if host ~= name and taken < LAPSES_PER_SYNC then
+        taken = taken + 1
+        local field = 'h:' .. host
+        table.insert(zrem, member)
+        local raw_entry = redis.call('HGET', key, field)
+        if raw_entry then
+          local e = cmsgpack.unpack(raw_entry)
+          if string.sub(member, 1, 2) == 'p:' then
+            count_present(e, -1)
+            ended[host] = true
+          else
+            if not ended[host] and redis.call('ZSCORE', deadlines, 'p:' .. host) then
+              count_present(e, -1)
+              table.insert(zrem, 'p:' .. host)
+            end
+            count_known(e, -1)
+            table.insert(hdel, field)
+          end
+        end
+      end
+    end
+  end
+
+  -- Writes the store lost: another server than the one that wrote the state, a grant newer
+  -- than its record, or a reservation it does not hold.
+  local run = identity
+  local seen_run = state[3]
+  local room_seq = tonumber(state[4] or '0')
+  local lost = r.seq > room_seq or (run ~= '' and seen_run ~= false and seen_run ~= run)
+  if mine ~= nil then
+    lost = lost or r.seq > (mine.seq or 0)
+  else
+    lost = lost or r.held ~= 0
+  end
+  local born = tonumber(state[5] or now)
+  if lost then
+    born = now
+  end
+  local learning = now - born < math.max(p.lease, p.learn or 0) + p.lease
+  local seq = math.max(room_seq, r.seq) + 1
+  -- A report older than the last grant to its host: computed on the store's newer record of
+  -- the host, and answered with what the store already reserves for it.
+  local stale = nil
+  local incoming = r
+  if mine ~= nil and r.seq < (mine.seq or 0) then
+    stale = mine
+    r = mine.report
+  end
+  local prev = 0
+  if stale ~= nil then
+    prev = stale.prev
+  elseif mine ~= nil then
+    prev = reserved_minute(mine, r.b - 1)
+  end
+  local frontier = tonumber(state[6] or '0')
+
+  -- The other hosts, from the sums.
+  local others = agg.rt
+  local om0 = agg.m[r.b] or 0
+  local om1 = agg.m[r.b + 1] or 0
+  local occupied = r.active + agg.act
+  local admitted = r.admitted + (agg.a[r.b] or 0)
+  local traffic = r.traffic + agg.tr
+  local hosts, known, oldest_bucket = 1 + agg.np, 1 + agg.n, r.b
+  for b, _ in pairs(agg.c) do
+    oldest_bucket = math.min(oldest_bucket, b)
+  end
+  local live = {}
+  for b, n in pairs(agg.l) do
+    live[b] = n
+  end
+  for _, w in ipairs(r.live) do
+    if w[2] ~= 0 then
+      live[w[1]] = (live[w[1]] or 0) + w[2]
+    end
+  end
+
+  -- The frontier moves over arrival buckets, oldest first, while the waiters it lets in fit in
+  -- the room's free slots; past everyone when they all fit, but never past the oldest bucket a
+  -- present host is in (a host whose clock runs ahead cannot drag it).
+  local free = math.max(0, math.min(p.total - occupied, p.minute - admitted))
+  local buckets = {}
+  local queued, ready = 0, 0
+  for b, n in pairs(live) do
+    table.insert(buckets, b)
+    queued = queued + n
+    if b <= frontier then
+      ready = ready + n
+    end
+  end
+  table.sort(buckets)
+  for _, b in ipairs(buckets) do
+    if b > frontier then
+      if ready >= free then
+        break
+      end
+      frontier = b
+      ready = ready + live[b]
+    end
+  end
+  if ready < free then
+    frontier = math.max(frontier, oldest_bucket)
+  end
+  local behind = queued - math.min(ready, queued)
+  local own_ready, own_queued = 0, 0
+  for _, w in ipairs(r.live) do
+    own_queued = own_queued + w[2]
+    if w[1] <= frontier then
+      own_ready = own_ready + w[2]
+    end
+  end
+  local own_behind = own_queued - own_ready
+  -- Waiters of other hosts, older than bucket `j`, that their own host's unused allowance does
+  -- not cover: slots for them come first (the sums of `u` over the buckets before `j`).
+  local u_buckets = {}
+  for b, _ in pairs(agg.u) do
+    table.insert(u_buckets, b)
+  end
+  table.sort(u_buckets)
+  local u_sums = {}
+  local uncovered = 0
+  for i, b in ipairs(u_buckets) do
+    uncovered = uncovered + agg.u[b]
+    u_sums[i] = uncovered
+  end
+  local function uncovered_before(j)
+    -- The last bucket before `j` (binary search).
+    local lo, hi = 0, #u_buckets
+    while lo < hi do
+      local mid = math.floor((lo + hi + 1) / 2)
+      if u_buckets[mid] < j then
+        lo = mid
+      else
+        hi = mid - 1
+      end
+    end
+    if lo == 0 then
       return 0
     end
-    agt = math.min(gt, incoming.at)
-    agm0 = math.min(gm0, held(r.b))
-    agm1 = math.min(gm1, held(r.b + 1))
+    return u_sums[lo]
   end
-end
+  local room_total = math.max(0, p.total - others - r.active)
 
-local entry = {
-  report = r, gt = gt, gm0 = gm0, gm1 = gm1, prev = prev, seq = seq,
-  exp = now + p.lease, gone = now + p.lease + p.hold + p.lease,
-}
-count_known(entry, 1)
-count_present(entry, 1)
-local keep = 2 * (p.lease + p.hold + p.lease)
--- The keys' expiry is pushed back once a lease (on the server's own clock): they outlive the
--- last sync by at least `keep` less a lease, which is more than a lease and a hold longer
--- than any host's reservation. A set made anew (emptied here, or counted anew) gets its
--- expiry at once.
-local ttl_at = tonumber(state[9] or '0')
-local push = math.abs(raw - ttl_at) >= p.lease
--- (A command's arguments go in slices: Lua unpacks at most a few thousand values at once.)
-local function call_in_slices(command, target, args, step)
-  for i = 1, #args, step do
-    redis.call(command, target, unpack(args, i, math.min(i + step - 1, #args)))
+  -- This host's waiters the frontier reached, oldest first, each after the older waiters
+  -- elsewhere; then its chunk and share of what is free for new arrivals (below). One headroom
+  -- per bucket, within both limits.
+  local ready_head = 0
+  for _, w in ipairs(r.live) do
+    if w[1] <= frontier then
+      local room = math.max(0, room_total - uncovered_before(w[1]) - ready_head)
+      ready_head = ready_head + math.min(w[2], room)
+    end
   end
-end
-if rebuild then
-  redis.call('DEL', deadlines)
-else
-  call_in_slices('ZREM', deadlines, zrem, 1000)
-end
-call_in_slices('HDEL', key, hdel, 1000)
-local fields = { 'HSET', key, me, cmsgpack.pack(entry), 'frontier', frontier, 'born', born,
-  'seq', seq, 'clock', now, 'skew', skew, 'agg', cmsgpack.pack(agg) }
-if run ~= '' then
-  table.insert(fields, 'run')
-  table.insert(fields, run)
-end
-if push then
-  table.insert(fields, 'ttl')
-  table.insert(fields, raw)
-end
-redis.call(unpack(fields))
-local deadline_args = { entry.exp, 'p:' .. ARGV[1], entry.gone, 'g:' .. ARGV[1] }
-if rebuild then
-  -- Every entry's deadlines, from the hash as it now stands.
-  local all = redis.call('HGETALL', key)
-  for i = 1, #all, 2 do
-    local f = all[i]
-    if string.sub(f, 1, 2) == 'h:' and f ~= me then
-      local e = cmsgpack.unpack(all[i + 1])
-      local host = string.sub(f, 3)
-      table.insert(deadline_args, e.gone)
-      table.insert(deadline_args, 'g:' .. host)
-      if e.exp >= now then
-        table.insert(deadline_args, e.exp)
-        table.insert(deadline_args, 'p:' .. host)
+  -- The free slots are handed out once on paper: the waiters' first, then every present host's
+  -- chunk (scaled down when they ask for more than is left), then the rest, half evenly (a
+  -- quiet host is not starved) and half by traffic (evenly when nobody had any).
+  local function ratio(n, of, whole)
+    return math.floor(n * of / math.max(whole, 1))
+  end
+  local demand = r.demand + agg.dm
+  local spare = math.max(0, free - queued)
+  local share, chunk
+  if demand > spare then
+    share, chunk = 0, ratio(spare, r.demand, demand)
+  elseif traffic == 0 then
+    share, chunk = math.floor((spare - demand) / hosts), r.demand
+  else
+    local rest = spare - demand
+    local half = math.floor(rest / 2)
+    share, chunk = math.floor(half / hosts) + ratio(rest - half, r.traffic, traffic), r.demand
+  end
+  -- New arrivals get nothing while anyone waits behind the frontier; the slots for waiters
+  -- elsewhere that their own host's allowance does not cover are left to them.
+  local want = ready_head
+  if behind == 0 then
+    want = want + math.min(share + chunk, math.max(0, room_total - uncovered - ready_head))
+  end
+  local head0 = math.min(want, room_total, math.max(0, p.minute - om0 - r.admitted))
+  local head1 = math.min(want, room_total, math.max(0, p.minute - om1))
+  local gt = r.active + math.max(head0, head1)
+  local gm0 = r.admitted + head0
+  local gm1 = head1
+  if learning then
+    gt = math.min(gt, r.at)
+    gm0 = math.min(gm0, r.am0)
+    gm1 = math.min(gm1, r.am1)
+  end
+  -- What the reply grants; the entry keeps what the store reserves.
+  local agt, agm0, agm1 = gt, gm0, gm1
+  if stale ~= nil then
+    gt = math.max(stale.report.at, stale.gt)
+    gm0 = reserved_minute(stale, r.b)
+    gm1 = reserved_minute(stale, r.b + 1)
+    agt, agm0, agm1 = gt, gm0, gm1
+    if learning then
+      -- The store's record may hold a grant computed on a state that lost writes (a batch
+      -- refused after a failover was still written): while it learns, the host gets no more
+      -- than its own report says it holds.
+      local function held(b)
+        if b == incoming.b then
+          return incoming.am0
+        elseif b == incoming.b + 1 then
+          return incoming.am1
+        end
+        return 0
+      end
+      agt = math.min(gt, incoming.at)
+      agm0 = math.min(gm0, held(r.b))
+      agm1 = math.min(gm1, held(r.b + 1))
+    end
+  end
+
+  local entry = {
+    report = r, gt = gt, gm0 = gm0, gm1 = gm1, prev = prev, seq = seq,
+    exp = now + p.lease, gone = now + p.lease + p.hold + p.lease,
+  }
+  count_known(entry, 1)
+  count_present(entry, 1)
+  local keep = 2 * (p.lease + p.hold + p.lease)
+  -- The keys' expiry is pushed back once a lease (on the server's own clock): they outlive the
+  -- last sync by at least `keep` less a lease, which is more than a lease and a hold longer
+  -- than any host's reservation. A set made anew (emptied here, or counted anew) gets its
+  -- expiry at once.
+  local ttl_at = tonumber(state[9] or '0')
+  local push = math.abs(raw - ttl_at) >= p.lease
+  -- (A command's arguments go in slices: Lua unpacks at most a few thousand values at once.)
+  local function call_in_slices(command, target, args, step)
+    for i = 1, #args, step do
+      redis.call(command, target, unpack(args, i, math.min(i + step - 1, #args)))
+    end
+  end
+  if rebuild then
+    redis.call('DEL', deadlines)
+  else
+    call_in_slices('ZREM', deadlines, zrem, 1000)
+  end
+  call_in_slices('HDEL', key, hdel, 1000)
+  local fields = { 'HSET', key, me, cmsgpack.pack(entry), 'frontier', frontier, 'born', born,
+    'seq', seq, 'clock', now, 'skew', skew, 'agg', cmsgpack.pack(agg) }
+  if run ~= '' then
+    table.insert(fields, 'run')
+    table.insert(fields, run)
+  end
+  if push then
+    table.insert(fields, 'ttl')
+    table.insert(fields, raw)
+  end
+  redis.call(unpack(fields))
+  local deadline_args = { entry.exp, 'p:' .. name, entry.gone, 'g:' .. name }
+  if rebuild then
+    -- Every entry's deadlines, from the hash as it now stands.
+    local all = redis.call('HGETALL', key)
+    for i = 1, #all, 2 do
+      local f = all[i]
+      if string.sub(f, 1, 2) == 'h:' and f ~= me then
+        local e = cmsgpack.unpack(all[i + 1])
+        local host = string.sub(f, 3)
+        table.insert(deadline_args, e.gone)
+        table.insert(deadline_args, 'g:' .. host)
+        if e.exp >= now then
+          table.insert(deadline_args, e.exp)
+          table.insert(deadline_args, 'p:' .. host)
+        end
       end
     end
   end
-end
-call_in_slices('ZADD', deadlines, deadline_args, 1000)
-if push or rebuild or members - #zrem == 0 then
-  redis.call('PEXPIRE', deadlines, keep)
-end
-if push then
-  redis.call('PEXPIRE', key, keep)
+  call_in_slices('ZADD', deadlines, deadline_args, 1000)
+  if push or rebuild or members - #zrem == 0 then
+    redis.call('PEXPIRE', deadlines, keep)
+  end
+  if push then
+    redis.call('PEXPIRE', key, keep)
+  end
+
+  -- Revocations (rooms whose sessions the origin may revoke send a cursor): the host's are
+  -- appended to the room's log (a stream, `log`, trimmed to what is younger than the room's
+  -- state is kept), and the other hosts' after its cursor go back (at most 4096; the rest with
+  -- the next syncs). The same steps as `relay_revocations` in allocator.rs.
+  local rc_out = nil
+  local rv_out = nil
+  if rev_cursor ~= nil and log ~= nil then
+    if rev_ids ~= nil then
+      for _, id in ipairs(rev_ids) do
+        redis.call('XADD', log, 'MINID', '~', string.format('%.0f', math.max(raw - keep, 0)), '*',
+          'i', id, 'h', name)
+      end
+    end
+    local from = '-'
+    if rev_cursor[1] > 0 or rev_cursor[2] > 0 then
+      -- A log that ends before the cursor was made anew (lost, then written by a server whose
+      -- clock is behind): read it from its start.
+      local last = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)
+      local behind = true
+      if #last > 0 then
+        local ms, sq = string.match(last[1][1], '^(%d+)-(%d+)$')
+        ms, sq = tonumber(ms), tonumber(sq)
+        behind = ms < rev_cursor[1] or (ms == rev_cursor[1] and sq < rev_cursor[2])
+      end
+      if not behind then
+        from = '(' .. string.format('%.0f-%.0f', rev_cursor[1], rev_cursor[2])
+      end
+    end
+    local got = redis.call('XRANGE', log, from, '+', 'COUNT', 4096)
+    rc_out = rev_cursor
+    local ids = {}
+    for _, e in ipairs(got) do
+      local ms, sq = string.match(e[1], '^(%d+)-(%d+)$')
+      rc_out = { tonumber(ms), tonumber(sq) }
+      local f = {}
+      for i = 1, #e[2], 2 do
+        f[e[2][i]] = e[2][i + 1]
+      end
+      if f.h ~= name and f.i ~= nil then
+        ids[#ids + 1] = f.i
+      end
+    end
+    if #ids > 0 then
+      rv_out = ids
+    end
+    if rev_ids ~= nil then
+      redis.call('PEXPIRE', log, keep)
+    end
+  end
+
+  return {
+    seq = seq, gt = agt, b = r.b, gm0 = agm0, gm1 = agm1, frontier = frontier,
+    behind = behind - math.min(own_behind, behind) + uncovered, hosts = hosts, known = known,
+    learning = learning and 1 or 0, free = free, stale = stale ~= nil and 1 or 0,
+    rc = rc_out, rv = rv_out,
+  }
 end
 
--- Revocations (rooms whose sessions the origin may revoke send a cursor): the host's are
--- appended to the room's log (a stream, KEYS[2], trimmed to what is younger than the room's
--- state is kept), and the other hosts' after its cursor go back (at most 4096; the rest with
--- the next syncs). The same steps as `relay_revocations` in allocator.rs.
-local rc_out = nil
-local rv_out = nil
-if rev_cursor ~= nil and KEYS[2] ~= nil then
-  local log = KEYS[2]
-  if rev_ids ~= nil then
-    for _, id in ipairs(rev_ids) do
-      redis.call('XADD', log, 'MINID', '~', string.format('%.0f', math.max(raw - keep, 0)), '*',
-        'i', id, 'h', ARGV[1])
-    end
-  end
-  local from = '-'
-  if rev_cursor[1] > 0 or rev_cursor[2] > 0 then
-    -- A log that ends before the cursor was made anew (lost, then written by a server whose
-    -- clock is behind): read it from its start.
-    local last = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)
-    local behind = true
-    if #last > 0 then
-      local ms, sq = string.match(last[1][1], '^(%d+)-(%d+)$')
-      ms, sq = tonumber(ms), tonumber(sq)
-      behind = ms < rev_cursor[1] or (ms == rev_cursor[1] and sq < rev_cursor[2])
-    end
-    if not behind then
-      from = '(' .. string.format('%.0f-%.0f', rev_cursor[1], rev_cursor[2])
-    end
-  end
-  local got = redis.call('XRANGE', log, from, '+', 'COUNT', 4096)
-  rc_out = rev_cursor
-  local ids = {}
-  for _, e in ipairs(got) do
-    local ms, sq = string.match(e[1], '^(%d+)-(%d+)$')
-    rc_out = { tonumber(ms), tonumber(sq) }
-    local f = {}
-    for i = 1, #e[2], 2 do
-      f[e[2][i]] = e[2][i + 1]
-    end
-    if f.h ~= ARGV[1] and f.i ~= nil then
-      ids[#ids + 1] = f.i
-    end
-  end
-  if #ids > 0 then
-    rv_out = ids
-  end
-  if rev_ids ~= nil then
-    redis.call('PEXPIRE', log, keep)
+local calls = cmsgpack.unpack(ARGV[1])
+local answers = {}
+for i, c in ipairs(calls) do
+  local k = 3 * (i - 1)
+  local ok, answer = pcall(sync_room, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], c[1], c[2], c[3])
+  if ok then
+    answers[i] = cmsgpack.pack(answer)
+  elseif type(answer) == 'table' and answer.err ~= nil then
+    answers[i] = answer
+  else
+    answers[i] = { err = 'ERR ' .. tostring(answer) }
   end
 end
-
-return cmsgpack.pack({
-  seq = seq, gt = agt, b = r.b, gm0 = agm0, gm1 = agm1, frontier = frontier,
-  behind = behind - math.min(own_behind, behind) + uncovered, hosts = hosts, known = known,
-  learning = learning and 1 or 0, free = free, stale = stale ~= nil and 1 or 0,
-  rc = rc_out, rv = rv_out,
-})
+return answers

@@ -8,8 +8,8 @@ mod common;
 use std::time::Duration;
 
 use velvet_rope_cluster::{
-    allocate, script_arg, script_reply, Params, RedisStore, Reply, Report, RoomState, Store,
-    StoreError, SyncCall, SYNC_SCRIPT,
+    allocate, script_arg, script_calls, script_reply, Params, RedisStore, Reply, Report, RoomState,
+    Store, StoreError, SyncCall, SYNC_SCRIPT,
 };
 
 use common::RedisServer;
@@ -47,16 +47,24 @@ fn call(
     clock: u64,
 ) -> redis::RedisResult<Vec<u8>> {
     let [key, log, deadlines] = store.script_keys(room);
-    redis::Script::new(SYNC_SCRIPT)
+    let terms = script_arg(&PARAMS).unwrap();
+    let answer: redis::Value = redis::Script::new(SYNC_SCRIPT)
         .key(key)
         .key(log)
         .key(deadlines)
-        .arg(host)
-        .arg(report)
-        .arg(script_arg(&PARAMS).unwrap())
+        .arg(script_calls(&[(host, report, &terms)]))
+        .arg("")
         .arg("")
         .arg(clock)
-        .invoke(conn)
+        .invoke(conn)?;
+    match answer {
+        redis::Value::Array(mut one) if one.len() == 1 => match one.remove(0) {
+            redis::Value::BulkString(bytes) => Ok(bytes),
+            redis::Value::ServerError(e) => Err(e.into()),
+            other => panic!("unexpected answer {other:?}"),
+        },
+        other => panic!("unexpected answer {other:?}"),
+    }
 }
 
 fn sync(

@@ -1,3 +1,7 @@
+#!lua
+-- (The line above declares the script as one that writes, with no other flags, for Redis 7.0
+-- and later: over `maxmemory`, the whole call is refused before any room is synced, not only
+-- the calls that write first.)
 -- velvet-rope cluster tier: one host's sync of its rooms, each atomically (the same steps,
 -- in the same order, as `allocate` in allocator.rs; tests/stores_agree.rs holds the two to
 -- the same answers).
@@ -37,13 +41,14 @@
 -- known, learning, free, stale; rc and rv with a report's rc) or an error.
 
 local LAPSES_PER_SYNC = 16
+local max, min, floor, abs = math.max, math.min, math.floor, math.abs
 
 local raw
 if ARGV[4] ~= nil and ARGV[4] ~= '' then
   raw = tonumber(ARGV[4])
 else
   local t = redis.call('TIME')
-  raw = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  raw = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 end
 local identity = ARGV[3]
 if identity == nil then
@@ -53,15 +58,104 @@ if identity == nil then
 end
 
 
--- One room's sync: `key`, `log` and `deadlines` its keys, `name` the host, `r` its report,
--- `p` the room's terms (the script's `raw` clock and server `identity` as read for all).
-local function sync_room(key, log, deadlines, name, r, p)
+-- The room's sums being worked on (see `sync_room`), for the helpers below.
+local agg
+
+local function by_bucket(x, y)
+  return x[1] < y[1]
+end
+
+local function reserved_minute(e, b)
+  local er = e.report
+  if er.b == b then
+    return max(er.am0, e.gm0)
+  elseif er.b + 1 == b then
+    return max(er.am1, e.gm1)
+  elseif b + 1 == er.b then
+    return e.prev
+  end
+  return 0
+end
+
+local function reserved_total(e)
+  return max(e.report.at, e.gt)
+end
+
+local function add(map, b, n)
+  if n ~= 0 then
+    local v = (map[b] or 0) + n
+    if v == 0 then
+      map[b] = nil
+    else
+      map[b] = v
+    end
+  end
+end
+
+-- Adds (s = 1) or takes out (s = -1) what entry `e` counts for as a host the store holds.
+local function count_known(e, s)
+  local er = e.report
+  agg.n = agg.n + s
+  agg.rt = agg.rt + s * reserved_total(e)
+  agg.act = agg.act + s * er.active
+  add(agg.m, er.b - 1, s * e.prev)
+  add(agg.m, er.b, s * max(er.am0, e.gm0))
+  add(agg.m, er.b + 1, s * max(er.am1, e.gm1))
+end
+
+-- The same for what it counts for as a present host.
+local function count_present(e, s)
+  local er = e.report
+  agg.np = agg.np + s
+  agg.tr = agg.tr + s * er.traffic
+  agg.dm = agg.dm + s * er.demand
+  add(agg.a, er.b, s * er.admitted)
+  add(agg.c, er.b, s)
+  local headroom = min(
+    max(0, reserved_total(e) - er.active),
+    max(0, reserved_minute(e, er.b) - er.admitted))
+  local live = er.live
+  if #live > 1 then
+    live = {}
+    for i, w in ipairs(er.live) do
+      live[i] = w
+    end
+    table.sort(live, by_bucket)
+  end
+  local older = 0
+  for _, w in ipairs(live) do
+    add(agg.l, w[1], s * w[2])
+    local uncovered = max(0, older - headroom)
+    older = older + w[2]
+    add(agg.u, w[1], s * (max(0, older - headroom) - uncovered))
+  end
+end
+
+-- One room's sync: `key`, `log` and `deadlines` its keys, `call` its [host, report, terms]
+-- (the script's `raw` clock and server `identity` as read for all).
+local function sync_room(key, log, deadlines, call)
+  if type(call) ~= 'table' or type(call[1]) ~= 'string' or type(call[2]) ~= 'table'
+      or type(call[3]) ~= 'table' then
+    error({ err = 'ERR a call is [host, report, terms]' })
+  end
+  local name, r, p = call[1], call[2], call[3]
   local me = 'h:' .. name
   r.held = r.held or 0
   -- Revocations travel apart from the report (see the end): the entry keeps neither.
   local rev_cursor, rev_ids = r.rc, r.rv
   r.rc = nil
   r.rv = nil
+  if rev_cursor ~= nil then
+    -- Checked before anything is written (the log is written last).
+    if type(rev_cursor) ~= 'table' or type(rev_cursor[1]) ~= 'number'
+        or type(rev_cursor[2]) ~= 'number' or (rev_ids ~= nil and type(rev_ids) ~= 'table') then
+      error({ err = 'ERR rc is [ms, seq] and rv a list of ids' })
+    end
+    local kind = redis.call('TYPE', log).ok
+    if kind ~= 'stream' and kind ~= 'none' then
+      error({ err = 'WRONGTYPE the room\'s log of revocations is a ' .. kind })
+    end
+  end
 
   local state = redis.call('HMGET', key, 'clock', 'skew', 'run', 'seq', 'born', 'frontier', 'agg', me,
     'ttl')
@@ -88,22 +182,6 @@ local function sync_room(key, log, deadlines, name, r, p)
     end
   end
 
-  local function reserved_minute(e, b)
-    local er = e.report
-    if er.b == b then
-      return math.max(er.am0, e.gm0)
-    elseif er.b + 1 == b then
-      return math.max(er.am1, e.gm1)
-    elseif b + 1 == er.b then
-      return e.prev
-    end
-    return 0
-  end
-
-  local function reserved_total(e)
-    return math.max(e.report.at, e.gt)
-  end
-
   -- The room's sums over its hosts (this one's taken out while it syncs): over every host the
   -- store holds an entry for, `n` of them, their reserved totals `rt`, their active visitors
   -- `act`, and their minute reservations by bucket `m`; over the hosts counted as present, `np`
@@ -111,60 +189,12 @@ local function sync_room(key, log, deadlines, name, r, p)
   -- `c`, their live waiters by arrival bucket `l`, and `u`: by bucket, how much each bucket's
   -- waiters add to what their hosts' unused allowance does not cover (summed over buckets
   -- before `j`, the waiters older than `j` that no allowance covers).
-  local agg
   if state[7] then
     agg = cmsgpack.unpack(state[7])
     -- (State a development build wrote before `dm` was kept: counted from 0.)
     agg.dm = agg.dm or 0
   else
     agg = { n = 0, rt = 0, act = 0, m = {}, np = 0, tr = 0, dm = 0, a = {}, c = {}, l = {}, u = {} }
-  end
-
-  local function add(map, b, n)
-    if n ~= 0 then
-      local v = (map[b] or 0) + n
-      if v == 0 then
-        map[b] = nil
-      else
-        map[b] = v
-      end
-    end
-  end
-
-  -- Adds (s = 1) or takes out (s = -1) what entry `e` counts for as a host the store holds.
-  local function count_known(e, s)
-    local er = e.report
-    agg.n = agg.n + s
-    agg.rt = agg.rt + s * reserved_total(e)
-    agg.act = agg.act + s * er.active
-    add(agg.m, er.b - 1, s * e.prev)
-    add(agg.m, er.b, s * math.max(er.am0, e.gm0))
-    add(agg.m, er.b + 1, s * math.max(er.am1, e.gm1))
-  end
-
-  -- The same for what it counts for as a present host.
-  local function count_present(e, s)
-    local er = e.report
-    agg.np = agg.np + s
-    agg.tr = agg.tr + s * er.traffic
-    agg.dm = agg.dm + s * er.demand
-    add(agg.a, er.b, s * er.admitted)
-    add(agg.c, er.b, s)
-    local headroom = math.min(
-      math.max(0, reserved_total(e) - er.active),
-      math.max(0, reserved_minute(e, er.b) - er.admitted))
-    local live = {}
-    for i, w in ipairs(er.live) do
-      live[i] = w
-    end
-    table.sort(live, function(x, y) return x[1] < y[1] end)
-    local older = 0
-    for _, w in ipairs(live) do
-      add(agg.l, w[1], s * w[2])
-      local uncovered = math.max(0, older - headroom)
-      older = older + w[2]
-      add(agg.u, w[1], s * (math.max(0, older - headroom) - uncovered))
-    end
   end
 
   -- Nothing is written before the answer is computed (a script that fails part-way keeps what
@@ -203,7 +233,9 @@ local function sync_room(key, log, deadlines, name, r, p)
     -- set anew then). It counts as present while its `p:` member is there.
     if mine ~= nil then
       count_known(mine, -1)
-      if redis.call('ZSCORE', deadlines, 'p:' .. name) then
+      -- (A lease that has not ended yet cannot have been processed: the clock never goes
+      -- back. Only a lapsed one is looked up.)
+      if mine.exp >= now or redis.call('ZSCORE', deadlines, 'p:' .. name) then
         count_present(mine, -1)
       end
     end
@@ -254,8 +286,8 @@ local function sync_room(key, log, deadlines, name, r, p)
   if lost then
     born = now
   end
-  local learning = now - born < math.max(p.lease, p.learn or 0) + p.lease
-  local seq = math.max(room_seq, r.seq) + 1
+  local learning = now - born < max(p.lease, p.learn or 0) + p.lease
+  local seq = max(room_seq, r.seq) + 1
   -- A report older than the last grant to its host: computed on the store's newer record of
   -- the host, and answered with what the store already reserves for it.
   local stale = nil
@@ -281,7 +313,7 @@ local function sync_room(key, log, deadlines, name, r, p)
   local traffic = r.traffic + agg.tr
   local hosts, known, oldest_bucket = 1 + agg.np, 1 + agg.n, r.b
   for b, _ in pairs(agg.c) do
-    oldest_bucket = math.min(oldest_bucket, b)
+    oldest_bucket = min(oldest_bucket, b)
   end
   local live = {}
   for b, n in pairs(agg.l) do
@@ -296,7 +328,7 @@ local function sync_room(key, log, deadlines, name, r, p)
   -- The frontier moves over arrival buckets, oldest first, while the waiters it lets in fit in
   -- the room's free slots; past everyone when they all fit, but never past the oldest bucket a
   -- present host is in (a host whose clock runs ahead cannot drag it).
-  local free = math.max(0, math.min(p.total - occupied, p.minute - admitted))
+  local free = max(0, min(p.total - occupied, p.minute - admitted))
   local buckets = {}
   local queued, ready = 0, 0
   for b, n in pairs(live) do
@@ -317,9 +349,9 @@ local function sync_room(key, log, deadlines, name, r, p)
     end
   end
   if ready < free then
-    frontier = math.max(frontier, oldest_bucket)
+    frontier = max(frontier, oldest_bucket)
   end
-  local behind = queued - math.min(ready, queued)
+  local behind = queued - min(ready, queued)
   local own_ready, own_queued = 0, 0
   for _, w in ipairs(r.live) do
     own_queued = own_queued + w[2]
@@ -345,7 +377,7 @@ local function sync_room(key, log, deadlines, name, r, p)
     -- The last bucket before `j` (binary search).
     local lo, hi = 0, #u_buckets
     while lo < hi do
-      local mid = math.floor((lo + hi + 1) / 2)
+      local mid = floor((lo + hi + 1) / 2)
       if u_buckets[mid] < j then
         lo = mid
       else
@@ -357,7 +389,7 @@ local function sync_room(key, log, deadlines, name, r, p)
     end
     return u_sums[lo]
   end
-  local room_total = math.max(0, p.total - others - r.active)
+  local room_total = max(0, p.total - others - r.active)
 
   -- This host's waiters the frontier reached, oldest first, each after the older waiters
   -- elsewhere; then its chunk and share of what is free for new arrivals (below). One headroom
@@ -365,48 +397,48 @@ local function sync_room(key, log, deadlines, name, r, p)
   local ready_head = 0
   for _, w in ipairs(r.live) do
     if w[1] <= frontier then
-      local room = math.max(0, room_total - uncovered_before(w[1]) - ready_head)
-      ready_head = ready_head + math.min(w[2], room)
+      local room = max(0, room_total - uncovered_before(w[1]) - ready_head)
+      ready_head = ready_head + min(w[2], room)
     end
   end
   -- The free slots are handed out once on paper: the waiters' first, then every present host's
   -- chunk (scaled down when they ask for more than is left), then the rest, half evenly (a
   -- quiet host is not starved) and half by traffic (evenly when nobody had any).
   local function ratio(n, of, whole)
-    return math.floor(n * of / math.max(whole, 1))
+    return floor(n * of / max(whole, 1))
   end
   local demand = r.demand + agg.dm
-  local spare = math.max(0, free - queued)
+  local spare = max(0, free - queued)
   local share, chunk
   if demand > spare then
     share, chunk = 0, ratio(spare, r.demand, demand)
   elseif traffic == 0 then
-    share, chunk = math.floor((spare - demand) / hosts), r.demand
+    share, chunk = floor((spare - demand) / hosts), r.demand
   else
     local rest = spare - demand
-    local half = math.floor(rest / 2)
-    share, chunk = math.floor(half / hosts) + ratio(rest - half, r.traffic, traffic), r.demand
+    local half = floor(rest / 2)
+    share, chunk = floor(half / hosts) + ratio(rest - half, r.traffic, traffic), r.demand
   end
   -- New arrivals get nothing while anyone waits behind the frontier; the slots for waiters
   -- elsewhere that their own host's allowance does not cover are left to them.
   local want = ready_head
   if behind == 0 then
-    want = want + math.min(share + chunk, math.max(0, room_total - uncovered - ready_head))
+    want = want + min(share + chunk, max(0, room_total - uncovered - ready_head))
   end
-  local head0 = math.min(want, room_total, math.max(0, p.minute - om0 - r.admitted))
-  local head1 = math.min(want, room_total, math.max(0, p.minute - om1))
-  local gt = r.active + math.max(head0, head1)
+  local head0 = min(want, room_total, max(0, p.minute - om0 - r.admitted))
+  local head1 = min(want, room_total, max(0, p.minute - om1))
+  local gt = r.active + max(head0, head1)
   local gm0 = r.admitted + head0
   local gm1 = head1
   if learning then
-    gt = math.min(gt, r.at)
-    gm0 = math.min(gm0, r.am0)
-    gm1 = math.min(gm1, r.am1)
+    gt = min(gt, r.at)
+    gm0 = min(gm0, r.am0)
+    gm1 = min(gm1, r.am1)
   end
   -- What the reply grants; the entry keeps what the store reserves.
   local agt, agm0, agm1 = gt, gm0, gm1
   if stale ~= nil then
-    gt = math.max(stale.report.at, stale.gt)
+    gt = max(stale.report.at, stale.gt)
     gm0 = reserved_minute(stale, r.b)
     gm1 = reserved_minute(stale, r.b + 1)
     agt, agm0, agm1 = gt, gm0, gm1
@@ -422,9 +454,9 @@ local function sync_room(key, log, deadlines, name, r, p)
         end
         return 0
       end
-      agt = math.min(gt, incoming.at)
-      agm0 = math.min(gm0, held(r.b))
-      agm1 = math.min(gm1, held(r.b + 1))
+      agt = min(gt, incoming.at)
+      agm0 = min(gm0, held(r.b))
+      agm1 = min(gm1, held(r.b + 1))
     end
   end
 
@@ -440,11 +472,11 @@ local function sync_room(key, log, deadlines, name, r, p)
   -- than any host's reservation. A set made anew (emptied here, or counted anew) gets its
   -- expiry at once.
   local ttl_at = tonumber(state[9] or '0')
-  local push = math.abs(raw - ttl_at) >= p.lease
+  local push = abs(raw - ttl_at) >= p.lease
   -- (A command's arguments go in slices: Lua unpacks at most a few thousand values at once.)
   local function call_in_slices(command, target, args, step)
     for i = 1, #args, step do
-      redis.call(command, target, unpack(args, i, math.min(i + step - 1, #args)))
+      redis.call(command, target, unpack(args, i, min(i + step - 1, #args)))
     end
   end
   if rebuild then
@@ -499,7 +531,7 @@ local function sync_room(key, log, deadlines, name, r, p)
   if rev_cursor ~= nil and log ~= nil then
     if rev_ids ~= nil then
       for _, id in ipairs(rev_ids) do
-        redis.call('XADD', log, 'MINID', '~', string.format('%.0f', math.max(raw - keep, 0)), '*',
+        redis.call('XADD', log, 'MINID', '~', string.format('%.0f', max(raw - keep, 0)), '*',
           'i', id, 'h', name)
       end
     end
@@ -542,7 +574,7 @@ local function sync_room(key, log, deadlines, name, r, p)
 
   return {
     seq = seq, gt = agt, b = r.b, gm0 = agm0, gm1 = agm1, frontier = frontier,
-    behind = behind - math.min(own_behind, behind) + uncovered, hosts = hosts, known = known,
+    behind = behind - min(own_behind, behind) + uncovered, hosts = hosts, known = known,
     learning = learning and 1 or 0, free = free, stale = stale ~= nil and 1 or 0,
     rc = rc_out, rv = rv_out,
   }
@@ -552,13 +584,17 @@ local calls = cmsgpack.unpack(ARGV[1])
 local answers = {}
 for i, c in ipairs(calls) do
   local k = 3 * (i - 1)
-  local ok, answer = pcall(sync_room, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], c[1], c[2], c[3])
+  local ok, answer = pcall(sync_room, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], c)
   if ok then
     answers[i] = cmsgpack.pack(answer)
-  elseif type(answer) == 'table' and answer.err ~= nil then
-    answers[i] = answer
   else
-    answers[i] = { err = 'ERR ' .. tostring(answer) }
+    -- (Errors reach pcall as strings; one that starts with a code keeps it: `READONLY`,
+    -- `WRONGTYPE`, `OOM`.)
+    local message = type(answer) == 'table' and answer.err or tostring(answer)
+    if not string.find(message, '^%u[%u_]+ ') then
+      message = 'ERR ' .. message
+    end
+    answers[i] = { err = message }
   end
 end
 return answers

@@ -325,3 +325,134 @@ fn a_pipeline_answers_as_calls_one_by_one() {
         "{answers:?}"
     );
 }
+
+/// A batch is one script call, and its rooms fail one by one (found by a review of the
+/// batched script): a room whose log of revocations is not a stream answers its error and
+/// writes nothing, while the rooms beside it are synced; over `maxmemory`, the whole call is
+/// refused before any room writes (without the script's flags, a room that first deleted a
+/// lapsed host let every later room of the call write past the limit); an element that is
+/// not a call answers its own error.
+#[test]
+fn a_batch_fails_room_by_room_and_writes_nothing_it_refuses() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let mut store = RedisStore::new(&redis.url(), "rb", Duration::from_secs(2)).unwrap();
+    let exists = |conn: &mut redis::Connection, key: &str| -> bool {
+        redis::cmd("EXISTS").arg(key).query(conn).unwrap()
+    };
+    // A log of the wrong type: that room refuses, the other syncs.
+    let _: () = redis::cmd("SET")
+        .arg(store.revocations_key("bad"))
+        .arg("x")
+        .query(&mut conn)
+        .unwrap();
+    let mut revoking = report(10, 1, Vec::new());
+    revoking.rc = Some([0, 0]);
+    revoking.rv = vec!["0000000000000001".into()];
+    let plain = report(10, 1, Vec::new());
+    let calls = [
+        SyncCall {
+            room: "bad",
+            host: "a",
+            report: &revoking,
+            params: &PARAMS,
+        },
+        SyncCall {
+            room: "good",
+            host: "a",
+            report: &plain,
+            params: &PARAMS,
+        },
+    ];
+    let answers = store.sync_many(&calls);
+    assert!(
+        matches!(&answers[0], Err(StoreError::Protocol(m)) if m.starts_with("WRONGTYPE")),
+        "{answers:?}"
+    );
+    assert!(answers[1].is_ok(), "{answers:?}");
+    assert!(
+        !exists(&mut conn, &store.room_key("bad")),
+        "nothing written"
+    );
+    assert!(
+        !exists(&mut conn, &store.deadlines_key("bad")),
+        "nothing written"
+    );
+
+    // Over maxmemory: a room whose call deletes first (a host past its reservation) comes
+    // first in the batch, a room never synced after it.
+    let mut t = 1_000_000;
+    sync(&mut conn, &store, "x", &plain, t);
+    let mut later = plain.clone();
+    // y goes on syncing (the clock moves at most a lease a call) until x's reservation is
+    // about to end.
+    while t <= 1_007_000 {
+        later.seq = sync(&mut conn, &store, "y", &later, t).seq;
+        t += 1000;
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .query(&mut conn)
+        .unwrap();
+    let keys = store.script_keys("r");
+    let fresh = store.script_keys("fresh");
+    let terms = script_arg(&PARAMS).unwrap();
+    let (first, second) = (script_arg(&later).unwrap(), script_arg(&plain).unwrap());
+    let refused: redis::RedisResult<redis::Value> = redis::Script::new(SYNC_SCRIPT)
+        .key(&keys[0])
+        .key(&keys[1])
+        .key(&keys[2])
+        .key(&fresh[0])
+        .key(&fresh[1])
+        .key(&fresh[2])
+        .arg(script_calls(&[
+            ("y", &first, &terms),
+            ("z", &second, &terms),
+        ]))
+        .arg("")
+        .arg("")
+        .arg(t + 60_000)
+        .invoke(&mut conn);
+    assert!(
+        matches!(&refused, Err(e) if e.code() == Some("OOM")),
+        "{refused:?}"
+    );
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        !exists(&mut conn, &fresh[0]),
+        "the later room wrote nothing"
+    );
+
+    // An element that is not a call: its own error; the call before it is answered. (Sent
+    // as is: a query would turn the whole answer into its first error.)
+    let mut calls = script_calls(&[("z", &second, &terms)]);
+    // The array's length 2, and a second element that is a number.
+    calls[0] = 0x92;
+    calls.push(5);
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(SYNC_SCRIPT).arg(6);
+    for k in fresh.iter().chain(keys.iter()) {
+        eval.arg(k);
+    }
+    eval.arg(calls).arg("").arg("").arg(t);
+    let answer =
+        redis::ConnectionLike::req_packed_command(&mut conn, &eval.get_packed_command()).unwrap();
+    let redis::Value::Array(answer) = answer else {
+        panic!("{answer:?}")
+    };
+    assert!(
+        matches!(answer[0], redis::Value::BulkString(_)),
+        "{answer:?}"
+    );
+    assert!(
+        matches!(&answer[1], redis::Value::ServerError(e) if e.details().unwrap_or_default().contains("a call is")),
+        "{answer:?}"
+    );
+}

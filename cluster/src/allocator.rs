@@ -431,9 +431,9 @@ pub fn allocate(
         );
         answer = (gt, gm0, gm1);
         if learning {
-            // The store's record may hold a grant computed on a state that lost writes (a
-            // batch refused after a failover was still written): while it learns, the host
-            // gets no more than its own report says it holds.
+            // The store's record may hold a grant computed on a state that lost writes (one
+            // the host never applied): while it learns, the host gets no more than its own
+            // report says it holds.
             answer = (
                 gt.min(incoming.at),
                 gm0.min(incoming.held_minute(r.b)),
@@ -982,10 +982,10 @@ mod tests {
         assert!(a2.gt + b2.gt <= P.total);
     }
 
-    /// A batch the Redis store refuses after finding the server's replication id changed (a
-    /// failover its scripts did not see) was still written: its host's entry holds a grant
-    /// computed without learning, on a state that may have lost the other server's writes.
-    /// The host never applies it and reports again with its older sequence number: while the
+    /// A grant the host never applied, computed on a state that may have lost the other
+    /// server's writes (a batch the Redis store once refused after finding the server's
+    /// replication id changed, though its scripts had written it; the scripts now read the
+    /// id themselves): the host reports again with its older sequence number, and while the
     /// store learns, that stale report is answered with no more than the host holds. (Found
     /// by an adversarial review: the stale path answered with the refused grant, 164 seats to
     /// a host reporting 5.)

@@ -55,8 +55,8 @@ pub trait Store: Send {
     /// Several rooms' syncs, each atomic as [`Store::sync`] is (not all together), in one
     /// exchange where the store can (the Redis store pipelines them: one round trip). The
     /// answers come in the calls' order; after one the store could not be reached for (or did
-    /// not answer in time) the rest are not tried: the answers then end with that error, fewer
-    /// than the calls.
+    /// not answer in time, or answered the exchange as a whole with an error) the rest are not
+    /// tried: the answers then end with that error, fewer than the calls.
     fn sync_many(&mut self, calls: &[SyncCall<'_>]) -> Vec<Result<Reply, StoreError>> {
         let mut answers = Vec::with_capacity(calls.len());
         for c in calls {

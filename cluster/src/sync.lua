@@ -443,9 +443,9 @@ local function sync_room(key, log, deadlines, call)
     gm1 = reserved_minute(stale, r.b + 1)
     agt, agm0, agm1 = gt, gm0, gm1
     if learning then
-      -- The store's record may hold a grant computed on a state that lost writes (a batch
-      -- refused after a failover was still written): while it learns, the host gets no more
-      -- than its own report says it holds.
+      -- The store's record may hold a grant computed on a state that lost writes (one the
+      -- host never applied): while it learns, the host gets no more than its own report
+      -- says it holds.
       local function held(b)
         if b == incoming.b then
           return incoming.am0

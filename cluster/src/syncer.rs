@@ -166,6 +166,17 @@ pub struct SyncRound {
     failing: std::collections::HashSet<String>,
 }
 
+impl Drop for SyncRound {
+    /// A loop stopped (a reload that replaced it, the engine closed) ends its rooms'
+    /// outages: a new loop starts with none failing, and would otherwise never end them.
+    fn drop(&mut self) {
+        if !self.failing.is_empty() {
+            let rooms: Vec<String> = self.failing.iter().cloned().collect();
+            self.end_outages(rooms, "no longer synced by this loop (it stopped)");
+        }
+    }
+}
+
 impl std::fmt::Debug for SyncRound {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SyncRound")
@@ -200,14 +211,23 @@ impl SyncRound {
     pub fn round(&mut self) {
         let config = self.engine.config();
         // A room a reload removed (or every room, with the `[cluster]` table gone) no longer
-        // fails: it is not synced at all.
-        let before = self.failing.len();
-        self.failing.retain(|r| {
-            config.cluster.is_some() && config.rooms.iter().any(|room| room.name == *r)
-        });
-        if self.failing.len() < before {
-            let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
-            s.in_outage = !self.failing.is_empty();
+        // fails: it is not synced at all. Its outage ends (the event says why), so that an
+        // alert on its beginning is not left open.
+        let removed: Vec<String> = self
+            .failing
+            .iter()
+            .filter(|r| {
+                config.cluster.is_none() || !config.rooms.iter().any(|room| room.name == **r)
+            })
+            .cloned()
+            .collect();
+        if !removed.is_empty() {
+            let reason = if config.cluster.is_none() {
+                "no longer synced (the [cluster] table removed by a reload)"
+            } else {
+                "no longer synced (the room removed by a reload)"
+            };
+            self.end_outages(removed, reason);
         }
         if config.cluster.is_none() {
             // Reloaded without a `[cluster]` table: nothing to sync.
@@ -307,10 +327,16 @@ impl SyncRound {
             answers
         };
         let mut answers = answers.into_iter();
+        let mut last_error: Option<StoreError> = None;
         for p in &pending {
             // Rooms after one the store could not be reached for were not sent: they try
-            // next round.
-            if let Some(result) = answers.next() {
+            // next round, and count as failed syncs now (each room's outage is its own).
+            let result = match answers.next() {
+                Some(result) => Some(result),
+                None => last_error.clone().map(Err),
+            };
+            if let Some(result) = result {
+                last_error = result.as_ref().err().cloned();
                 self.record(&p.room, result.as_ref().map(|r| r.hosts));
                 if let Ok(reply) = result {
                     // The fallback, unless configured: one over the most hosts ever known
@@ -336,6 +362,26 @@ impl SyncRound {
                 .cluster_sync_done(&p.room, p.turn, self.options.clock.now_ms());
         }
         self.engine.tick(self.options.clock.now_ms());
+    }
+
+    /// Ends the outages of `rooms`, which are no longer synced (`reason`): one event each, and
+    /// a line when no room is failing any more.
+    fn end_outages(&mut self, rooms: Vec<String>, reason: &'static str) {
+        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        for room in rooms {
+            if self.failing.remove(&room) {
+                self.engine.record_event(Event {
+                    at: self.options.clock.now_ms(),
+                    kind: EventKind::ClusterOutageEnded,
+                    room: Some(room),
+                    fields: vec![("reason", reason.into())],
+                });
+            }
+        }
+        if s.in_outage && self.failing.is_empty() {
+            (self.options.log)(&format!("outage over: the failing rooms are {reason}"));
+        }
+        s.in_outage = !self.failing.is_empty();
     }
 
     fn record(&mut self, room: &str, result: Result<u64, &StoreError>) {
@@ -456,6 +502,58 @@ mod tests {
         )
     }
 
+    /// A store that answers nothing.
+    struct Down;
+
+    impl Store for Down {
+        fn sync(
+            &mut self,
+            _room: &str,
+            _host: &str,
+            _report: &Report,
+            _params: &Params,
+        ) -> Result<Reply, StoreError> {
+            Err(StoreError::Unreachable("connection refused".into()))
+        }
+
+        fn commands(&self) -> u64 {
+            0
+        }
+    }
+
+    fn outages(engine: &Engine, kind: EventKind) -> Vec<String> {
+        let mut rooms: Vec<String> = engine
+            .drain_events()
+            .into_iter()
+            .filter(|e| e.kind == kind)
+            .filter_map(|e| e.room)
+            .collect();
+        rooms.sort();
+        rooms
+    }
+
+    /// An exchange that fails stops at its first room (the rest are not sent): every room of
+    /// it is a failed sync, and each room's outage begins. (Before, only the first room's
+    /// did: an alert on the second room's outage never fired, and its failures were not
+    /// counted.)
+    #[test]
+    fn a_store_down_fails_every_room_of_the_exchange() {
+        let clock = Arc::new(FakeClock::new(1_800_000_000_000));
+        let engine = Arc::new(Engine::from_text(&config(&["a", "b"]), clock.now_ms()).unwrap());
+        let mut options = SyncOptions::from_config(engine.config().cluster.as_ref().unwrap());
+        options.clock = clock.clone();
+        options.log = Arc::new(|_| {});
+        let mut round = SyncRound::new(engine.clone(), Box::new(Down), options);
+        engine.drain_events();
+        round.round();
+        assert_eq!(outages(&engine, EventKind::ClusterOutageBegan), ["a", "b"]);
+        assert_eq!(round.status().failures, 2, "{:?}", round.status());
+        // A reload that changes `[cluster]` replaces the loop: the old one ends its outages
+        // (the new one starts with none failing, and could never end them).
+        drop(round);
+        assert_eq!(outages(&engine, EventKind::ClusterOutageEnded), ["a", "b"]);
+    }
+
     /// The review of the whole change: a room removed by a reload while its syncs failed
     /// stayed among the failing rooms for good, so the syncer said it was in an outage
     /// forever (and never logged the end of it).
@@ -476,8 +574,14 @@ mod tests {
         engine
             .reload(Config::from_text(&config(&["a"])).unwrap())
             .unwrap();
+        engine.drain_events();
         clock.advance(200);
         round.round();
+        assert_eq!(
+            outages(&engine, EventKind::ClusterOutageEnded),
+            ["b"],
+            "the removed room's outage ends"
+        );
         let status = round.status();
         assert!(status.syncs >= 2, "{status:?}");
         assert!(!status.in_outage, "{status:?}");

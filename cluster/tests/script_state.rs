@@ -456,3 +456,39 @@ fn a_batch_fails_room_by_room_and_writes_nothing_it_refuses() {
         "{answer:?}"
     );
 }
+
+/// A batch of more rooms than one script call takes (64) is split: every room is answered,
+/// in the calls' order, as the same call alone would be.
+#[test]
+fn a_batch_larger_than_one_script_call_is_answered_in_order() {
+    let redis = RedisServer::start();
+    let timeout = Duration::from_secs(2);
+    let mut batched = RedisStore::new(&redis.url(), "big", timeout).unwrap();
+    let mut single = RedisStore::new(&redis.url(), "one", timeout).unwrap();
+    let rooms: Vec<String> = (0..150).map(|i| format!("room{i}")).collect();
+    // Each room's report differs (its active visitors), so answers out of order would show.
+    let reports: Vec<Report> = (0..rooms.len() as u64)
+        .map(|i| report(10, i % 50, Vec::new()))
+        .collect();
+    let calls: Vec<SyncCall<'_>> = rooms
+        .iter()
+        .zip(&reports)
+        .map(|(room, report)| SyncCall {
+            room,
+            host: "a",
+            report,
+            params: &PARAMS,
+        })
+        .collect();
+    let answers = batched.sync_many(&calls);
+    assert_eq!(answers.len(), rooms.len());
+    for (i, answer) in answers.into_iter().enumerate() {
+        let one = single.sync(&rooms[i], "a", &reports[i], &PARAMS).unwrap();
+        assert_eq!(answer.unwrap(), one, "{}", rooms[i]);
+    }
+    assert_eq!(
+        batched.commands(),
+        3 + 3,
+        "one connection (INFO, SCRIPT LOAD), then three script calls in one pipeline"
+    );
+}

@@ -996,7 +996,7 @@ mod tests {
         let mut b = report(5, 5, 1);
         b.demand = 50;
         b.seq = room.seq.get("b").copied().unwrap_or(0);
-        // Sent with the old identity; the store refuses the batch: b keeps its old seq.
+        // Computed as if by the same server, and never applied: b keeps its old seq.
         let refused = allocate(&mut room.s, "b", &b, &P, 2000, "x");
         assert!(refused.gt > b.at, "{refused:?}");
         // The next batch carries the new identity, and b's report its older seq.

@@ -521,6 +521,20 @@ mod tests {
         }
     }
 
+    /// Rounds of rooms `a` and `b` on a fake clock through the store `store` makes, and their
+    /// engine.
+    fn rounds(
+        store: impl FnOnce(Arc<FakeClock>) -> Box<dyn Store>,
+    ) -> (Arc<FakeClock>, Arc<Engine>, SyncRound) {
+        let clock = Arc::new(FakeClock::new(1_800_000_000_000));
+        let engine = Arc::new(Engine::from_text(&config(&["a", "b"]), clock.now_ms()).unwrap());
+        let mut options = SyncOptions::from_config(engine.config().cluster.as_ref().unwrap());
+        options.clock = clock.clone();
+        options.log = Arc::new(|_| {});
+        let round = SyncRound::new(engine.clone(), store(clock.clone()), options);
+        (clock, engine, round)
+    }
+
     fn outages(engine: &Engine, kind: EventKind) -> Vec<String> {
         let mut rooms: Vec<String> = engine
             .drain_events()
@@ -538,12 +552,7 @@ mod tests {
     /// counted.)
     #[test]
     fn a_store_down_fails_every_room_of_the_exchange() {
-        let clock = Arc::new(FakeClock::new(1_800_000_000_000));
-        let engine = Arc::new(Engine::from_text(&config(&["a", "b"]), clock.now_ms()).unwrap());
-        let mut options = SyncOptions::from_config(engine.config().cluster.as_ref().unwrap());
-        options.clock = clock.clone();
-        options.log = Arc::new(|_| {});
-        let mut round = SyncRound::new(engine.clone(), Box::new(Down), options);
+        let (_, engine, mut round) = rounds(|_| Box::new(Down));
         engine.drain_events();
         round.round();
         assert_eq!(outages(&engine, EventKind::ClusterOutageBegan), ["a", "b"]);
@@ -559,16 +568,12 @@ mod tests {
     /// forever (and never logged the end of it).
     #[test]
     fn a_room_removed_while_failing_ends_the_outage() {
-        let clock = Arc::new(FakeClock::new(1_800_000_000_000));
-        let engine = Arc::new(Engine::from_text(&config(&["a", "b"]), clock.now_ms()).unwrap());
-        let mut options = SyncOptions::from_config(engine.config().cluster.as_ref().unwrap());
-        options.clock = clock.clone();
-        options.log = Arc::new(|_| {});
-        let store = FailsForB(MemoryStore::with_clock(
-            Duration::from_millis(100),
-            clock.clone(),
-        ));
-        let mut round = SyncRound::new(engine.clone(), Box::new(store), options);
+        let (clock, engine, mut round) = rounds(|clock| {
+            Box::new(FailsForB(MemoryStore::with_clock(
+                Duration::from_millis(100),
+                clock,
+            )))
+        });
         round.round();
         assert!(round.status().in_outage, "{:?}", round.status());
         engine

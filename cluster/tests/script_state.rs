@@ -77,6 +77,25 @@ fn sync(
     script_reply(&call(conn, store, "r", host, &script_arg(r).unwrap(), clock).unwrap()).unwrap()
 }
 
+/// `host`'s calls for `rooms`, with their reports in order.
+fn batch<'a>(
+    rooms: &'a [impl AsRef<str>],
+    host: &'a str,
+    reports: &'a [Report],
+    params: &'a Params,
+) -> Vec<SyncCall<'a>> {
+    rooms
+        .iter()
+        .zip(reports)
+        .map(|(room, report)| SyncCall {
+            room: room.as_ref(),
+            host,
+            report,
+            params,
+        })
+        .collect()
+}
+
 #[derive(serde::Deserialize, Debug, PartialEq)]
 struct Sums {
     n: u64,
@@ -285,16 +304,7 @@ fn a_pipeline_answers_as_calls_one_by_one() {
                     r
                 })
                 .collect();
-            let calls: Vec<SyncCall<'_>> = rooms
-                .iter()
-                .zip(&reports)
-                .map(|(room, report)| SyncCall {
-                    room,
-                    host,
-                    report,
-                    params: &params,
-                })
-                .collect();
+            let calls = batch(&rooms[..], host, &reports, &params);
             let answers = batched.sync_many(&calls);
             assert_eq!(answers.len(), rooms.len());
             for (i, answer) in answers.into_iter().enumerate() {
@@ -470,16 +480,7 @@ fn a_batch_larger_than_one_script_call_is_answered_in_order() {
     let reports: Vec<Report> = (0..rooms.len() as u64)
         .map(|i| report(10, i % 50, Vec::new()))
         .collect();
-    let calls: Vec<SyncCall<'_>> = rooms
-        .iter()
-        .zip(&reports)
-        .map(|(room, report)| SyncCall {
-            room,
-            host: "a",
-            report,
-            params: &PARAMS,
-        })
-        .collect();
+    let calls = batch(&rooms, "a", &reports, &PARAMS);
     let answers = batched.sync_many(&calls);
     assert_eq!(answers.len(), rooms.len());
     for (i, answer) in answers.into_iter().enumerate() {

@@ -200,8 +200,9 @@ impl Drop for RedisServer {
 /// of margin for the store's clock), and a little more.
 pub const LEARNING_MS: u64 = 100 + (4 * 200 + 500) + 100 + 600 + 300;
 
-/// The configuration of one host of a test cluster.
-pub fn host_config(url: &str, host: &str, room: &str, extra: &str) -> String {
+/// The settings, tickets and `[cluster]` table (with `cluster_extra` in it) of one host of
+/// a test cluster: the timings [`LEARNING_MS`] is computed from.
+pub fn cluster_header(url: &str, host: &str, cluster_extra: &str) -> String {
     format!(
         r#"
 [settings]
@@ -216,7 +217,16 @@ host_id = "{host}"
 sync_interval_ms = 100
 lease_ms = 600
 timeout_ms = 200
+{cluster_extra}
+"#
+    )
+}
 
+/// The configuration of one host of a test cluster.
+pub fn host_config(url: &str, host: &str, room: &str, extra: &str) -> String {
+    let header = cluster_header(url, host, "");
+    format!(
+        r#"{header}
 [[rooms]]
 name = "r"
 refresh_interval = 1

@@ -117,26 +117,8 @@ fn config(url: &str, host: &str, rooms: &[String]) -> String {
             )
         })
         .collect();
-    format!(
-        r#"
-[settings]
-bucket_width_secs = 1
-
-[tickets]
-keys = [{{ id = 1, secret = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=" }}]
-
-[cluster]
-redis_url = "{url}"
-redis_cluster = true
-replicas = 1
-host_id = "{host}"
-sync_interval_ms = 100
-lease_ms = 600
-timeout_ms = 200
-
-{rooms}
-"#
-    )
+    let header = crate::common::cluster_header(url, host, "redis_cluster = true\nreplicas = 1");
+    format!("{header}\n{rooms}")
 }
 
 /// New visitors at every host for every room, and waiters coming back every 100 ms, for

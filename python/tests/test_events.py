@@ -5,7 +5,10 @@ event with a pre-queue and a shuffled start, driven over HTTP.
 does; 10 more come after the start. Nobody gets in before the start (each sees the
 pre-queue's countdown and no place); the pre-queue is let in in an order unrelated to its
 order of arrival (rank correlation of one run: standard error about 0.07); the late ones
-after it; the room counts exactly who got in."""
+no earlier than the pre-queue's last admission window (the frontier passes the pre-queue
+once all of its live waiters fit in the free slots: from then on they and the late ones
+enter first come, first served, so who refreshes first at that window's opening wins);
+the room counts exactly who got in."""
 
 from __future__ import annotations
 
@@ -153,5 +156,12 @@ def test_the_prequeue_is_shuffled_and_the_late_come_after(drop: Drop) -> None:
     rho = rank_correlation([float(i) for i in pre], [drop.admitted_at[i] for i in pre])
     print(f"rank correlation of arrival and admission over {len(pre)} visitors: {rho:.3f}")
     assert abs(rho) < 0.3, rho
-    late = [drop.admitted_at[i] for i in range(PREQUEUED, PREQUEUED + LATE)]
-    assert min(late) >= max(drop.admitted_at[i] for i in pre) - 1.5
+    first_late = min(drop.admitted_at[i] for i in range(PREQUEUED, PREQUEUED + LATE))
+    # The pre-queue's waiters let in after a late one: those live when the frontier passed
+    # them fit in that window's new-user slots (PER_BUCKET); as many again allows for waiters
+    # a slow round of refreshes left uncounted then. Jumping the queue would leave ~180.
+    after = sorted(drop.admitted_at[i] - drop.starts for i in pre
+                   if drop.admitted_at[i] > first_late)
+    print(f"first late one in at start + {first_late - drop.starts:.2f} s; "
+          f"pre-queue let in after it: {len(after)} {[round(t, 2) for t in after]}")
+    assert len(after) <= 2 * PER_BUCKET, after

@@ -473,6 +473,7 @@ pub fn allocate(
         known,
         learning: u64::from(learning),
         free,
+        queued: Some(queued),
         stale: u64::from(stale.is_some()),
         rc: None,
         rv: Vec::new(),

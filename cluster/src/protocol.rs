@@ -130,6 +130,10 @@ pub struct Reply {
     pub learning: u64,
     /// Free slots in the whole room (what the frontier moved on).
     pub free: u64,
+    /// Live waiters in the whole room (`None` from a store that does not count them: the
+    /// room's spare slots are then not known).
+    #[serde(default)]
+    pub queued: Option<u64>,
     /// 1 when the report was older than the last grant to its host (a process that stalled
     /// past its turn, or a reply the host never got): the grant is what the store already
     /// reserved for the host.
@@ -173,6 +177,11 @@ impl Reply {
             frontier: self.frontier,
             waiting_elsewhere: self.behind,
             fallback_ppm,
+            // Not while learning: grants do not grow then, whatever is free.
+            room_spare: match self.queued {
+                Some(q) if self.learning == 0 => self.free.saturating_sub(q),
+                _ => 0,
+            },
         }
     }
 }
@@ -182,4 +191,33 @@ impl Reply {
 /// own) are another host: the old name stays reserved until its holdings lapse.
 pub fn store_host(host_id: &str, incarnation: u32) -> String {
     format!("{host_id}#{incarnation:08x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The room's spare slots reach the host only when the store counted its waiters and is
+    /// not learning (grants do not grow then): otherwise they are not known (0).
+    #[test]
+    fn a_grant_carries_the_spare_slots_only_when_they_are_known() {
+        let reply = |queued: Option<u64>, learning: u64| Reply {
+            free: 40,
+            queued,
+            learning,
+            ..Reply::default()
+        };
+        assert_eq!(reply(Some(15), 0).grant(0, 0).room_spare, 25);
+        assert_eq!(
+            reply(Some(50), 0).grant(0, 0).room_spare,
+            0,
+            "more waiters than free"
+        );
+        assert_eq!(reply(Some(15), 1).grant(0, 0).room_spare, 0, "learning");
+        assert_eq!(
+            reply(None, 0).grant(0, 0).room_spare,
+            0,
+            "a store that does not count"
+        );
+    }
 }

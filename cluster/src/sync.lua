@@ -38,7 +38,7 @@
 -- ARGV[3]  (tests only; absent in production) the identity to use instead
 -- ARGV[4]  (tests only; absent in production) the store's clock in ms, in place of TIME
 -- Returns, per call, its reply (MessagePack: seq, gt, b, gm0, gm1, frontier, behind, hosts,
--- known, learning, free, stale; rc and rv with a report's rc) or an error.
+-- known, learning, free, queued, stale; rc and rv with a report's rc) or an error.
 
 local LAPSES_PER_SYNC = 16
 local max, min, floor, abs = math.max, math.min, math.floor, math.abs
@@ -575,7 +575,7 @@ local function sync_room(key, log, deadlines, call)
   return {
     seq = seq, gt = agt, b = r.b, gm0 = agm0, gm1 = agm1, frontier = frontier,
     behind = behind - min(own_behind, behind) + uncovered, hosts = hosts, known = known,
-    learning = learning and 1 or 0, free = free, stale = stale ~= nil and 1 or 0,
+    learning = learning and 1 or 0, free = free, queued = queued, stale = stale ~= nil and 1 or 0,
     rc = rc_out, rv = rv_out,
   }
 end

@@ -37,6 +37,7 @@ fn grant(seq: u64, until: u64, total: u64) -> ClusterGrant {
         frontier: T0 / 60_000,
         waiting_elsewhere: 0,
         fallback_ppm: 200_000,
+        room_spare: 0,
     }
 }
 
@@ -290,4 +291,103 @@ fn metrics_show_the_grant_its_age_and_the_fallback() {
     assert!(!alone
         .metrics_text()
         .contains("velvet_rope_cluster_grant_users{"));
+}
+
+/// A visitor queued only because this host's allowance is spent, while the store found more
+/// free slots in the room than waiters (issue 30's many hosts: the seats are at other hosts),
+/// comes back after two syncs (2 s here), not a whole refresh interval: the store gives its
+/// host a slot for it at the next sync. A room the store found full (no spare), a lapsed
+/// grant, a visitor behind the frontier, a random queue: the usual refresh interval.
+#[test]
+fn a_visitor_queued_for_want_of_allowance_comes_back_after_two_syncs() {
+    let retry = |e: &Engine, now: u64| {
+        let d = e.admit("r", None, now).unwrap();
+        assert_eq!(d.outcome, Outcome::Queue);
+        d.retry_after_secs
+    };
+    let spare = |seq: u64, spare: u64, frontier: u64| ClusterGrant {
+        room_spare: spare,
+        frontier,
+        ..grant(seq, T0 + 5000, 2)
+    };
+    let e = engine("", "fifo");
+    assert!(e.cluster_grant("r", &spare(1, 40, T0 / 60_000)).unwrap());
+    e.tick(T0 + 10);
+    assert_eq!(admit_new(&e, 2, T0 + 20), 2, "the allowance, spent");
+    assert_eq!(
+        retry(&e, T0 + 30),
+        Some(2),
+        "the room has seats: after two syncs"
+    );
+    // A waiter refreshing comes back as soon, while it still waits for its host's allowance.
+    let queued = e.admit("r", None, T0 + 40).unwrap();
+    let cookie = queued
+        .set_cookie
+        .as_deref()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap();
+    let cookie = cookie.to_owned();
+    let again = e.admit("r", Some(&cookie), T0 + 50).unwrap();
+    assert_eq!(
+        (again.outcome, again.retry_after_secs),
+        (Outcome::Queue, Some(2))
+    );
+    // The store found the room full (its waiters outnumber its free slots).
+    assert!(e.cluster_grant("r", &spare(2, 0, T0 / 60_000)).unwrap());
+    e.tick(T0 + 60);
+    assert_eq!(retry(&e, T0 + 70), Some(20), "a full room: the usual pace");
+    // The figure is older than two syncs (the store stopped answering; the grant is still
+    // good until T0 + 5000), or the grant lapsed.
+    assert!(e.cluster_grant("r", &spare(3, 40, T0 / 60_000)).unwrap());
+    e.tick(T0 + 100);
+    assert_eq!(retry(&e, T0 + 1999), Some(2));
+    assert_eq!(
+        retry(&e, T0 + 2001),
+        Some(20),
+        "an old figure: the usual pace"
+    );
+    e.tick(T0 + 5001);
+    assert_eq!(
+        retry(&e, T0 + 5002),
+        Some(20),
+        "no current grant: the usual pace"
+    );
+    // A crowd at this host outnumbering the spare slots (a burst between two syncs).
+    let crowd = engine("", "fifo");
+    assert!(crowd.cluster_grant("r", &spare(1, 3, T0 / 60_000)).unwrap());
+    crowd.tick(T0 + 10);
+    admit_new(&crowd, 2, T0 + 20);
+    for _ in 0..3 {
+        assert_eq!(retry(&crowd, T0 + 30), Some(2));
+    }
+    crowd.tick(T0 + 40);
+    assert_eq!(retry(&crowd, T0 + 50), Some(2), "3 waiting here, 3 spare");
+    crowd.tick(T0 + 60);
+    assert_eq!(retry(&crowd, T0 + 70), Some(20), "4 waiting here, 3 spare");
+    // Behind the frontier (an older bucket's waiters come first).
+    let behind = engine("", "fifo");
+    assert!(behind
+        .cluster_grant("r", &spare(1, 40, T0 / 60_000 - 1))
+        .unwrap());
+    behind.tick(T0 + 10);
+    admit_new(&behind, 2, T0 + 20);
+    assert_eq!(
+        retry(&behind, T0 + 30),
+        Some(20),
+        "behind the frontier: the usual pace"
+    );
+    // A random queue has no frontier to be at.
+    let random = engine("", "random");
+    assert!(random
+        .cluster_grant("r", &spare(1, 40, T0 / 60_000))
+        .unwrap());
+    random.tick(T0 + 10);
+    admit_new(&random, 2, T0 + 20);
+    assert_eq!(
+        retry(&random, T0 + 30),
+        Some(20),
+        "a random queue: the usual pace"
+    );
 }

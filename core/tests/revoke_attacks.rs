@@ -279,6 +279,7 @@ fn an_outbox_mark_past_what_was_written_changes_nothing() {
         frontier: T0 / MIN,
         waiting_elsewhere: 0,
         fallback_ppm: 200_000,
+        room_spare: 0,
     };
     assert!(e.cluster_grant("r", &grant).unwrap());
     e.tick(T0 + 10);
@@ -326,6 +327,7 @@ fn a_report_carries_at_most_what_a_reply_may_carry() {
         frontier: T0 / MIN,
         waiting_elsewhere: 0,
         fallback_ppm: 200_000,
+        room_spare: 0,
     };
     assert!(e.cluster_grant("r", &grant).unwrap());
     e.tick(T0 + 10);

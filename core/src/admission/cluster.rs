@@ -92,6 +92,11 @@ pub struct ClusterGrant {
     pub waiting_elsewhere: u64,
     /// The share of the limits to admit on once this grant lapses, in millionths.
     pub fallback_ppm: u64,
+    /// Free slots in the whole room beyond its live waiters (0: none, or not known; 0 too
+    /// while the store learns). Only paces the waiters the frontier reached: while some are
+    /// spare, a visitor queued for want of this host's allowance comes back after two syncs;
+    /// no limit depends on it.
+    pub room_spare: u64,
 }
 
 /// A grant as the room's tick block holds it: one record, written whole (see
@@ -225,6 +230,37 @@ pub(crate) fn state(room: &Room, now: Millis) -> ClusterState {
         held,
         fallback: !held && (g.until != 0 || waited),
     }
+}
+
+/// How soon a visitor queued at `arrival` (its FIFO arrival bucket) should come back, in
+/// seconds, when it waits only for this host's allowance: the room is clustered and not
+/// learning, the current grant came with the store finding more free slots in the room than
+/// waiters (so the frontier passed them all; waiters at other hosts that their own allowance
+/// does not cover may still count as waiting elsewhere) in a report sent at most two sync
+/// intervals ago, this host's own waiters at its last tick were no more than those spare
+/// slots, and the visitor is at or before the frontier. The store then hands this host a slot
+/// for it within a sync or two (the waiters the frontier reached come first, and other hosts'
+/// new allowances leave room for them), so it comes back after two syncs rather than a whole
+/// `refresh_interval` (at most that, at least a second). `None` otherwise (the usual pace):
+/// the room is full, a crowd at this host outnumbers the spare slots, the figure is older
+/// than two syncs (a store that stopped answering), or the room is not clustered.
+pub(crate) fn allowance_retry_secs(room: &Room, arrival: u64, now: Millis) -> Option<u64> {
+    if !clustered(room) {
+        return None;
+    }
+    let tb = room.counters.tick_block();
+    let g = Grant::read(&tb);
+    let spare = tb.get(Cell::ClusterSpare).saturating_sub(1);
+    let current = g.seq != 0
+        && tb.get(Cell::ClusterSpareSeq) == g.seq
+        && now <= tb.get(Cell::ClusterSpareUntil)
+        && now >= tb.get(Cell::LearnUntil);
+    let reached = arrival <= tb.get(Cell::Frontier).max(g.frontier);
+    (current && spare > 0 && tb.get(Cell::QueueLength) <= spare && reached).then(|| {
+        (2 * room.cluster_sync_ms)
+            .div_ceil(1000)
+            .clamp(1, u64::from(room.refresh_secs).max(1))
+    })
 }
 
 /// The limits one advance enforces.
@@ -437,6 +473,15 @@ pub(crate) fn grant(room: &Room, g: &ClusterGrant) -> bool {
         fallback: g.fallback_ppm.min(PPM) + 1,
     }
     .write(&tb);
+    // The spare figure, for the grant it came with and two syncs after its report was sent
+    // (pacing only; an older engine's grant leaves the number behind, and it is not used).
+    let sent = g.until.saturating_sub(room.cluster_lease_ms);
+    tb.set(Cell::ClusterSpare, g.room_spare.saturating_add(1));
+    tb.set(
+        Cell::ClusterSpareUntil,
+        sent.saturating_add(2 * room.cluster_sync_ms),
+    );
+    tb.set(Cell::ClusterSpareSeq, g.seq);
     drop(held);
     true
 }

@@ -59,6 +59,15 @@ fn revoked(room: &Room, t: &Ticket, bucket: u64) -> bool {
     revoked_at(room, t.id, u64::from(t.counted), bucket)
 }
 
+/// The FIFO arrival bucket `arrival` of a waiter under `rules`, unless its queue is random,
+/// everyone queues, or the bucket is a shuffled pre-queue's (see `Decider::queued`).
+fn fifo_lane(rules: &Rules, arrival: u64) -> Option<u64> {
+    (rules.queueing_method == QueueingMethod::Fifo
+        && !rules.queue_all
+        && !rules.is_shuffle_lane(arrival))
+    .then_some(arrival)
+}
+
 /// Whether ticket `id`, counted (or last refreshed) in bucket `counted`, presented in
 /// `bucket`, was revoked.
 fn revoked_at(room: &Room, id: u64, counted: u64, bucket: u64) -> bool {
@@ -426,7 +435,8 @@ impl Snapshot {
             };
             set_cookie(&self.keyring, room, &refreshed, now_secs)
         });
-        self.queued(view, cookie, place, None)
+        let retry = fifo_lane(rules, arrival);
+        self.queued(view, cookie, place, retry, at.now, None)
     }
 
     /// A visitor with no valid ticket.
@@ -535,7 +545,8 @@ impl Snapshot {
             incarnation: room.incarnation,
         };
         let cookie = set_cookie(&self.keyring, room, &t, now_secs);
-        self.queued(view, Some(cookie), place, err)
+        let retry = fifo_lane(rules, arrival);
+        self.queued(view, Some(cookie), place, retry, at.now, err)
     }
 
     /// An admission ticket for `id`, counted in bucket `counted` (0: not counted yet).
@@ -562,15 +573,21 @@ impl Snapshot {
         Decision::admit(Some(set_cookie(&self.keyring, room, &t, now_secs)), err)
     }
 
-    /// A queue decision at `place`.
+    /// A queue decision at `place`, for a waiter of FIFO arrival bucket `lane` (`None`: a
+    /// random queue, or a shuffled pre-queue's lane, whose waiters wait at the usual pace).
     fn queued(
         &self,
         view: &RoomView,
         set_cookie: Option<String>,
         place: place::Place,
+        lane: Option<u64>,
+        now: Millis,
         err: Option<TicketError>,
     ) -> Decision {
         let cfg = &view.room.cfg;
+        let retry = lane
+            .and_then(|a| crate::admission::cluster::allowance_retry_secs(&view.room, a, now))
+            .unwrap_or(u64::from(cfg.refresh_interval));
         if let Some(t) = view.room.counters.tallies() {
             t.decided(Outcome::Queue);
         }
@@ -579,7 +596,7 @@ impl Snapshot {
             set_cookie,
             position: place.position,
             estimated_wait_secs: place.wait_secs,
-            retry_after_secs: Some(u64::from(cfg.refresh_interval)),
+            retry_after_secs: Some(retry),
             queue_length: Some(view.queue_length),
             ticket_error: err,
             ..Decision::admit(None, None)

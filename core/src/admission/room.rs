@@ -41,6 +41,8 @@ pub(crate) struct Room {
     pub(crate) cluster_fallback_ppm: Option<u64>,
     /// With a `[cluster]` table: how long a grant is good without a sync (ms).
     pub(crate) cluster_lease_ms: u64,
+    /// With a `[cluster]` table: the time between two syncs of the room (ms).
+    pub(crate) cluster_sync_ms: u64,
     /// A fingerprint of this configuration of the room (see `governance`).
     pub(crate) config_hash: u64,
     /// A clustered room with counters in owned memory: in a forked child they are the
@@ -130,6 +132,7 @@ impl Room {
                     .map_or(0, crate::admission::cluster::share_ppm)
             }),
             cluster_lease_ms: config.cluster.as_ref().map_or(0, |c| c.lease_ms),
+            cluster_sync_ms: config.cluster.as_ref().map_or(0, |c| c.sync_interval_ms),
             config_hash: crate::admission::governance::fingerprint(cfg, config),
             fork_guard: config.cluster.is_some()
                 && cfg.queueing_method != crate::config::QueueingMethod::Passthrough

@@ -98,6 +98,16 @@ pub(crate) enum Cell {
     Grant = 32,
     /// Published (cluster): what the last advance enforced, a [`Record`] of `APPLIED_CELLS`.
     Applied = 32 + 1 + 2 * GRANT_CELLS,
+    /// Cluster: the free slots of the whole room beyond its live waiters, as the store found
+    /// them for the grant numbered [`Cell::ClusterSpareSeq`], plus one (0: not known). Paces
+    /// waiters only (see `admission::cluster::allowance_retry_secs`); no limit reads it.
+    ClusterSpare = 32 + 1 + 2 * GRANT_CELLS + 1 + 2 * APPLIED_CELLS,
+    /// Cluster: the sequence number of the grant `ClusterSpare` came with (a grant written
+    /// without one, by an older engine, leaves it behind: the spare is then not known).
+    ClusterSpareSeq,
+    /// Cluster: until when (engine clock, ms) `ClusterSpare` may be trusted: two sync
+    /// intervals after the report that got it was sent.
+    ClusterSpareUntil,
 }
 
 /// Cells of a grant record: sequence, until, total, bucket, minute, minute next, frontier,
@@ -105,7 +115,9 @@ pub(crate) enum Cell {
 pub(crate) const GRANT_CELLS: usize = 9;
 /// Cells of an applied record: total, bucket, minute, minute next.
 pub(crate) const APPLIED_CELLS: usize = 4;
-const _: () = assert!(Cell::Applied as usize + 1 + 2 * APPLIED_CELLS <= CELLS);
+const _: () =
+    assert!(Cell::Applied as usize + 1 + 2 * APPLIED_CELLS <= Cell::ClusterSpare as usize);
+const _: () = assert!((Cell::ClusterSpareUntil as usize) < CELLS);
 const _: () = assert!((Cell::QueueEmptySince as usize) < (Cell::Grant as usize));
 
 /// A record of `N` cells that a crash never leaves half written: two slots and a selector

@@ -310,10 +310,17 @@ fn a_visitor_queued_for_want_of_allowance_comes_back_after_two_syncs() {
         frontier,
         ..grant(seq, T0 + 5000, 2)
     };
-    let e = engine("", "fifo");
-    assert!(e.cluster_grant("r", &spare(1, 40, T0 / 60_000)).unwrap());
-    e.tick(T0 + 10);
-    assert_eq!(admit_new(&e, 2, T0 + 20), 2, "the allowance, spent");
+    // A room of `method` granted 2 seats with `room_spare` spare, both seats taken.
+    let spent = |method: &str, room_spare: u64, frontier: u64| {
+        let e = engine("", method);
+        assert!(e
+            .cluster_grant("r", &spare(1, room_spare, frontier))
+            .unwrap());
+        e.tick(T0 + 10);
+        assert_eq!(admit_new(&e, 2, T0 + 20), 2, "the allowance, spent");
+        e
+    };
+    let e = spent("fifo", 40, T0 / 60_000);
     assert_eq!(
         retry(&e, T0 + 30),
         Some(2),
@@ -355,10 +362,7 @@ fn a_visitor_queued_for_want_of_allowance_comes_back_after_two_syncs() {
         "no current grant: the usual pace"
     );
     // A crowd at this host outnumbering the spare slots (a burst between two syncs).
-    let crowd = engine("", "fifo");
-    assert!(crowd.cluster_grant("r", &spare(1, 3, T0 / 60_000)).unwrap());
-    crowd.tick(T0 + 10);
-    admit_new(&crowd, 2, T0 + 20);
+    let crowd = spent("fifo", 3, T0 / 60_000);
     for _ in 0..3 {
         assert_eq!(retry(&crowd, T0 + 30), Some(2));
     }
@@ -367,27 +371,11 @@ fn a_visitor_queued_for_want_of_allowance_comes_back_after_two_syncs() {
     crowd.tick(T0 + 60);
     assert_eq!(retry(&crowd, T0 + 70), Some(20), "4 waiting here, 3 spare");
     // Behind the frontier (an older bucket's waiters come first).
-    let behind = engine("", "fifo");
-    assert!(behind
-        .cluster_grant("r", &spare(1, 40, T0 / 60_000 - 1))
-        .unwrap());
-    behind.tick(T0 + 10);
-    admit_new(&behind, 2, T0 + 20);
-    assert_eq!(
-        retry(&behind, T0 + 30),
-        Some(20),
-        "behind the frontier: the usual pace"
-    );
+    let behind = spent("fifo", 40, T0 / 60_000 - 1);
+    let usual = retry(&behind, T0 + 30);
+    assert_eq!(usual, Some(20), "behind the frontier: the usual pace");
     // A random queue has no frontier to be at.
-    let random = engine("", "random");
-    assert!(random
-        .cluster_grant("r", &spare(1, 40, T0 / 60_000))
-        .unwrap());
-    random.tick(T0 + 10);
-    admit_new(&random, 2, T0 + 20);
-    assert_eq!(
-        retry(&random, T0 + 30),
-        Some(20),
-        "a random queue: the usual pace"
-    );
+    let random = spent("random", 40, T0 / 60_000);
+    let usual = retry(&random, T0 + 30);
+    assert_eq!(usual, Some(20), "a random queue: the usual pace");
 }

@@ -66,7 +66,8 @@ end
 local function finite(x)
   return type(x) == 'number' and x == x and x > -math.huge and x < math.huge
 end
-if not (finite(req.w) and finite(req.h) and req.w >= 0 and req.h >= 0 and finite(req.s)
+if not (finite(now) and finite(req.w) and finite(req.h) and req.w >= 0 and req.h >= 0
+    and finite(req.s)
     and req.s >= 1 and finite(req.p) and req.p >= 0 and finite(terms.c) and finite(terms.l)
     and finite(terms.m) and finite(terms.n) and terms.k >= 0 and terms.k <= 3
     and terms.l % 1 == 0 and terms.m % 1 == 0 and terms.n % 1 == 0 and terms.l >= 0
@@ -108,6 +109,24 @@ local function band_key(p)
   return key .. ':b' .. p
 end
 
+-- A client's record as stored, or nil when it is not one the script wrote (corrupted, or
+-- written by something else): checked before anything uses it, so that no request fails
+-- after writing part of its changes; a table holding one is counted anew without it, and
+-- learns (what that client held is lost).
+local function decode_record(raw)
+  local ok, rec = pcall(cmsgpack.unpack, raw)
+  if not ok or type(rec) ~= 'table' or not (finite(rec.e) and finite(rec.h) and rec.h >= 0
+      and finite(rec.w) and rec.w >= 0 and finite(rec.s) and rec.s >= 1 and finite(rec.p)
+      and rec.p >= 0 and (rec.cd == 0 or rec.cd == 1) and finite(rec.cr)
+      and rec.cr >= 0 and type(rec.held) == 'table') then
+    return nil
+  end
+  for _, g in ipairs(rec.held) do
+    if type(g) ~= 'table' or not (finite(g[1]) and finite(g[2])) then return nil end
+  end
+  return rec
+end
+
 local state = redis.call('HMGET', key, 'born', 'agg', 'c:' .. id, 'run')
 local born = tonumber(state[1]) or now
 local run = ARGV[4] or ''
@@ -120,9 +139,13 @@ end
 -- a table made anew does: it hands out only what clients report holding.
 local other_server = run ~= '' and state[4] ~= false and state[4] ~= run
 if other_server then born = now end
+-- Set when a record was found corrupt and dropped: what its client held is not known, so
+-- the table learns anew, as after lost writes.
+local relearn = false
 local agg
 if state[2] then
-  agg = cmsgpack.unpack(state[2])
+  local ok, decoded = pcall(cmsgpack.unpack, state[2])
+  if ok then agg = decoded end
   if type(agg) == 'table' and type(agg.u) == 'number' and cap / agg.u < 2 ^ 51
       and cap / agg.u >= 2 ^ 30 then
     unit = agg.u
@@ -256,8 +279,8 @@ local function rebuild()
     local f = all[i]
     if string.sub(f, 1, 2) == 'c:' then
       local client = string.sub(f, 3)
-      local ok, rec = pcall(cmsgpack.unpack, all[i + 1])
-      if ok and type(rec) == 'table' and rec.e then
+      local rec = decode_record(all[i + 1])
+      if rec then
         agg.nr = agg.nr + 1
         rec.cd = 0
         rec.cr = 0
@@ -265,6 +288,7 @@ local function rebuild()
         keep(rec, client, bring(rec, client))
       else
         redis.call('HDEL', key, f)
+        born, relearn = now, true
       end
     end
   end
@@ -277,7 +301,18 @@ local function damaged()
   end
   -- What the clients hold together: an exact count (an integer under 2^52, which pooled
   -- grants never reach: together they stay under the capacity's 2^51 units) or counted anew.
-  if not finite(agg.R) or agg.R < 0 or agg.R >= 2 ^ 52 then return true end
+  if not finite(agg.R) or agg.R < 0 or agg.R >= 2 ^ 52 or not finite(agg.nr)
+      or (agg.x ~= nil and not finite(agg.x)) then
+    return true
+  end
+  for k, b in pairs(agg.b) do
+    if type(b) ~= 'table' or not (finite(b.p) and k == 'p' .. b.p and finite(b.W)
+        and finite(b.T) and finite(b.n) and finite(b.t) and finite(b.s) and finite(b.a)) then
+      return true
+    end
+  end
+  -- The requester's own record, read before any write.
+  if state[3] and not decode_record(state[3]) then return true end
   local counted = redis.call('ZCARD', deadlines)
   -- An empty set is no key: the next member makes it anew.
   if counted == 0 then fresh = true end
@@ -299,9 +334,16 @@ for _, client in ipairs(due) do
   if client ~= id and done < LAPSES then
     done = done + 1
     local raw = redis.call('HGET', key, 'c:' .. client)
-    if raw then
-      local rec = cmsgpack.unpack(raw)
+    local rec = raw and decode_record(raw)
+    if rec then
       keep(rec, client, bring(rec, client))
+    elseif raw then
+      -- Not a record: the table is counted anew from the others (which brings every one of
+      -- them to now, so the lapses are done).
+      fresh = true
+      rebuild()
+      state[3] = redis.call('HGET', key, 'c:' .. id)
+      break
     else
       redis.call('ZREM', deadlines, client)
     end
@@ -327,7 +369,7 @@ end
 -- This client: its old demand out, its new one in.
 local old
 if state[3] then
-  old = cmsgpack.unpack(state[3])
+  old = decode_record(state[3])
   bring(old, id)
   if old.cd == 1 then remove_demand(old, id) end
   if req.x then
@@ -499,7 +541,7 @@ rec.cr = held
 keep(rec, id, true)
 
 if not state[1] then fresh = true end
-if not state[1] or other_server then redis.call('HSET', key, 'born', born) end
+if not state[1] or other_server or relearn then redis.call('HSET', key, 'born', born) end
 if run ~= '' and state[4] ~= run then redis.call('HSET', key, 'run', run) end
 push_expiry()
 local clients = 0

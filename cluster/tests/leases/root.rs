@@ -486,6 +486,71 @@ fn a_lost_part_is_rebuilt_from_the_records() {
     }
 }
 
+/// A client's record that is not one the script wrote (corrupted, or written by something
+/// else) is dropped and the table counted anew from the others; what that client held is not
+/// known, so the table learns (a lease and the margin here), as after lost writes. Before,
+/// the first request to reach it (as a lapse due, or as its own client's record) failed
+/// halfway, after writing the lapses before it but not the sums, and every later request
+/// failed the same way until the keys expired.
+#[test]
+fn a_corrupt_record_is_dropped_and_the_table_learns() {
+    let redis = RedisServer::start();
+    let clock = Arc::new(FakeClock::new(START));
+    let root = root_on(&redis, "bad", "fair_share", 90.0, 0.0, &clock);
+    let ask = |id: &str| {
+        root.request_lease(&LeaseRequest::new(id, "db", 100.0, 0), clock.now_ms())
+            .unwrap()
+            .capacity
+    };
+    assert_eq!(ask("a"), 0.0, "learning");
+    clock.advance(LEASE_MS + MARGIN_MS);
+    assert_eq!(ask("a"), 90.0);
+    assert_eq!(ask("b"), 0.0, "a's grant of 90 runs");
+    assert_eq!(ask("c"), 0.0, "a's grant of 90 runs");
+    let mut conn = redis.connection();
+    let record = |conn: &mut redis::Connection, client: &str, value: Option<&[u8]>| {
+        let field = format!("c:{client}");
+        let mut cmd = redis::cmd(if value.is_some() { "HSET" } else { "HGET" });
+        cmd.arg("{bad-lease:db}:s").arg(field);
+        if let Some(v) = value {
+            cmd.arg(v);
+        }
+        cmd.query::<redis::Value>(conn).unwrap()
+    };
+    // b's record is not MessagePack of a record; every lease ends, so it is due.
+    record(&mut conn, "b", Some(b"garbage"));
+    clock.advance(LEASE_MS + MARGIN_MS + 1);
+    assert_eq!(
+        [ask("a"), ask("c")],
+        [0.0, 0.0],
+        "learning: what b held is not known"
+    );
+    assert_eq!(
+        record(&mut conn, "b", None),
+        redis::Value::Nil,
+        "b's record dropped"
+    );
+    // The requester's own record, a map with a field of the wrong type ({"e": "x"}).
+    let bad = [0x81, 0xa1, b'e', 0xa1, b'x'];
+    record(&mut conn, "a", Some(&bad));
+    clock.advance(1_000);
+    assert_eq!([ask("a"), ask("c")], [0.0, 0.0], "learning anew");
+    let kept = record(&mut conn, "a", None);
+    assert!(
+        matches!(&kept, redis::Value::BulkString(v) if v[..] != bad[..]),
+        "{kept:?}"
+    );
+    // Past learning, the table hands out again: c's lease ended, a alone; then both.
+    clock.advance(LEASE_MS + MARGIN_MS + 1);
+    assert_eq!([ask("a"), ask("c")], [90.0, 0.0]);
+    clock.advance(1_000);
+    assert_eq!(
+        [ask("a"), ask("c")],
+        [45.0, 0.0],
+        "a's earlier grant of 90 still runs"
+    );
+}
+
 /// Commands Redis ran so far (every command a script calls counts).
 fn commands(conn: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO").arg("stats").query(conn).unwrap();

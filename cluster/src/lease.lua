@@ -75,6 +75,8 @@ if not (finite(now) and finite(req.w) and finite(req.h) and req.w >= 0 and req.h
   return redis.error_reply('ERR velvet-rope lease.lua: a request out of range')
 end
 
+-- Negative zeros made positive (a band is named by its priority, a member by its wants).
+req.w, req.h, req.p = req.w + 0, req.h + 0, req.p + 0
 local kind, cap = terms.k, terms.c
 if cap < 0 then cap = 0 end
 -- The unit: 2^-40 of the power of two above the capacity (the table keeps the one it was
@@ -288,7 +290,11 @@ local function rebuild()
         keep(rec, client, bring(rec, client))
       else
         redis.call('HDEL', key, f)
-        born, relearn = now, true
+        if pooled then
+          -- What its client held is not known: the table learns until any grant it may
+          -- still use has ended (a lease and the margin), or longer if it learned already.
+          born, relearn = math.max(born, now - terms.n + terms.l + terms.m), true
+        end
       end
     end
   end
@@ -305,9 +311,12 @@ local function damaged()
       or (agg.x ~= nil and not finite(agg.x)) then
     return true
   end
+  -- A band's sums are numbers (not NaN; wants under `none` or `static` are not clamped, and
+  -- their sums may be infinite), named by its priority.
+  local function number(x) return type(x) == 'number' and x == x end
   for k, b in pairs(agg.b) do
-    if type(b) ~= 'table' or not (finite(b.p) and k == 'p' .. b.p and finite(b.W)
-        and finite(b.T) and finite(b.n) and finite(b.t) and finite(b.s) and finite(b.a)) then
+    if type(b) ~= 'table' or not (finite(b.p) and k == 'p' .. b.p and number(b.W)
+        and number(b.T) and finite(b.n) and number(b.t) and number(b.s) and number(b.a)) then
       return true
     end
   end
@@ -350,10 +359,15 @@ for _, client in ipairs(due) do
   end
 end
 
--- The keys' expiry, pushed back to twice a lease, the learning period and the margin from
--- now when a key may be new or half of that has passed since the last push (at least a
--- lease and the margin after any call, so every key outlives every grant made in it).
-local function push_expiry()
+-- Saves the table's sums, when it learns from (made now, another server, a record dropped)
+-- and which server wrote it, on every path (releases included), and pushes the keys' expiry
+-- back to twice a lease, the learning period and the margin from now when a key may be new
+-- or half of that has passed since the last push (at least a lease and the margin after any
+-- call, so every key outlives every grant made in it).
+local function save_table()
+  if not state[1] then fresh = true end
+  if not state[1] or other_server or relearn then redis.call('HSET', key, 'born', born) end
+  if run ~= '' and state[4] ~= run then redis.call('HSET', key, 'run', run) end
   local ttl = 2 * terms.l + terms.n + terms.m
   local push = fresh or test_clock or now + ttl / 2 >= (agg.x or 0)
   if push then agg.x = now + ttl end
@@ -376,11 +390,11 @@ if state[3] then
     -- A release: the client uses nothing from now on (its record and what it held go).
     agg.R = agg.R - old.cr
     keep(old, id, false)
-    push_expiry()
+    save_table()
     return cmsgpack.pack({ g = 0, n = 0, l = false, x = true })
   end
 elseif req.x then
-  push_expiry()
+  save_table()
   return cmsgpack.pack({ g = 0, n = 0, l = false, x = false })
 else
   old = { h = 0, e = 0, held = {}, cd = 0, cr = 0 }
@@ -540,10 +554,7 @@ agg.R = agg.R + held - old.cr
 rec.cr = held
 keep(rec, id, true)
 
-if not state[1] then fresh = true end
-if not state[1] or other_server or relearn then redis.call('HSET', key, 'born', born) end
-if run ~= '' and state[4] ~= run then redis.call('HSET', key, 'run', run) end
-push_expiry()
+save_table()
 local clients = 0
 for _, b in pairs(agg.b) do clients = clients + b.n end
 return cmsgpack.pack({ g = grant, n = clients, l = learning })

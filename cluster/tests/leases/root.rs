@@ -549,6 +549,54 @@ fn a_corrupt_record_is_dropped_and_the_table_learns() {
         [45.0, 0.0],
         "a's earlier grant of 90 still runs"
     );
+    // A release that comes to a bad record (due) drops it, and the table learns from then on
+    // (the release saves when, as every request does).
+    record(&mut conn, "c", Some(b"garbage"));
+    clock.advance(LEASE_MS + MARGIN_MS + 1);
+    // (Whether it found a's record: a's lease ended, and the table counted anew without the
+    // records that hold nothing, a's among them.)
+    root.release_lease("a", "db").unwrap();
+    assert_eq!(
+        record(&mut conn, "c", None),
+        redis::Value::Nil,
+        "c's record dropped"
+    );
+    assert_eq!(ask("d"), 0.0, "learning: what c held is not known");
+    clock.advance(LEASE_MS + MARGIN_MS);
+    assert_eq!(ask("d"), 90.0, "then d alone");
+}
+
+/// Wants under `static` are not clamped, so a band's sum of them may be infinite: such a table
+/// is not taken for a damaged one (counted anew from its records at every request, as a check
+/// of finite sums made it in review).
+#[test]
+fn an_infinite_sum_of_wants_is_not_damage() {
+    let redis = RedisServer::start();
+    let clock = Arc::new(FakeClock::new(START));
+    let root = root_on(&redis, "inf", "static", 90.0, 0.0, &clock);
+    let ask = |id: &str| {
+        root.request_lease(&LeaseRequest::new(id, "db", 1.7e308, 0), clock.now_ms())
+            .unwrap()
+    };
+    ask("a");
+    ask("b");
+    let mut conn = redis.connection();
+    let rebuilds = |conn: &mut redis::Connection| -> u64 {
+        let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_hgetall:calls="))
+            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+    };
+    let before = rebuilds(&mut conn);
+    for _ in 0..3 {
+        ask("a");
+        ask("b");
+    }
+    assert_eq!(
+        rebuilds(&mut conn),
+        before,
+        "no request counted the table anew"
+    );
 }
 
 /// Commands Redis ran so far (every command a script calls counts).

@@ -2,7 +2,8 @@
 //! (`{<prefix>:<room>}`), so a room lives on one master, and the rooms spread over the masters
 //! by their slots. The store learns which master serves which slots (`CLUSTER SLOTS`, from the
 //! configured node or any node seen since) and keeps one [`RedisStore`] per master: a round's
-//! calls go to their masters, one pipeline each, and every guarantee of the single server holds
+//! calls go to their masters, one pipeline each, all masters at once (a thread each), so a
+//! master that stalls delays only its own rooms; and every guarantee of the single server holds
 //! per master (its identity, run id and replication id, so a promoted replica is found out;
 //! `WAIT` for `replicas` on the master that took the writes).
 //!
@@ -306,8 +307,8 @@ impl Store for RedisClusterStore {
             .unwrap_or_else(|| Err(StoreError::Protocol("no answer".into())))
     }
 
-    /// One pipeline per master; every call answered (a master that failed fails its calls
-    /// only).
+    /// One pipeline per master, the masters asked at once; every call answered (a master
+    /// that failed fails its calls only, and one that stalls delays only its own).
     fn sync_many(&mut self, calls: &[SyncCall<'_>]) -> Vec<Result<Reply, StoreError>> {
         self.slots.begin();
         let mut by_master: Vec<(String, Vec<usize>)> = Vec::new();
@@ -326,21 +327,65 @@ impl Store for RedisClusterStore {
             }
             answers.push(Err(StoreError::Protocol("not sent".into())));
         }
-        for (addr, idx) in by_master {
-            let group: Vec<SyncCall<'_>> = idx.iter().map(|&i| calls[i]).collect();
-            let results = match self.master(&addr) {
-                Ok(store) => {
-                    let before = store.commands();
-                    let results = store.sync_many(&group);
-                    self.commands += store.commands() - before;
-                    results
-                }
+        // Every master's store first (no I/O: each connects on first use), then the masters
+        // asked at once, one thread each when there are several: a master that stalls
+        // delays only its own rooms, by up to the timeout.
+        let made: Vec<Result<(), StoreError>> = by_master
+            .iter()
+            .map(|(addr, _)| self.master(addr).map(|_| ()))
+            .collect();
+        let mut stores: Vec<(&String, &mut RedisStore, Vec<SyncCall<'_>>)> = Vec::new();
+        for (addr, store) in self.masters.iter_mut() {
+            if let Some((_, idx)) = by_master.iter().find(|(a, _)| a == addr) {
+                stores.push((addr, store, idx.iter().map(|&i| calls[i]).collect()));
+            }
+        }
+        type Asked = (u64, Vec<Result<Reply, StoreError>>);
+        let ask = |store: &mut RedisStore, group: &[SyncCall<'_>]| -> Asked {
+            let before = store.commands();
+            let results = store.sync_many(group);
+            (store.commands() - before, results)
+        };
+        let mut by_addr: HashMap<String, Asked> = if stores.len() <= 1 {
+            stores
+                .into_iter()
+                .map(|(addr, store, group)| (addr.clone(), ask(store, &group)))
+                .collect()
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = stores
+                    .into_iter()
+                    .map(|(addr, store, group)| {
+                        (addr.clone(), scope.spawn(move || ask(store, &group)))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|(addr, h)| {
+                        let panicked = || {
+                            let e = StoreError::Protocol("a master's sync panicked".into());
+                            (0, vec![Err(e)])
+                        };
+                        (addr, h.join().unwrap_or_else(|_| panicked()))
+                    })
+                    .collect()
+            })
+        };
+        for ((addr, idx), made) in by_master.iter().zip(made) {
+            let results = match made {
                 Err(e) => vec![Err(e)],
+                Ok(()) => match by_addr.remove(addr) {
+                    Some((commands, results)) => {
+                        self.commands += commands;
+                        results
+                    }
+                    None => vec![Err(StoreError::Protocol("no store for a master".into()))],
+                },
             };
             // A master that could not be reached answers fewer: the rest share its error.
             let last = results.last().cloned();
             let mut results = results.into_iter();
-            for &i in &idx {
+            for &i in idx {
                 let answer = results.next().unwrap_or_else(|| {
                     last.clone()
                         .unwrap_or_else(|| Err(StoreError::Protocol("no answer".into())))

@@ -410,3 +410,68 @@ algorithm = { kind = "fair_share", lease_length = 2, refresh_interval = 1 }
         "{resource}: another server learns first"
     );
 }
+
+/// The masters are asked at once: two masters that stall (SIGSTOP) cost a round one timeout,
+/// not one each, and the third master's room is answered at once. (Asked one after another,
+/// the third master was asked only after two timeouts, by when the cluster had found two
+/// masters failing and the third answered `CLUSTERDOWN`: its room missed the sync.)
+#[test]
+fn stalled_masters_delay_only_their_own_rooms() {
+    use velvet_rope_cluster::{Params, RedisClusterStore, Report, Store, SyncCall};
+
+    let nodes = start_cluster();
+    let mut by_master: BTreeMap<u16, String> = BTreeMap::new();
+    for i in 0.. {
+        let room = format!("room{i}");
+        let port = master_port(&nodes[0], key_slot(format!("{{vr:{room}}}").as_bytes()))
+            .expect("every slot served");
+        by_master.entry(port).or_insert(room);
+        if by_master.len() == 3 {
+            break;
+        }
+    }
+    let timeout = Duration::from_millis(1500);
+    let url = format!("redis://127.0.0.1:{}", nodes[0].port);
+    let mut store = RedisClusterStore::new(&url, "vr", timeout).unwrap();
+    let params = Params {
+        total: 20,
+        minute: 100,
+        lease: 5000,
+        hold: 60_000,
+        learn: 0,
+    };
+    let report = Report::default();
+    let calls: Vec<SyncCall<'_>> = by_master
+        .values()
+        .map(|room| SyncCall {
+            room,
+            host: "h",
+            report: &report,
+            params: &params,
+        })
+        .collect();
+    for answer in store.sync_many(&calls) {
+        answer.unwrap();
+    }
+    // The first two rooms' masters stall; the third's answers.
+    let ports: Vec<u16> = by_master.keys().copied().collect();
+    let stalled: Vec<&RedisServer> = nodes
+        .iter()
+        .filter(|n| ports[..2].contains(&n.port))
+        .collect();
+    for n in &stalled {
+        n.pause();
+    }
+    let started = Instant::now();
+    let answers = store.sync_many(&calls);
+    let took = started.elapsed();
+    for n in &stalled {
+        n.resume();
+    }
+    assert!(answers[0].is_err() && answers[1].is_err(), "{answers:?}");
+    assert!(answers[2].is_ok(), "{answers:?}");
+    assert!(
+        took < timeout * 3 / 2,
+        "a round with two stalled masters took {took:?} (timeout {timeout:?})"
+    );
+}

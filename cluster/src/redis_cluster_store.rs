@@ -23,6 +23,18 @@ use crate::protocol::{Params, Reply, Report};
 use crate::redis_store::{RedisStore, NOT_MASTER};
 use crate::store::{Store, StoreError, SyncCall};
 
+/// How asking one master went (see [`RedisClusterStore::sync_many`]).
+enum Asked {
+    /// Its answers, and the commands they took.
+    Answered(u64, Vec<Result<Reply, StoreError>>),
+    /// Its store could not be made.
+    Failed(StoreError),
+    /// The system refused a thread to ask it.
+    NoThread(String),
+    /// Asking it panicked (its store is dropped: its connection may hold unread answers).
+    Panicked,
+}
+
 /// The hash slot of `key` (Redis Cluster's: CRC16/XMODEM of the hash tag, the part between the
 /// first `{` and the next `}` when not empty, else of the whole key, modulo 16,384).
 pub fn key_slot(key: &[u8]) -> u16 {
@@ -340,11 +352,15 @@ impl Store for RedisClusterStore {
                 stores.push((addr, store, idx.iter().map(|&i| calls[i]).collect()));
             }
         }
-        type Asked = (u64, Vec<Result<Reply, StoreError>>);
-        let ask = |store: &mut RedisStore, group: &[SyncCall<'_>]| -> Asked {
-            let before = store.commands();
-            let results = store.sync_many(group);
-            (store.commands() - before, results)
+        // A master's exchange; a panic in it is its master's error only (and its store is made
+        // anew: its connection may hold answers not read), never the sync loop's end.
+        let ask = |store: &mut RedisStore, group: &[SyncCall<'_>]| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let before = store.commands();
+                let results = store.sync_many(group);
+                Asked::Answered(store.commands() - before, results)
+            }))
+            .unwrap_or(Asked::Panicked)
         };
         let mut by_addr: HashMap<String, Asked> = if stores.len() <= 1 {
             stores
@@ -353,34 +369,44 @@ impl Store for RedisClusterStore {
                 .collect()
         } else {
             std::thread::scope(|scope| {
-                let handles: Vec<_> = stores
+                let running: Vec<_> = stores
                     .into_iter()
                     .map(|(addr, store, group)| {
-                        (addr.clone(), scope.spawn(move || ask(store, &group)))
+                        let thread = std::thread::Builder::new()
+                            .name("velvet-rope-sync".into())
+                            .spawn_scoped(scope, move || ask(store, &group));
+                        (addr.clone(), thread)
                     })
                     .collect();
-                handles
+                running
                     .into_iter()
-                    .map(|(addr, h)| {
-                        let panicked = || {
-                            let e = StoreError::Protocol("a master's sync panicked".into());
-                            (0, vec![Err(e)])
+                    .map(|(addr, thread)| {
+                        let asked = match thread {
+                            Ok(h) => h.join().unwrap_or(Asked::Panicked),
+                            // A thread the system refuses fails its master's calls this round.
+                            Err(e) => Asked::NoThread(e.to_string()),
                         };
-                        (addr, h.join().unwrap_or_else(|_| panicked()))
+                        (addr, asked)
                     })
                     .collect()
             })
         };
         for ((addr, idx), made) in by_master.iter().zip(made) {
-            let results = match made {
-                Err(e) => vec![Err(e)],
-                Ok(()) => match by_addr.remove(addr) {
-                    Some((commands, results)) => {
-                        self.commands += commands;
-                        results
-                    }
-                    None => vec![Err(StoreError::Protocol("no store for a master".into()))],
-                },
+            let asked = match made {
+                Err(e) => Asked::Failed(e),
+                Ok(()) => by_addr.remove(addr).unwrap_or(Asked::Panicked),
+            };
+            let results = match asked {
+                Asked::Answered(commands, results) => {
+                    self.commands += commands;
+                    results
+                }
+                Asked::Failed(e) => vec![Err(e)],
+                Asked::NoThread(e) => vec![Err(StoreError::Protocol(format!("no thread: {e}")))],
+                Asked::Panicked => {
+                    self.masters.remove(addr);
+                    vec![Err(StoreError::Protocol("a master's sync panicked".into()))]
+                }
             };
             // A master that could not be reached answers fewer: the rest share its error.
             let last = results.last().cloned();

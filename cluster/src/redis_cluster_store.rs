@@ -394,7 +394,9 @@ impl Store for RedisClusterStore {
         for ((addr, idx), made) in by_master.iter().zip(made) {
             let asked = match made {
                 Err(e) => Asked::Failed(e),
-                Ok(()) => by_addr.remove(addr).unwrap_or(Asked::Panicked),
+                Ok(()) => by_addr.remove(addr).unwrap_or_else(|| {
+                    Asked::Failed(StoreError::Protocol("no store for a master".into()))
+                }),
             };
             let results = match asked {
                 Asked::Answered(commands, results) => {

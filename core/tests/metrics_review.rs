@@ -71,18 +71,18 @@ fn full_room_with_waiters(seats: usize, extra: &str) -> (Engine, Vec<String>) {
     (e, waiters)
 }
 
-/// REVIEW (issue 28), open (ignored, see its note): "one wait sample per waiter let in" does not hold for two
-/// requests carrying the same queued ticket at once across a bucket boundary (a page and its
-/// assets sent in parallel by one browser, or two worker processes whose clocks read either
-/// side of the minute). Each checks `admitted_from_queue` over its window, neither sees the
-/// other's mark yet, and each marks its own booking bucket (the request's bucket clamped to
-/// the two the tick opened: `b` for one, `b + 1` for the other) with `insert_if_absent`,
-/// which only guards one bucket's set: both win. The waiter is admitted twice (two seats
-/// claimed, two `kind="queue"` admissions, two samples in both wait histograms).
-/// (A race: each round of 200 waiters hits it about one time in three on two cores; the test
-/// runs up to 30 rounds and fails at the first round that counts a waiter twice.)
+/// REVIEW (issue 28), fixed (the test failed before, in its first round): "one wait sample per
+/// waiter let in" did not hold for two requests carrying the same queued ticket at once
+/// across a bucket boundary (a page and its assets sent in parallel by one browser, or two
+/// worker processes whose clocks read either side of the minute). Each checked
+/// `admitted_from_queue` over its window, neither saw the other's mark yet, and each marked
+/// its own booking bucket (the request's bucket clamped to the two the tick opened: `b` for
+/// one, `b + 1` for the other) with `insert_if_absent`, which only guards one bucket's set:
+/// both won. The waiter was admitted twice (two seats claimed, two `kind="queue"`
+/// admissions, two samples in both wait histograms). Now a claim over both buckets' sets
+/// (`Buckets::claim`). (A race: each round of 200 waiters hit it about one time in three on
+/// two cores; the test runs 30 rounds.)
 #[test]
-#[ignore = "known race, open (issue 28's note): two requests of one ticket whose clocks read either side of a bucket boundary mark the replay guards of two different buckets, so both count; the visitor holds two seats (fewer admitted, never more) until a session ends. Run with --ignored."]
 fn review_one_waiter_presented_twice_at_once_across_a_bucket_boundary_is_one_wait_sample() {
     for _ in 0..30 {
         one_round_of_waiters_presented_twice(200, 1);
@@ -193,19 +193,20 @@ fn review_waiters_let_in_by_a_switch_to_passthrough_are_waiters_let_in() {
 const KEYED: &str = "[tickets]\nsigning_key = 1\n[[tickets.keys]]\nid = 1\n\
                      secret = \"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"\n";
 
-/// REVIEW (issue 28), open (ignored, see its note): the same race as the waiter's, for `kind="recounted"`. A
-/// visitor admitted by other counters (another incarnation: a restart without kept counters,
-/// another host sharing the ticket key) is counted afresh once (`Buckets::count_afresh`), but
-/// "once" is guarded by the set of the bucket it is counted into: two requests at once
-/// either side of a bucket boundary count into `b` and `b + 1`, each finding the other's set
-/// not yet written, and both answer `Counted` (two seats taken, two recounted admissions).
-/// (Up to 30 rounds of 200 visitors; the first round already counts most pairs twice:
-/// besides the race, the request of bucket `b + 1` running first is enough, see the
-/// deterministic test below.)
+/// REVIEW (issue 28), fixed (the test failed before, in its first round): the same race as the
+/// waiter's, for `kind="recounted"`. A visitor admitted by other counters (another
+/// incarnation: a restart without kept counters, another host sharing the ticket key) is
+/// counted afresh once (`Buckets::count_afresh`), but "once" was guarded by the set of the
+/// bucket it is counted into: two requests at once either side of a bucket boundary count
+/// into `b` and `b + 1`, each finding the other's set not yet written, and both answered
+/// `Counted` (two seats taken, two recounted admissions). Now a claim over both buckets'
+/// sets. Each visitor then keeps one of the two answers' tickets (as a browser keeps the
+/// last Set-Cookie it read) and comes back in later buckets: the room counts every visitor
+/// exactly once until the sessions end (a ticket naming another bucket than its count would
+/// make the room look one emptier, or fuller, once one of the two buckets ends).
 #[test]
-#[ignore = "known race, open (issue 28's note): two requests of one ticket whose clocks read either side of a bucket boundary mark the replay guards of two different buckets, so both count; the visitor holds two seats (fewer admitted, never more) until a session ends. Run with --ignored."]
 fn review_a_visitor_of_other_counters_presented_twice_across_a_bucket_boundary_is_recounted_once() {
-    for _ in 0..30 {
+    for round in 0..30 {
         let room = |seats: usize| {
             format!(
                 "{KEYED}[[rooms]]\nname = \"shop\"\ntotal_active_users = {seats}\n\
@@ -221,19 +222,29 @@ fn review_a_visitor_of_other_counters_presented_twice_across_a_bucket_boundary_i
         let e = Engine::from_text(&room(1000), T0).unwrap();
         let edge = T0 + 2 * MIN;
         e.tick(edge - 1);
-        for cookie in &held {
+        let mut kept = Vec::new();
+        for (i, cookie) in held.iter().enumerate() {
             let barrier = Barrier::new(2);
-            std::thread::scope(|s| {
-                for at in [edge - 1, edge] {
-                    let (barrier, e) = (&barrier, &e);
-                    s.spawn(move || {
-                        barrier.wait();
-                        assert_eq!(
-                            e.admit("shop", Some(cookie), at).unwrap().outcome,
-                            Outcome::Admit
-                        );
-                    });
-                }
+            let answers: Vec<Decision> = std::thread::scope(|s| {
+                let pair: Vec<_> = [edge - 1, edge]
+                    .into_iter()
+                    .map(|at| {
+                        let (barrier, e) = (&barrier, &e);
+                        s.spawn(move || {
+                            barrier.wait();
+                            e.admit("shop", Some(cookie), at).unwrap()
+                        })
+                    })
+                    .collect();
+                pair.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert!(answers.iter().all(|d| d.outcome == Outcome::Admit));
+            // Whichever answer came last: one or the other, in turn.
+            let (last, other) = (&answers[(i + round) % 2], &answers[(i + round + 1) % 2]);
+            kept.push(match (&last.set_cookie, &other.set_cookie) {
+                (Some(_), _) => cookie_of(last),
+                (None, Some(_)) => cookie_of(other),
+                (None, None) => cookie.clone(),
             });
         }
         // (The second request of a pair, in the next bucket, may find the first's count and
@@ -244,6 +255,23 @@ fn review_a_visitor_of_other_counters_presented_twice_across_a_bucket_boundary_i
             "visitors of other counters counted afresh ({} renewed)",
             admissions(&e, "renewed")
         );
+        // Everyone comes back a minute later with the ticket kept, and is counted once while
+        // the sessions last: up to the minute the first of the pair's buckets leaves the window.
+        let back = edge + MIN;
+        for cookie in &kept {
+            assert_eq!(
+                e.admit("shop", Some(cookie), back).unwrap().outcome,
+                Outcome::Admit
+            );
+        }
+        for k in 0..5 {
+            e.tick(back + k * MIN);
+            assert_eq!(
+                e.stats("shop").unwrap().active_users,
+                held.len() as u64,
+                "round {round}: active users {k} minutes after they came back"
+            );
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use crate::admission::set_cookie::set_cookie;
 use crate::admission::snapshot::{RoomView, Snapshot};
 use crate::clock::Millis;
 use crate::config::{QueueingMethod, Rules, SHUFFLE_LANES};
-use crate::counters::buckets::Renewal;
+use crate::counters::buckets::{Claim, Renewal};
 use crate::counters::queue_lanes::Counted;
 use crate::counters::room_tallies::AdmissionKind;
 use crate::counters::slot_pool::home_shard;
@@ -270,7 +270,11 @@ impl Snapshot {
             let latest = room.counters.tick_block().get(Cell::Bucket) + 1;
             let (outcome, to) = match buckets.counted_afresh(t.id, to + 1, latest) {
                 Some(later) => (Renewal::AlreadyCounted, later),
-                None => (buckets.count_afresh(t.id, first, to, claimed.is_some()), to),
+                None => match buckets.count_afresh(t.id, first, to, claimed.is_some()) {
+                    // A sibling request counts it: its ticket names the sibling's bucket.
+                    Renewal::TakenFor(b) => (Renewal::AlreadyCounted, b),
+                    r => (r, to),
+                },
             };
             if outcome != Renewal::Counted {
                 if let Some((pool, shard)) = claimed {
@@ -388,7 +392,8 @@ impl Snapshot {
                 .or_else(|| open.try_claim(home).map(|shard| (open, shard)));
             if let Some((pool, shard)) = claimed {
                 let b = booking_bucket(room, bucket);
-                if buckets.mark_admitted_from_queue(t.id, b) {
+                let claim = buckets.claim_from_queue(t.id, b);
+                if claim == Claim::Won {
                     let b = book(room, b, bucket);
                     waited(room, &t, now_secs);
                     // It leaves the lane it is counted in: this epoch's if it was just
@@ -402,10 +407,14 @@ impl Snapshot {
                     }
                     return self.admitted(view, t.id, b as u32, at, None);
                 }
-                // A concurrent request with the same ticket was admitted first: this one gets
-                // the same admission, and its slot goes back.
+                // Its slot goes back. A concurrent request with the same ticket was admitted
+                // first: this one gets the same admission, its ticket naming the bucket the
+                // other booked to (its clock may have read the next or the last bucket).
                 pool.unclaim(shard);
-                return self.admitted(view, t.id, b as u32, at, None);
+                if let Claim::Taken(b) = claim {
+                    return self.admitted(view, t.id, b as u32, at, None);
+                }
+                // (Not prepared: a tick late by a whole bucket. It waits a refresh more.)
             }
         }
         // Counted in this epoch now (or by a sibling request): its ticket says so from now on.
@@ -465,7 +474,7 @@ impl Snapshot {
                 let window_start = bucket.saturating_sub(u64::from(room.longest_session));
                 let b = booking_bucket(room, bucket);
                 if !buckets.admitted_from_queue(t.id, window_start, bucket + 1)
-                    && buckets.mark_admitted_from_queue(t.id, b)
+                    && buckets.claim_from_queue(t.id, b) == Claim::Won
                 {
                     waited(room, t, now_secs);
                     let lanes = room.counters.lanes();

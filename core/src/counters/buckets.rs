@@ -20,26 +20,36 @@
 //! undercounts by one or two, and the room overshoots its limit by as much; at 10^4 its error
 //! is about 1 %. Move counting is exact for every honest client.
 //!
-//! The guard holds three kinds of keys, each inserted with an insert-if-absent that exactly one
+//! The guard holds four kinds of keys, each inserted with an insert-if-absent that exactly one
 //! of several concurrent requests wins (see `fingerprint_set`):
 //! - *moved out* of bucket `b`: a client that ignores Set-Cookie and replays a ticket counted in
 //!   `b` would otherwise move itself again on every request, draining `b` and inflating the
 //!   current bucket;
-//! - *admitted from the queue* in `b`: a queued ticket admits once;
-//! - *counted afresh* in `b`: a ticket the counters did not count (another incarnation) is
-//!   counted once, and its replays find where it was counted and move it from there, or not at
-//!   all if it already moved on.
+//! - *admitted from the queue* for `b`: a queued ticket admits once;
+//! - *claimed afresh* for `b` and *counted afresh* in `b`: a ticket the counters did not count
+//!   (another incarnation) is counted once, and its replays find where it was counted and move
+//!   it from there, or not at all if it already moved on.
+//!
+//! "Admitted from the queue" and "claimed afresh" are claims (see [`Buckets::claim`]): two
+//! requests with one ticket whose clocks read either side of a bucket's edge book to two
+//! buckets, so a key in the booking bucket's guard alone would let both win. A claim for `b`
+//! inserts its key in the guards of `b - 1` and then `b`: a claim for `b` and one for `b + 1`
+//! both try `b`'s, and exactly one request wins.
 //!
 //! Each key is a 32-bit fingerprint; a false positive needs another id with the same fingerprint
-//! among the few entries probed (about 1 in 10^9). Every key in a bucket's guard belongs to a
-//! visitor counted in that bucket at some point (at most two keys each), and while the room
-//! keeps its limit a bucket counts at most `total_active_users` visitors, so the guard (four
-//! lanes per possible visitor) is at most half full. Two cases can fill it: a `passthrough`
-//! room (it admits everyone; its guards are sized by `total_active_users` all the same) and a
-//! room holding a roomful too many after a restart. A full guard reports every key as new
-//! (`fingerprint_set`): replays then count again, which makes the room look fuller than it is
-//! (fewer admissions, never more), and a queued ticket can admit again (each admission still
-//! takes a slot: the limit holds, one ticket's fairness does not).
+//! among the few entries probed (about 1 in 10^9). A bucket's guard holds keys of the visitors
+//! counted in it (at most three each: moved out, and either admitted from the queue or claimed
+//! and counted afresh) and the first keys of the claims for the bucket after it (one each).
+//! While the room keeps its limit a bucket counts at most `total_active_users` visitors and
+//! claims go to visitors let in or counted afresh, so the guard (four lanes per possible
+//! visitor) is at most three quarters full when every visitor came from the queue, half when
+//! none did. Three cases can fill it: a `passthrough` room (it admits everyone; its guards are
+//! sized by `total_active_users` all the same), a room holding a roomful too many after a
+//! restart, and a roomful counted afresh in one bucket followed by another roomful let in in
+//! the next. A full guard reports every key as new (`fingerprint_set`): replays then count
+//! again, which makes the room look fuller than it is (fewer admissions, never more), and a
+//! queued ticket can admit again (each admission still takes a slot: the limit holds, one
+//! ticket's fairness does not).
 //!
 //! Memory orders: a move adds to the new bucket (`Relaxed`) *before* it subtracts from the old
 //! one (`Release`), and `tick` reads buckets oldest first (`Acquire`): a tick that sees the
@@ -63,6 +73,10 @@ pub(crate) enum Renewal {
     Counted,
     /// Counted afresh earlier by a sibling request or a replay: nothing changed.
     AlreadyCounted,
+    /// Being counted afresh at once by a sibling request (this one lost the claim): nothing
+    /// changed here. The sibling counts it in this bucket (the lowest it can be in, see
+    /// [`Claim::Taken`]).
+    TakenFor(u64),
     /// The old bucket is not tracked: the caller should count the ticket afresh.
     Untracked,
     /// The new bucket is not prepared yet (tick is late): nothing changed.
@@ -88,6 +102,23 @@ pub(crate) fn guard_words(total_active_users: u64) -> usize {
 const FROM_QUEUE: u64 = 0x51_7c_c1_b7_27_22_0a_95;
 /// Salt of "counted afresh" keys.
 const AFRESH: u64 = 0x2f_c9_03_5e_a1_64_d8_3b;
+/// Salt of "claimed afresh" keys.
+const AFRESH_CLAIM: u64 = 0xc4_1d_6a_93_0b_7e_f2_58;
+
+/// How a claim went (see [`Buckets::claim`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// This request claimed the ticket: it counts it, in the bucket it claimed for.
+    Won,
+    /// Another request with the same ticket claimed it, at once or earlier. Of two claims at
+    /// once (for one bucket, or for two beside each other) the loser names the winner's
+    /// bucket; of more, a bucket no later than the winner's. (A ticket naming an earlier
+    /// bucket than the one its visitor was counted in makes the room look one fuller until
+    /// that bucket ends: fewer admissions, never more.)
+    Taken(u64),
+    /// The bucket is not prepared.
+    NotReady,
+}
 
 /// Sums over a range of buckets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -188,6 +219,11 @@ impl<'a> Buckets<'a> {
     /// free for anyone else; without, it is counted as a move in (the room holds one more than
     /// the pool knew of until the next tick). A caller that claimed gives its slot back unless
     /// the answer is `Counted`.
+    ///
+    /// Of several requests at once with one ticket, for one bucket or two beside each other,
+    /// one counts it; the others answer `TakenFor` the bucket it is counted in. The count is
+    /// made before it is recorded as counted afresh, so a request that finds the record (and
+    /// moves the visitor from there) never moves a count that is not there yet.
     pub(crate) fn count_afresh(&self, id: u64, first: u64, to: u64, claimed: bool) -> Renewal {
         let Some(to_slot) = self.slot(to) else {
             return Renewal::NotReady;
@@ -200,15 +236,63 @@ impl<'a> Buckets<'a> {
                 }
             }
         }
-        if !insert_if_absent(self.guard_of(to_slot), start, fp) {
+        if contains(self.guard_of(to_slot), start, fp) {
             return Renewal::AlreadyCounted;
+        }
+        match self.claim(id ^ AFRESH_CLAIM, to) {
+            Claim::Won => {}
+            Claim::Taken(b) => return Renewal::TakenFor(b),
+            Claim::NotReady => return Renewal::NotReady,
         }
         if claimed {
             self.admitted[to_slot].fetch_add(1, Ordering::Release);
         } else {
             self.moved[to_slot].fetch_add(1, Ordering::Release);
         }
+        insert_if_absent(self.guard_of(to_slot), start, fp);
         Renewal::Counted
+    }
+
+    /// Claims `key` for bucket `bucket`, once: inserts it in the guard of `bucket - 1` (when
+    /// that bucket is tracked) and then in `bucket`'s, and wins if it inserted both.
+    ///
+    /// Of claims at once for `b` and `b + 1`, all try `b`'s guard, and exactly one inserts
+    /// there: a claim for `b + 1` that does goes on alone to `b + 1`'s guard (any other claim
+    /// for `b + 1` tries `b` first); one for `b` that does got there first through `b - 1`'s.
+    /// So a loser can tell where the winner counts:
+    /// - it lost in `bucket`'s guard, after inserting in `b - 1`'s: no other claim for `bucket`
+    ///   got past `b - 1`, so a claim for `bucket + 1` won;
+    /// - it lost in `bucket - 1`'s guard: to a claim for `bucket - 1` (which inserted in
+    ///   `bucket - 2`'s guard first) or to one for `bucket` (which won, or lost to one for
+    ///   `bucket + 1`): `bucket - 1` if the key is in `bucket - 2`'s guard (or that bucket is not
+    ///   tracked), else `bucket`.
+    ///
+    /// With three claims or more at once for two buckets, a loser names a bucket no later than
+    /// the winner's. Claims at once for buckets further apart (clocks of one visitor's requests
+    /// more than a bucket apart) share no key: each may win.
+    pub(crate) fn claim(&self, key: u64, bucket: u64) -> Claim {
+        let Some(slot) = self.slot(bucket) else {
+            return Claim::NotReady;
+        };
+        let (start, fp) = fingerprint(key, self.words);
+        let below = bucket.checked_sub(1).and_then(|b| self.slot(b));
+        if let Some(below) = below {
+            if !insert_if_absent(self.guard_of(below), start, fp) {
+                let by_a_claim_below = bucket
+                    .checked_sub(2)
+                    .and_then(|b| self.slot(b))
+                    .map_or(true, |s| contains(self.guard_of(s), start, fp));
+                return Claim::Taken(if by_a_claim_below { bucket - 1 } else { bucket });
+            }
+        }
+        if insert_if_absent(self.guard_of(slot), start, fp) {
+            Claim::Won
+        } else if below.is_some() {
+            Claim::Taken(bucket + 1)
+        } else {
+            // Nothing below to order the claims: a claim for this bucket or the next won.
+            Claim::Taken(bucket)
+        }
     }
 
     /// The first of buckets `first..=last` in which ticket `id` was counted afresh (see
@@ -229,14 +313,10 @@ impl<'a> Buckets<'a> {
             .any(|s| contains(self.guard_of(s), start, fp))
     }
 
-    /// Records that ticket `id` was admitted from the queue in `bucket`; false if it already
-    /// was (a concurrent request with the same ticket) or the bucket is not prepared.
-    pub(crate) fn mark_admitted_from_queue(&self, id: u64, bucket: u64) -> bool {
-        let Some(s) = self.slot(bucket) else {
-            return false;
-        };
-        let (start, fp) = fingerprint(id ^ FROM_QUEUE, self.words);
-        insert_if_absent(self.guard_of(s), start, fp)
+    /// Claims the admission from the queue of ticket `id`, to be booked to `bucket` (see
+    /// [`Buckets::claim`]): `Won` once per ticket, whichever buckets requests at once book to.
+    pub(crate) fn claim_from_queue(&self, id: u64, bucket: u64) -> Claim {
+        self.claim(id ^ FROM_QUEUE, bucket)
     }
 
     /// Makes the slot of `bucket` empty and tagged for it, unless it already is. Returns the
@@ -401,6 +481,97 @@ mod tests {
         assert_eq!(active(&a, 0, 3), 2);
     }
 
+    /// Claims made one after another: the first wins; a later one for the same bucket or the
+    /// bucket beside it names the winner's bucket, whichever order they come in.
+    #[test]
+    fn a_claims_loser_names_the_winners_bucket() {
+        for (first, second) in [(3, 3), (3, 4), (4, 3)] {
+            let r = Ring::new(8, 16);
+            let a = r.view();
+            for b in 0..6 {
+                a.prepare(b);
+            }
+            assert_eq!(a.claim(9, first), Claim::Won);
+            assert_eq!(
+                a.claim(9, second),
+                Claim::Taken(first),
+                "{first} then {second}"
+            );
+            // A third (the loser's key below may mislead it): never later than the winner's.
+            assert!(matches!(a.claim(9, first), Claim::Taken(b) if b <= first));
+        }
+    }
+
+    /// Three claims for two buckets beside each other, in every order: one wins, and no
+    /// loser names a bucket later than the winner's (a ticket naming a later bucket than its
+    /// count would make the room look one emptier when the count's bucket ends).
+    #[test]
+    fn with_three_claims_a_loser_never_names_a_later_bucket() {
+        for order in 0..8u64 {
+            let buckets: Vec<u64> = (0..3).map(|i| 3 + (order >> i & 1)).collect();
+            let r = Ring::new(8, 16);
+            let a = r.view();
+            for b in 0..6 {
+                a.prepare(b);
+            }
+            let answers: Vec<_> = buckets.iter().map(|&b| a.claim(5, b)).collect();
+            assert_eq!(answers[0], Claim::Won, "{buckets:?}: {answers:?}");
+            for c in &answers[1..] {
+                assert!(
+                    matches!(c, Claim::Taken(b) if *b <= buckets[0]),
+                    "{buckets:?}: {answers:?}"
+                );
+            }
+        }
+    }
+
+    /// Without the bucket below tracked (a new ring), a claim stands on its own bucket and
+    /// its losers name no later bucket than the winner's.
+    #[test]
+    fn claims_without_the_buckets_below() {
+        let r = Ring::new(8, 16);
+        let a = r.view();
+        a.prepare(0);
+        a.prepare(1);
+        assert_eq!(a.claim(9, 0), Claim::Won);
+        assert_eq!(a.claim(9, 0), Claim::Taken(0));
+        assert_eq!(a.claim(9, 1), Claim::Taken(0));
+        assert_eq!(a.claim(10, 1), Claim::Won);
+        assert_eq!(a.claim(10, 0), Claim::Taken(0), "named early: safe");
+        assert_eq!(a.claim(11, 2), Claim::NotReady);
+    }
+
+    /// Two threads claim every id at once, one for bucket 3 and one for bucket 4 (a barrier
+    /// per id): exactly one wins each, and the other names the winner's bucket.
+    #[test]
+    fn claims_across_an_edge_at_once_are_exact() {
+        let r = Ring::new(8, guard_words(4096));
+        let a = r.view();
+        for b in 0..6 {
+            a.prepare(b);
+        }
+        let barrier = std::sync::Barrier::new(2);
+        let run = |bucket: u64| {
+            (0..4000u64)
+                .map(|id| {
+                    barrier.wait();
+                    a.claim(mix64(id), bucket)
+                })
+                .collect::<Vec<_>>()
+        };
+        let (low, high) = std::thread::scope(|s| {
+            let low = s.spawn(|| run(3));
+            let high = s.spawn(|| run(4));
+            (low.join().unwrap(), high.join().unwrap())
+        });
+        for (id, (l, h)) in low.iter().zip(&high).enumerate() {
+            match (l, h) {
+                (Claim::Won, Claim::Taken(3)) | (Claim::Taken(4), Claim::Won) => {}
+                other => panic!("id {id}: {other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn prepare_folds_the_bucket_it_recycles() {
         let r = Ring::new(3, 16);
@@ -428,7 +599,7 @@ mod tests {
             for id in 0..total {
                 a.book_admission(0);
                 assert_eq!(a.renew(mix64(id), 0, 1), Renewal::Moved, "id {id}");
-                assert!(a.mark_admitted_from_queue(mix64(id), 0));
+                assert_eq!(a.claim_from_queue(mix64(id), 0), Claim::Won);
             }
             for id in 0..total {
                 assert_eq!(a.renew(mix64(id), 0, 1), Renewal::AlreadyMoved);

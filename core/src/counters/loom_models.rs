@@ -9,7 +9,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use crate::admission::budget::{apply, claim_limit, Figures, Split};
-use crate::counters::buckets::{Buckets, Renewal};
+use crate::counters::buckets::{Buckets, Claim, Renewal};
 use crate::counters::queue_lanes::{Counted, QueueLanes};
 use crate::counters::revocations::{Revocations, Revoked, GENERATIONS, HEADER_WORDS};
 use crate::counters::slot_pool::SlotPool;
@@ -279,6 +279,81 @@ fn loom_buckets_afresh_counts_once() {
             .count();
         assert_eq!(counted, 1);
         assert_eq!(ring.view().sums(3, 3).moved, 1);
+    });
+}
+
+/// One queued ticket presented at once by two requests whose clocks read either side of a
+/// bucket's edge (booking to buckets 2 and 3): exactly one is admitted from the queue, and the
+/// other's answer names the bucket the winner books to.
+#[test]
+fn loom_buckets_from_queue_across_an_edge_once() {
+    loom::model(|| {
+        let ring = Ring::new();
+        for b in 0..4 {
+            ring.view().prepare(b);
+        }
+        let handles: Vec<_> = [2u64, 3]
+            .into_iter()
+            .map(|bucket| {
+                let ring = ring.clone();
+                thread::spawn(move || (bucket, ring.view().claim_from_queue(11, bucket)))
+            })
+            .collect();
+        let answers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let won: Vec<u64> = answers
+            .iter()
+            .filter(|(_, c)| *c == Claim::Won)
+            .map(|(b, _)| *b)
+            .collect();
+        assert_eq!(won.len(), 1, "{answers:?}");
+        for (_, c) in &answers {
+            assert!(
+                *c == Claim::Won || *c == Claim::Taken(won[0]),
+                "{answers:?}"
+            );
+        }
+    });
+}
+
+/// A ticket of another incarnation presented at once by two requests either side of a
+/// bucket's edge (counting into buckets 2 and 3): counted afresh exactly once, and the other
+/// request's answer names the bucket it is counted in.
+#[test]
+fn loom_buckets_afresh_across_an_edge_counts_once() {
+    loom::model(|| {
+        let ring = Ring::new();
+        for b in 0..4 {
+            ring.view().prepare(b);
+        }
+        let handles: Vec<_> = [2u64, 3]
+            .into_iter()
+            .map(|to| {
+                let ring = ring.clone();
+                thread::spawn(move || (to, ring.view().count_afresh(11, 0, to, false)))
+            })
+            .collect();
+        let answers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let counted = answers
+            .iter()
+            .filter(|(_, r)| *r == Renewal::Counted)
+            .count();
+        assert_eq!(counted, 1, "{answers:?}");
+        assert_eq!(ring.view().sums(0, 3).moved, 1, "{answers:?}");
+        // The other answer: it lost the claim to the winner (and names the winner's bucket),
+        // or it came after the winner and moved the visitor on into its own bucket.
+        let winner = answers
+            .iter()
+            .find(|(_, r)| *r == Renewal::Counted)
+            .unwrap()
+            .0;
+        for (to, r) in &answers {
+            match r {
+                Renewal::Counted => {}
+                Renewal::TakenFor(b) => assert_eq!(*b, winner, "{answers:?}"),
+                Renewal::Moved => assert!(winner < *to, "{answers:?}"),
+                other => panic!("{other:?} in {answers:?}"),
+            }
+        }
     });
 }
 

@@ -414,7 +414,8 @@ impl Snapshot {
                 if let Claim::Taken(b) = claim {
                     return self.admitted(view, t.id, b as u32, at, None);
                 }
-                // (Not prepared: a tick late by a whole bucket. It waits a refresh more.)
+                // (Not prepared: before the room's first tick, or its slot recycled under a
+                // stalled request. It waits a refresh more.)
             }
         }
         // Counted in this epoch now (or by a sibling request): its ticket says so from now on.

@@ -129,13 +129,14 @@ pub(crate) fn advance(room: &Room, tb: &TickBlock<'_>, now: Millis, held: &Held<
     }
 
     // Open the bucket and the next one (admissions are booked to one of them), and the epoch
-    // and the next one, before saying so. The two buckets before it are kept tracked too
-    // (opened empty if the ring never held them: a new room's first minutes, or a clock that
-    // leapt), for a claim's loser to tell where the winner counts (see `Buckets::claim`).
+    // and the next one, before saying so. In a new room's first minutes the two buckets
+    // before it are opened too (empty), for a claim's loser to tell where the winner counts
+    // (see `Buckets::claim`); slots the ring used are left alone.
     let buckets = counters.buckets();
-    let folded: u64 = (bucket.saturating_sub(2)..bucket + 2)
-        .map(|b| buckets.prepare(b))
-        .sum();
+    let folded = buckets.prepare_unused(bucket.saturating_sub(2))
+        + buckets.prepare_unused(bucket.saturating_sub(1))
+        + buckets.prepare(bucket)
+        + buckets.prepare(bucket + 1);
     let closed = tb.add(Cell::AdmittedClosed, folded as i64);
     let lanes = counters.lanes();
     lanes.prepare(epoch);

@@ -37,19 +37,19 @@
 //! both try `b`'s, and exactly one request wins.
 //!
 //! Each key is a 32-bit fingerprint; a false positive needs another id with the same fingerprint
-//! among the few entries probed (about 1 in 10^9). A bucket's guard holds keys of the visitors
-//! counted in it (at most three each: moved out, and either admitted from the queue or claimed
-//! and counted afresh) and the first keys of the claims for the bucket after it (one each).
-//! While the room keeps its limit a bucket counts at most `total_active_users` visitors and
-//! claims go to visitors let in or counted afresh, so the guard (four lanes per possible
-//! visitor) is at most three quarters full when every visitor came from the queue, half when
-//! none did. Three cases can fill it: a `passthrough` room (it admits everyone; its guards are
-//! sized by `total_active_users` all the same), a room holding a roomful too many after a
-//! restart, and a roomful counted afresh in one bucket followed by another roomful let in in
-//! the next. A full guard reports every key as new (`fingerprint_set`): replays then count
-//! again, which makes the room look fuller than it is (fewer admissions, never more), and a
-//! queued ticket can admit again (each admission still takes a slot: the limit holds, one
-//! ticket's fairness does not).
+//! among the few entries probed (about 1 in 10^9 in a half-full guard, 1 in 10^8 at three
+//! quarters). A bucket's guard holds the keys of the visitors counted in it (moved out, and
+//! either admitted from the queue, or claimed and counted afresh: at most three each) and the
+//! first key of each claim for the bucket after it. While the room keeps its limit a bucket
+//! counts at most `total_active_users` visitors, so the guard (four lanes per possible
+//! visitor) is at most about three quarters full (half when nobody is counted afresh). Three
+//! cases can fill it: a `passthrough` room (it admits everyone; its guards are sized by
+//! `total_active_users` all the same), a room holding a roomful too many after a restart, and
+//! a roomful counted afresh in one bucket followed by another roomful claimed in the next. A
+//! full guard reports every key as new (`fingerprint_set`): replays then count again, which
+//! makes the room look fuller than it is (fewer admissions, never more), and a queued ticket
+//! can admit again (each admission still takes a slot: the limit holds, one ticket's fairness
+//! does not); claims meeting in a full guard each win, each counting where it claimed.
 //!
 //! Memory orders: a move adds to the new bucket (`Relaxed`) *before* it subtracts from the old
 //! one (`Release`), and `tick` reads buckets oldest first (`Acquire`): a tick that sees the
@@ -58,7 +58,9 @@
 //! re-tags a slot, always one that holds no bucket of the session window, so counts in the
 //! window are never cleared under a writer.
 
-use crate::counters::fingerprint_set::{contains, fingerprint, insert_if_absent};
+use crate::counters::fingerprint_set::{
+    contains, find, fingerprint, insert, insert_if_absent, Insert,
+};
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
 
 /// How a renewal went.
@@ -265,33 +267,44 @@ impl<'a> Buckets<'a> {
     /// - it lost in `bucket - 1`'s guard: to a claim for `bucket - 1` (which inserted in
     ///   `bucket - 2`'s guard first) or to one for `bucket` (which won, or lost to one for
     ///   `bucket + 1`): `bucket - 1` if the key is in `bucket - 2`'s guard (or that bucket is not
-    ///   tracked), else `bucket`.
+    ///   tracked, or its guard is too full to tell), else `bucket`.
     ///
-    /// With three claims or more at once for two buckets, a loser names a bucket no later than
-    /// the winner's. Claims at once for buckets further apart (clocks of one visitor's requests
-    /// more than a bucket apart) share no key: each may win.
+    /// A guard too full to take the key orders nothing: a claim that finds `bucket - 1`'s full
+    /// goes on as if that bucket were not tracked (and a loser then names `bucket`, no later
+    /// than the winner's), and one that finds `bucket`'s full wins, as a full guard's insert
+    /// does (see the module documentation). With three claims or more at once for two
+    /// buckets, a loser names a bucket no later than the winner's. Claims at once for buckets
+    /// further apart (clocks of one visitor's requests more than a bucket apart) share no
+    /// key: each may win.
     pub(crate) fn claim(&self, key: u64, bucket: u64) -> Claim {
         let Some(slot) = self.slot(bucket) else {
             return Claim::NotReady;
         };
         let (start, fp) = fingerprint(key, self.words);
-        let below = bucket.checked_sub(1).and_then(|b| self.slot(b));
-        if let Some(below) = below {
-            if !insert_if_absent(self.guard_of(below), start, fp) {
-                let by_a_claim_below = bucket
-                    .checked_sub(2)
-                    .and_then(|b| self.slot(b))
-                    .map_or(true, |s| contains(self.guard_of(s), start, fp));
-                return Claim::Taken(if by_a_claim_below { bucket - 1 } else { bucket });
+        // Whether this claim went through the guard below (a full one orders nothing: the
+        // claim then stands on its own bucket's, as with no bucket below).
+        let mut through_below = false;
+        if let Some(below) = bucket.checked_sub(1).and_then(|b| self.slot(b)) {
+            match insert(self.guard_of(below), start, fp) {
+                Insert::Inserted => through_below = true,
+                Insert::Full => {}
+                Insert::Present => {
+                    // A claim for the bucket below went through `bucket - 2`'s guard first.
+                    // Not tracked, or full: it may have.
+                    let by_a_claim_below = bucket
+                        .checked_sub(2)
+                        .and_then(|b| self.slot(b))
+                        .map_or(true, |s| find(self.guard_of(s), start, fp) != Some(false));
+                    return Claim::Taken(if by_a_claim_below { bucket - 1 } else { bucket });
+                }
             }
         }
-        if insert_if_absent(self.guard_of(slot), start, fp) {
-            Claim::Won
-        } else if below.is_some() {
-            Claim::Taken(bucket + 1)
-        } else {
-            // Nothing below to order the claims: a claim for this bucket or the next won.
-            Claim::Taken(bucket)
+        match insert(self.guard_of(slot), start, fp) {
+            // (Full: it cannot tell, and errs as a full guard does: see the module docs.)
+            Insert::Inserted | Insert::Full => Claim::Won,
+            Insert::Present if through_below => Claim::Taken(bucket + 1),
+            // Not ordered below: a claim for this bucket or the next won.
+            Insert::Present => Claim::Taken(bucket),
         }
     }
 
@@ -321,7 +334,8 @@ impl<'a> Buckets<'a> {
 
     /// Makes the slot of `bucket` empty and tagged for it, unless it already is. Returns the
     /// admissions booked to the bucket the slot held before (zero if none), for the caller to
-    /// keep in its running total. `tick` only, and only for buckets after the session window.
+    /// keep in its running total. `tick` only, and only for buckets after the session window
+    /// (or, through [`Buckets::prepare_unused`], slots holding no bucket).
     pub(crate) fn prepare(&self, bucket: u64) -> u64 {
         let slot = (bucket % self.tags.len() as u64) as usize;
         let tag = self.tags[slot].load(Ordering::Acquire);
@@ -338,6 +352,17 @@ impl<'a> Buckets<'a> {
         }
         self.tags[slot].store(bucket + 1, Ordering::Release);
         folded
+    }
+
+    /// [`Buckets::prepare`] for a slot the ring never tagged (or whose preparation was cut
+    /// short); zero, and nothing done, for any other.
+    pub(crate) fn prepare_unused(&self, bucket: u64) -> u64 {
+        let slot = (bucket % self.tags.len() as u64) as usize;
+        if self.tags[slot].load(Ordering::Acquire) == 0 {
+            self.prepare(bucket)
+        } else {
+            0
+        }
     }
 
     /// Sums of buckets `first..=last`, oldest first (untracked buckets count zero).
@@ -523,6 +548,34 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A guard too full to take a key (a roomful too many after a restart) must not make a
+    /// loser name a bucket later than the winner's: a full guard below orders nothing.
+    #[test]
+    fn a_full_guard_never_makes_a_loser_name_a_later_bucket() {
+        let r = Ring::new(8, 16);
+        let a = r.view();
+        for b in 0..6 {
+            a.prepare(b);
+        }
+        // Fill bucket 2's guard with moved-out keys.
+        for id in 0..64 {
+            a.renew(mix64(id), 2, 3);
+        }
+        assert_eq!(a.claim(9, 3), Claim::Won);
+        assert!(
+            matches!(a.claim(9, 3), Claim::Taken(b) if b <= 3),
+            "same bucket"
+        );
+        assert!(
+            matches!(a.claim(9, 4), Claim::Taken(b) if b <= 3),
+            "the next bucket"
+        );
+        // Claims for buckets 2 and 3 meeting in a full bucket 2's guard cannot be ordered:
+        // both win, and each counts where it claimed (one seat too many, never one too few).
+        assert_eq!(a.claim(10, 2), Claim::Won);
+        assert_eq!(a.claim(10, 3), Claim::Won);
     }
 
     /// Without the bucket below tracked (a new ring), a claim stands on its own bucket and

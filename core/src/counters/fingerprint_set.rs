@@ -23,10 +23,21 @@ pub(crate) fn fingerprint(key: u64, words: usize) -> (usize, u64) {
     ((h as usize) & (words - 1), fp)
 }
 
-/// Inserts `fp` into `table` (a power-of-two number of words) unless present. True if this
-/// call inserted it.
+/// What an insert found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Insert {
+    /// This call inserted the key.
+    Inserted,
+    /// The key was there (another call inserted it).
+    Present,
+    /// The probe ran out of free lanes without finding the key: the table is full there, and
+    /// cannot tell whether the key was ever inserted.
+    Full,
+}
+
+/// Inserts `fp` into `table` (a power-of-two number of words) unless present.
 #[inline]
-pub(crate) fn insert_if_absent(table: &[AtomicU64], start: usize, fp: u64) -> bool {
+pub(crate) fn insert(table: &[AtomicU64], start: usize, fp: u64) -> Insert {
     let mask = table.len() - 1;
     for i in 0..MAX_PROBE.min(table.len()) {
         let cell = &table[(start + i) & mask];
@@ -34,7 +45,7 @@ pub(crate) fn insert_if_absent(table: &[AtomicU64], start: usize, fp: u64) -> bo
         loop {
             let (lo, hi) = (cur & 0xFFFF_FFFF, cur >> 32);
             if lo == fp || hi == fp {
-                return false;
+                return Insert::Present;
             }
             let new = if lo == 0 {
                 cur | fp
@@ -44,27 +55,41 @@ pub(crate) fn insert_if_absent(table: &[AtomicU64], start: usize, fp: u64) -> bo
                 break; // full word: probe the next
             };
             match cell.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
+                Ok(_) => return Insert::Inserted,
                 Err(actual) => cur = actual,
             }
         }
     }
-    true
+    Insert::Full
 }
 
-/// Whether `fp` is in `table`.
+/// Inserts `fp` into `table` unless present. True if this call inserted it, or if the table
+/// is full there (see the module documentation).
 #[inline]
-pub(crate) fn contains(table: &[AtomicU64], start: usize, fp: u64) -> bool {
+pub(crate) fn insert_if_absent(table: &[AtomicU64], start: usize, fp: u64) -> bool {
+    insert(table, start, fp) != Insert::Present
+}
+
+/// Whether `fp` is in `table`: `None` if the probe ran out of free lanes without finding it
+/// (a full table cannot tell).
+#[inline]
+pub(crate) fn find(table: &[AtomicU64], start: usize, fp: u64) -> Option<bool> {
     let mask = table.len() - 1;
     for i in 0..MAX_PROBE.min(table.len()) {
         let w = table[(start + i) & mask].load(Ordering::Acquire);
         let (lo, hi) = (w & 0xFFFF_FFFF, w >> 32);
         if lo == fp || hi == fp {
-            return true;
+            return Some(true);
         }
         if lo == 0 || hi == 0 {
-            return false; // inserts fill the first free lane, so nothing lies beyond
+            return Some(false); // inserts fill the first free lane, so nothing lies beyond
         }
     }
-    false
+    None
+}
+
+/// Whether `fp` is in `table` (false if a full table cannot tell).
+#[inline]
+pub(crate) fn contains(table: &[AtomicU64], start: usize, fp: u64) -> bool {
+    find(table, start, fp) == Some(true)
 }

@@ -16,8 +16,9 @@ header comment says it shows over HTTP:
     unrouted -> 200 from the origin, no ticket, no room's counts moved
 
 The room is read from the ticket's cookie name (`__vr_<room>`) or from the room whose
-counters moved (the status location, read before and after each row; nginx runs one worker
-because the engine keeps rule tallies and "would have" counts per process).
+counters moved (the status location, read before and after each row). nginx runs two
+workers: the rule tallies and "would have" counts are the room's, shared by both, so the
+status location shows every row's counts whichever worker served the row or answers.
 
 Then, through the same nginx: a header ticket holds a place in a room of one, a reject rule
 answers problem details to a JSON client, and the status location shows each room's rule
@@ -86,9 +87,9 @@ def nginx_config(prefix, port, origin_port, extra_port):
     return f"""
 load_module {tn.MODULE};
 user root;
-# One worker: the status location then shows every request's rule tallies and "would have"
-# counts, which the engine keeps per process (admission counts are shared by all workers).
-worker_processes 1;
+# Two workers: every count (rule tallies and "would have" counts among them) is the
+# room's, shared by both.
+worker_processes 2;
 error_log {prefix}/logs/error.log info;
 pid {prefix}/logs/nginx.pid;
 events {{ worker_connections 256; }}
@@ -109,8 +110,12 @@ http {{
 
     # The table's routes as nginx routes. The origin is proxied rather than a `return` in
     # these locations: `return` answers in the rewrite phase, before the room decides.
+    # Which worker answered (two of them share every count).
+    add_header X-Worker $pid always;
+
     server {{
-        listen 127.0.0.1:{port} default_server;
+        # reuseport: the kernel spreads connections over both workers.
+        listen 127.0.0.1:{port} default_server reuseport;
         server_name _;
         # path_case = "insensitive": case-insensitive prefixes.
         location ~* ^/shop {{ velvet_rope shop; {origin} }}
@@ -145,7 +150,7 @@ http {{
 
     # Off the table: the status report and the header-ticket room.
     server {{
-        listen 127.0.0.1:{extra_port};
+        listen 127.0.0.1:{extra_port} reuseport;
         location = /vr-status {{ velvet_rope_status; }}
         location /held/ {{ velvet_rope held; {origin} }}
         location /hosts/ {{ velvet_rope hosts; {origin} }}
@@ -176,8 +181,8 @@ class Nginx(tn.Nginx):
         ok = tn.wait_until(lambda: self.proc.poll() is not None or self.listening(), 10)
         if self.proc.poll() is not None or not ok:
             raise RuntimeError(f"nginx did not start: {self.log_tail()}")
-        if not tn.wait_until(lambda: len(tn.children(self.proc.pid)) == 1, 5):
-            raise RuntimeError("nginx did not start its worker")
+        if not tn.wait_until(lambda: len(tn.children(self.proc.pid)) == 2, 5):
+            raise RuntimeError("nginx did not start its two workers")
 
     def status(self):
         url = f"http://127.0.0.1:{self.extra_port}/vr-status"
@@ -436,6 +441,37 @@ class Suite:
             assert r.status == status, f"{target} (Host {host}): {r}"
             assert status == 403 or r.body == ORIGIN_BODY, f"{target} (Host {host}): {r}"
 
+    def test_both_workers_report_the_hosts_rule_tallies(self):
+        """Bypassed requests served by both workers, and the status read from both: every
+        reading shows all of them (the tallies were per process before)."""
+        def health():
+            return next(r["matched"] for r in self.ngx.status()["rooms"]["shop"]["rules"]
+                        if r["name"] == "health")
+
+        before = health()
+        served = {}
+        for _ in range(400):
+            r = raw(self.port, "GET", "/health", [("Host", "shop.example.com")])
+            assert r.status == 200 and r.body == ORIGIN_BODY, r
+            worker = r.all("X-Worker")[0]
+            served[worker] = served.get(worker, 0) + 1
+            if len(served) == 2 and sum(served.values()) >= 20:
+                break
+        assert len(served) == 2, f"one worker served every request: {served}"
+        sent = sum(served.values())
+        answered = set()
+        url = f"http://127.0.0.1:{self.ngx.extra_port}/vr-status"
+        for _ in range(400):
+            with urllib.request.urlopen(url, timeout=tn.HTTP_TIMEOUT) as resp:
+                worker = resp.headers["X-Worker"]
+                shop = json.loads(resp.read())["rooms"]["shop"]
+            matched = next(r["matched"] for r in shop["rules"] if r["name"] == "health")
+            assert matched == before + sent, (worker, matched, before, served)
+            answered.add(worker)
+            if len(answered) == 2:
+                break
+        assert answered == set(served), f"status answered by {answered}, requests by {served}"
+
     def test_stops_cleanly(self):
         rc = self.ngx.stop()
         assert rc == 0, f"master exit status {rc}"
@@ -451,6 +487,7 @@ ORDER = [
     "test_a_reject_rule_answers_problem_details_to_a_json_client",
     "test_a_header_ticket_holds_a_place",
     "test_an_absolute_form_targets_host_reaches_the_rules",
+    "test_both_workers_report_the_hosts_rule_tallies",
     "test_stops_cleanly",
 ]
 

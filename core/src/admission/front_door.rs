@@ -3,7 +3,6 @@
 //! run, a `count_only` rule) only counted.
 
 use std::net::IpAddr;
-use std::sync::atomic::Ordering;
 
 use crate::admission::decision::{Decision, Outcome};
 use crate::admission::snapshot::{RoomView, Snapshot};
@@ -132,6 +131,7 @@ impl Snapshot {
         let mut matched = None;
         if !room.rules.is_empty() {
             if let Some((i, rule)) = room.rules.first_match(request) {
+                room.count_rule(i);
                 let index = u16::try_from(i).ok();
                 match rule.action {
                     RuleAction::Bypass => {
@@ -192,8 +192,7 @@ pub(crate) fn carried_out(room: &crate::admission::room::Room, d: Decision) -> D
 /// `d` passed instead of carried out, and counted as what it would have been.
 #[cold]
 fn would_have(room: &crate::admission::room::Room, mut d: Decision) -> Decision {
-    let slot = usize::from(d.outcome == Outcome::Reject);
-    room.would_have[slot].fetch_add(1, Ordering::Relaxed);
+    room.count_would_have(d.outcome);
     d.would_have = Some(d.outcome);
     d.outcome = Outcome::Admit;
     d

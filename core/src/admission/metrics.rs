@@ -4,7 +4,8 @@
 //!
 //! The figures are those a tick published in the room's counters (shared by every process
 //! attached to them), read without touching the request path's cache lines more than a
-//! tick does; rule and dry-run tallies are this process's own (as in `stats_json`).
+//! tick does; so are the rule and dry-run tallies (in counters laid out without tallies, and
+//! for rules past the table's 256, this process's own, as in `stats_json`).
 
 use std::fmt::Write as _;
 
@@ -17,7 +18,6 @@ use crate::config::Rules;
 use crate::counters::revocations::RevocationCounts;
 use crate::counters::room_tallies::{AdmissionKind, TallySums, ERROR_BOUNDS, WAIT_BOUNDS};
 use crate::counters::tick_block::Cell;
-use crate::sync::Ordering;
 
 /// What kind of metric a family is (OpenMetrics' types).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +83,17 @@ struct View<'a> {
     /// Where a room shared through the cluster tier stands, as of its last tick, and the
     /// age of its grant then (ms; `None` before its first grant).
     cluster: Option<(ClusterState, Option<u64>)>,
+}
+
+impl View<'_> {
+    /// Requests passed that would have been queued and rejected (see
+    /// `Room::would_have_counts`), from the tallies read once for the view.
+    fn would_have(&self) -> [u64; 2] {
+        match &self.tallies {
+            Some(t) => t.would_have,
+            None => self.room.would_have_counts(),
+        }
+    }
 }
 
 /// One metric family: its name (without `_total` for a counter), type, help text, labels, and
@@ -186,14 +197,15 @@ const FAMILIES: &[Family] = &[
             s.counter(&[("reason", reason)], n);
         }
     } },
-    Family { name: "velvet_rope_rule_matches", kind: MetricKind::Counter, labels: &["rule", "action"], help: "Requests each rule matched (this process).", write: |s, v| {
-        for (rule, action, n) in v.room.rules.tallies() {
+    Family { name: "velvet_rope_rule_matches", kind: MetricKind::Counter, labels: &["rule", "action"], help: "Requests each rule matched.", write: |s, v| {
+        for (rule, action, n) in v.room.rule_tallies() {
             s.counter(&[("rule", rule), ("action", action.as_str())], n);
         }
     } },
-    Family { name: "velvet_rope_dry_run_would_have", kind: MetricKind::Counter, labels: &["outcome"], help: "Requests a dry-run room let through that it would have queued or rejected (this process).", write: |s, v| {
+    Family { name: "velvet_rope_dry_run_would_have", kind: MetricKind::Counter, labels: &["outcome"], help: "Requests a dry-run room (or a count_only rule) let through that it would have queued or rejected.", write: |s, v| {
+        let n = v.would_have();
         for (outcome, i) in [("queue", 0), ("reject", 1)] {
-            s.counter(&[("outcome", outcome)], v.room.would_have[i].load(Ordering::Relaxed));
+            s.counter(&[("outcome", outcome)], n[i]);
         }
     } },
     Family { name: "velvet_rope_revocations", kind: MetricKind::Counter, labels: &["outcome"], help: "Origin revocations, by outcome.", write: |s, v| {

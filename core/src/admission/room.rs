@@ -1,11 +1,14 @@
 //! What a running engine keeps of one room while its configuration stays the same.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::admission::cookie_finder::CookieFinder;
+use crate::admission::decision::Outcome;
+use crate::config::RuleAction;
 use crate::config::{Config, RoomConfig, Rules};
 use crate::counters::room_counters::RoomCounters;
+use crate::counters::room_tallies::rule_key;
 use crate::page::RoomPages;
 use crate::request::rule::RuleSet;
 use crate::ticket::RoomId;
@@ -51,14 +54,20 @@ pub(crate) struct Room {
     pub(crate) fork_guard: bool,
     /// Its pages, compiled when the configuration loaded (see [`Room::with_pages`]).
     pub(crate) pages: Arc<RoomPages>,
-    /// Its `[[rooms.rules]]`, compiled, with the requests each matched in this process.
+    /// Its `[[rooms.rules]]`, compiled, with the requests each matched that this process
+    /// counts on its own (see `rule_slots`).
     pub(crate) rules: RuleSet,
+    /// Per rule, its slot in the counters' tallies (found by name and action), where every
+    /// process sharing the counters counts it; `None` (counted in `rules`, by this process
+    /// alone) in counters without tallies or whose table of rules is full.
+    pub(crate) rule_slots: Box<[Option<u16>]>,
     /// The counters keep revocations: tickets are looked up in them, whether or not this
     /// configuration lets the origin revoke (a reload that dropped the command, another
     /// process's older configuration: what was revoked stays refused).
     pub(crate) revocable: bool,
     /// Requests a dry run or a `count_only` rule passed that the room would have queued
-    /// (`[0]`) or rejected (`[1]`), in this process.
+    /// (`[0]`) or rejected (`[1]`), in this process: counted here only with counters without
+    /// tallies (see `count_would_have`).
     pub(crate) would_have: [AtomicU64; 2],
 }
 
@@ -98,6 +107,52 @@ impl Room {
     pub(crate) fn rules_at(&self, now: u64) -> Rules {
         self.cfg.rules_at(now, self.bucket_ms)
     }
+
+    /// Counts a request rule `i` matched: in the counters' tallies (every process's), or by
+    /// this process alone (see `rule_slots`).
+    #[inline]
+    pub(crate) fn count_rule(&self, i: usize) {
+        match (self.rule_slots.get(i), self.counters.tallies()) {
+            (Some(&Some(slot)), Some(t)) => t.rule_matched(slot),
+            _ => self.rules.count_here(i),
+        }
+    }
+
+    /// Each rule's name, action and the requests it matched: of every process sharing the
+    /// counters, or of this one (see `rule_slots`).
+    pub(crate) fn rule_tallies(&self) -> impl Iterator<Item = (&str, RuleAction, u64)> + '_ {
+        let tallies = self.counters.tallies();
+        self.rules
+            .tallies()
+            .zip(self.rule_slots.iter())
+            .map(move |((name, action, here), slot)| match (slot, tallies) {
+                (Some(slot), Some(t)) => (name, action, t.rule_matches(*slot)),
+                _ => (name, action, here),
+            })
+    }
+
+    /// Counts a request passed that would have been queued or rejected (`outcome`).
+    pub(crate) fn count_would_have(&self, outcome: Outcome) {
+        match self.counters.tallies() {
+            Some(t) => t.would_have(outcome),
+            None => {
+                let i = usize::from(outcome == Outcome::Reject);
+                self.would_have[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Requests passed that would have been queued (`[0]`) and rejected (`[1]`): of every
+    /// process sharing the counters, or of this one in counters without tallies.
+    pub(crate) fn would_have_counts(&self) -> [u64; 2] {
+        match self.counters.tallies() {
+            Some(t) => t.sums().would_have,
+            None => self
+                .would_have
+                .each_ref()
+                .map(|w| w.load(Ordering::Relaxed)),
+        }
+    }
 }
 
 impl Room {
@@ -116,6 +171,16 @@ impl Room {
         }
         attrs.push_str(&format!("; SameSite={}", c.same_site));
         let layout = counters.layout();
+        // Config::validate compiled them already; were they refused here, the room would
+        // decide every request (no rule lets anything pass).
+        let rules = RuleSet::compile(&cfg.rules, config.settings.path_case, "").unwrap_or_default();
+        let tallies = counters.tallies();
+        let rule_slots = rules
+            .tallies()
+            .map(|(name, action, _)| {
+                tallies.and_then(|t| t.rule_slot(rule_key(name, action.as_str())))
+            })
+            .collect();
         Self {
             cfg: cfg.clone(),
             id: RoomId::new(&cfg.name),
@@ -138,17 +203,17 @@ impl Room {
                 && cfg.queueing_method != crate::config::QueueingMethod::Passthrough
                 && counters.is_owned(),
             pages: Arc::new(RoomPages::builtin(cfg)),
-            // Config::validate compiled them already; were they refused here, the room would
-            // decide every request (no rule lets anything pass).
-            rules: RuleSet::compile(&cfg.rules, config.settings.path_case, "").unwrap_or_default(),
+            rules,
+            rule_slots,
             would_have: [AtomicU64::new(0), AtomicU64::new(0)],
             revocable: layout.revocation_words > 0,
             counters,
         }
     }
 
-    /// The same room, its rules' hit counts (when its rules are the same) and dry-run tallies
-    /// carried over from `previous`, the room it replaces at a reload.
+    /// The same room, the counts this process kept itself of its rules' hits (when its rules
+    /// are the same) and of its dry run carried over from `previous`, the room it replaces at
+    /// a reload (those in the counters' tallies stay where they are).
     pub(crate) fn with_tallies_of(self, previous: &Room) -> Self {
         if previous.cfg.rules == self.cfg.rules {
             self.rules.carry_from(&previous.rules);

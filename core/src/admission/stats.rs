@@ -50,6 +50,7 @@ pub(crate) fn room_stats_json(room: &Room) -> serde_json::Value {
             "capacity": room.counters.layout().revocation_words,
         })
     });
+    let would_have = room.would_have_counts();
     serde_json::json!({
         "active_users": st.active_users,
         "admitted_this_minute": st.admitted_this_minute,
@@ -70,9 +71,9 @@ pub(crate) fn room_stats_json(room: &Room) -> serde_json::Value {
             crate::config::RoomMode::On => "on",
             crate::config::RoomMode::DryRun => "dry_run",
         },
-        "would_have_queued": room.would_have[0].load(Ordering::Relaxed),
-        "would_have_rejected": room.would_have[1].load(Ordering::Relaxed),
-        "rules": room.rules.tallies().map(|(name, action, matched)| serde_json::json!({
+        "would_have_queued": would_have[0],
+        "would_have_rejected": would_have[1],
+        "rules": room.rule_tallies().map(|(name, action, matched)| serde_json::json!({
             "name": name,
             "action": action.as_str(),
             "matched": matched,

@@ -14,7 +14,7 @@ use crate::counters::queue_lanes::QueueLanes;
 use crate::counters::region::Region;
 use crate::counters::revocations::{Revocations, GENERATIONS, HEADER_WORDS as REVOCATION_HEADER};
 use crate::counters::room_layout::{Offsets, RoomLayout, HEADER, REASONS};
-use crate::counters::room_tallies::RoomTallies;
+use crate::counters::room_tallies::{RoomTallies, KEY_WORDS};
 use crate::counters::slot_pool::SlotPool;
 use crate::counters::tick_block::{TickBlock, CELLS};
 use crate::error::{Error, Result};
@@ -259,8 +259,10 @@ impl RoomCounters {
     pub(crate) fn tallies(&self) -> Option<RoomTallies<'_>> {
         let (l, o) = (&self.layout, &self.offsets);
         (l.tally_words > 0).then(|| {
+            let shards = l.shards * l.tally_words;
             RoomTallies::new(
-                self.region.u64s(o.tallies, l.shards * l.tally_words),
+                self.region.u64s(o.tallies, shards),
+                self.region.u64s(o.tallies + shards * 8, KEY_WORDS),
                 l.tally_words,
             )
         })
@@ -386,7 +388,10 @@ mod tests {
             tally_words: 0,
             ..layout
         };
-        assert_eq!(old.size(), layout.size() - 2 * 48 * 8);
+        assert_eq!(
+            old.size(),
+            layout.size() - (2 * crate::counters::room_tallies::STRIDE + KEY_WORDS) * 8
+        );
         // The tallies come last: every other block lies where the older release looks.
         assert_eq!(old.offsets().revocations, layout.offsets().revocations);
         assert_eq!(old.offsets().outbox, layout.offsets().outbox);

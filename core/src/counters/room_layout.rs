@@ -14,7 +14,7 @@
 //!              bucket guards                  (buckets x guard_words x u64)
 //!              revocations, if the origin may revoke: header (16 x u64), tables
 //!              (5 x revocation_words x u64), outbox (revocation_words x u64)
-//!              tallies for the metrics        (shards x tally_words x u64)
+//!              tallies for the metrics        (shards x tally_words x u64), rule keys (256 x u64)
 //! ```
 //! Every block starts on a 128-byte boundary. The size depends only on the room's
 //! configuration, never on the number of visitors.
@@ -25,7 +25,7 @@ use crate::config::{RoomConfig, Settings};
 use crate::counters::buckets::guard_words;
 use crate::counters::region::round_up;
 use crate::counters::revocations::{GENERATIONS, HEADER_WORDS as REVOCATION_HEADER};
-use crate::counters::room_tallies::STRIDE as TALLY_STRIDE;
+use crate::counters::room_tallies::{KEY_WORDS as TALLY_KEYS, STRIDE as TALLY_STRIDE};
 use crate::counters::tick_block::CELLS;
 use crate::sync::AtomicU64;
 
@@ -138,7 +138,10 @@ impl RoomLayout {
         };
         // Last: a release before tallies (which reads the blocks above where they were)
         // never looks here.
-        let tallies = take(self.shards * self.tally_words * 8);
+        let tallies = take(match self.tally_words {
+            0 => 0,
+            words => (self.shards * words + TALLY_KEYS) * 8,
+        });
         Offsets {
             open,
             waiters,
@@ -325,12 +328,12 @@ mod tests {
         let layout = RoomLayout::of(&room, &settings(4));
         // The queue's replay guard (4 refresh epochs x 32,768 words) dominates, then the queue
         // table (1,024 arrival buckets x 4 epochs) and 8 buckets' guards of 512 words; the
-        // metrics' tallies take 4 shards x 384 bytes. The size depends on the configuration
-        // only, never on how many visitors come.
+        // metrics' tallies take 4 shards x 2,432 bytes and 2,048 of rule keys. The size
+        // depends on the configuration only, never on how many visitors come.
         assert_eq!(layout.guard_words, 512);
         assert_eq!(layout.lane_guard_words, 32_768);
         let fixed = layout.size() - 4 * 32_768 * 8 - 8 * 512 * 8;
-        assert_eq!(fixed, 36_608, "everything but the guards");
+        assert_eq!(fixed, 46_848, "everything but the guards");
         // A room for 1,048,576 users: 8 guards of 16 MiB.
         let big = RoomLayout::of(&RoomConfig::new("r", 1 << 20, 1000), &settings(4));
         assert_eq!(big.guard_words, 1 << 21);

@@ -7,6 +7,13 @@
 //! nanoseconds for an atomic add, and a cache line written by every thread of a shard). Its
 //! admission is counted once, by kind, when it was made or renewed.
 //!
+//! Also the requests each rule matched and those a dry run let through, so that every process
+//! reports the host's figures. A rule's count is found by its name and action (not its
+//! place: processes running an older and a newer configuration at once, during a reload,
+//! count the same rule together): a table of [`RULE_SLOTS`] keys after the shards gives each
+//! (name, action) met over the region's life a slot, claimed once with a compare-and-swap.
+//! Past that many, a rule is counted by each process on its own (see `Room::rule_tallies`).
+//!
 //! The tallies are sharded like the slot pools: each shard is a run of [`STRIDE`] words on
 //! cache lines of its own, and a thread counts into its home shard (see `home_shard`), so
 //! threads and processes counting at once rarely share a line. A reader sums the shards; each
@@ -58,11 +65,31 @@ const WAIT_SUM: usize = WAIT_BUCKETS + WAIT_BOUNDS.len() + 1;
 const ERROR_BUCKETS: usize = WAIT_SUM + 1;
 const SYNCS: usize = ERROR_BUCKETS + ERROR_BOUNDS.len() + 1;
 const OUTAGES: usize = SYNCS + 2;
-const USED: usize = OUTAGES + 1;
+const WOULD_HAVE: usize = OUTAGES + 1;
+const USED: usize = WOULD_HAVE + 2;
+/// Where a shard's rule counts begin (the words from `USED` up to it are spare, zero).
+const RULES: usize = 48;
 
-/// Words of one shard: three 128-byte lines (the words past `USED` are spare, zero).
-pub(crate) const STRIDE: usize = 48;
-const _: () = assert!(USED <= STRIDE && (STRIDE * 8) % 128 == 0);
+/// Rules (by name and action) a room's region can count for every process at once.
+pub(crate) const RULE_SLOTS: usize = 256;
+
+/// Words of one shard: 19 128-byte lines.
+pub(crate) const STRIDE: usize = RULES + RULE_SLOTS;
+const _: () = assert!(USED <= RULES && (STRIDE * 8) % 128 == 0);
+
+/// Words of the table of rule keys after the shards.
+pub(crate) const KEY_WORDS: usize = RULE_SLOTS;
+
+/// The key of a rule named `name` with action `action` (its label): never zero, the same in
+/// every process and release.
+pub(crate) fn rule_key(name: &str, action: &str) -> u64 {
+    // FNV-1a over the action, a separator no name holds, and the name; then mixed.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in action.bytes().chain([0]).chain(name.bytes()) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    crate::hash::mix64(h).max(1)
+}
 
 /// The sums of every shard's tallies.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -81,21 +108,67 @@ pub(crate) struct TallySums {
     pub(crate) syncs: [u64; 2],
     /// Outages of the cluster's store the syncs ran into.
     pub(crate) outages: u64,
+    /// Requests a dry run (or a `count_only` rule) let through that it would have queued,
+    /// and rejected.
+    pub(crate) would_have: [u64; 2],
 }
 
 /// The tallies of a room: shards of `stride` words (`STRIDE` or, in a region a later release
-/// laid out, more: this release uses the first `STRIDE` of each).
+/// laid out, more: this release uses the first `STRIDE` of each), and the rules' keys.
 #[derive(Clone, Copy)]
 pub(crate) struct RoomTallies<'a> {
     words: &'a [AtomicU64],
+    keys: &'a [AtomicU64],
     stride: usize,
 }
 
 impl<'a> RoomTallies<'a> {
-    /// Tallies over `words`, a whole number of shards of `stride` words.
-    pub(crate) fn new(words: &'a [AtomicU64], stride: usize) -> Self {
+    /// Tallies over `words`, a whole number of shards of `stride` words, with the table of
+    /// rule keys `keys` ([`KEY_WORDS`] words).
+    pub(crate) fn new(words: &'a [AtomicU64], keys: &'a [AtomicU64], stride: usize) -> Self {
         debug_assert!(stride >= STRIDE && !words.is_empty() && words.len() % stride == 0);
-        Self { words, stride }
+        debug_assert_eq!(keys.len(), KEY_WORDS);
+        Self {
+            words,
+            keys,
+            stride,
+        }
+    }
+
+    /// The slot counting rule `key` (see [`rule_key`]): the one it was given before, or a
+    /// free one claimed now; `None` once the table is full of other rules.
+    pub(crate) fn rule_slot(&self, key: u64) -> Option<u16> {
+        let n = self.keys.len();
+        let start = (key % n as u64) as usize;
+        for i in 0..n {
+            let slot = (start + i) % n;
+            match self.keys[slot].compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return u16::try_from(slot).ok(),
+                Err(k) if k == key => return u16::try_from(slot).ok(),
+                Err(_) => {}
+            }
+        }
+        None
+    }
+
+    /// Counts one request matched by the rule of slot `slot`.
+    #[inline]
+    pub(crate) fn rule_matched(&self, slot: u16) {
+        self.shard()[RULES + usize::from(slot) % RULE_SLOTS].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The requests the rule of slot `slot` matched, in every process.
+    pub(crate) fn rule_matches(&self, slot: u16) -> u64 {
+        let at = RULES + usize::from(slot) % RULE_SLOTS;
+        (0..self.words.len() / self.stride)
+            .map(|i| self.shard_at(i)[at].load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add)
+    }
+
+    /// Counts a request passed that would have been queued or rejected (`outcome`).
+    pub(crate) fn would_have(&self, outcome: Outcome) {
+        let i = usize::from(outcome == Outcome::Reject);
+        self.shard()[WOULD_HAVE + i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Shard `i`'s words of this release.
@@ -171,6 +244,7 @@ impl<'a> RoomTallies<'a> {
             s.outages = s
                 .outages
                 .wrapping_add(shard[OUTAGES].load(Ordering::Relaxed));
+            add(&mut s.would_have, WOULD_HAVE);
         }
         s
     }
@@ -183,7 +257,8 @@ mod tests {
     #[test]
     fn buckets_take_their_upper_bound_and_the_last_takes_the_rest() {
         let words: Vec<AtomicU64> = (0..STRIDE * 4).map(|_| AtomicU64::new(0)).collect();
-        let t = RoomTallies::new(&words, STRIDE);
+        let keys: Vec<AtomicU64> = (0..KEY_WORDS).map(|_| AtomicU64::new(0)).collect();
+        let t = RoomTallies::new(&words, &keys, STRIDE);
         for (waited, late) in [
             (0, Some(-601)),
             (5, Some(-599)),
@@ -204,11 +279,19 @@ mod tests {
     #[test]
     fn concurrent_counts_sum_exactly() {
         let words: Vec<AtomicU64> = (0..STRIDE * 2).map(|_| AtomicU64::new(0)).collect();
-        let t = RoomTallies::new(&words, STRIDE);
+        let keys: Vec<AtomicU64> = (0..KEY_WORDS).map(|_| AtomicU64::new(0)).collect();
+        let t = RoomTallies::new(&words, &keys, STRIDE);
         std::thread::scope(|s| {
             for _ in 0..8 {
                 s.spawn(|| {
+                    // Each thread finds the rules' slots itself, as each process does.
+                    let a = t.rule_slot(rule_key("health", "bypass")).unwrap();
+                    let b = t.rule_slot(rule_key("health", "reject")).unwrap();
                     for i in 0..10_000u64 {
+                        t.rule_matched(if i % 4 == 0 { b } else { a });
+                        if i % 5 == 0 {
+                            t.would_have([Outcome::Queue, Outcome::Reject][(i % 2) as usize]);
+                        }
                         t.admitted(AdmissionKind::ALL[(i % 4) as usize].0);
                         t.decided(
                             [Outcome::Admit, Outcome::Queue, Outcome::Reject][(i % 3) as usize],
@@ -224,5 +307,29 @@ mod tests {
         assert_eq!(s.wait_buckets.iter().sum::<u64>(), 80_000);
         assert_eq!(s.wait_sum, 8 * 100 * (0..100).sum::<u64>());
         assert_eq!(s.error_buckets.iter().sum::<u64>(), 40_000);
+        assert_eq!(s.would_have, [8_000, 8_000]);
+        let slot = |name, action| t.rule_slot(rule_key(name, action)).unwrap();
+        assert_ne!(slot("health", "bypass"), slot("health", "reject"));
+        assert_eq!(t.rule_matches(slot("health", "bypass")), 60_000);
+        assert_eq!(t.rule_matches(slot("health", "reject")), 20_000);
+    }
+
+    /// Rules found by name and action: the same slot again; a full table gives none.
+    #[test]
+    fn rule_slots_are_found_by_name_and_action_until_the_table_is_full() {
+        let words: Vec<AtomicU64> = (0..STRIDE).map(|_| AtomicU64::new(0)).collect();
+        let keys: Vec<AtomicU64> = (0..KEY_WORDS).map(|_| AtomicU64::new(0)).collect();
+        let t = RoomTallies::new(&words, &keys, STRIDE);
+        let slots: Vec<u16> = (0..RULE_SLOTS)
+            .map(|i| t.rule_slot(rule_key(&format!("r{i}"), "bypass")).unwrap())
+            .collect();
+        let mut distinct = slots.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), RULE_SLOTS);
+        assert_eq!(t.rule_slot(rule_key("r7", "bypass")), Some(slots[7]));
+        assert_eq!(t.rule_slot(rule_key("one more", "bypass")), None);
+        assert_ne!(rule_key("a", "bypass"), rule_key("a", "queue"));
+        assert_ne!(rule_key("ab", "c"), rule_key("a", "bc"));
     }
 }

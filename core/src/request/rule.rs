@@ -287,7 +287,8 @@ impl RuleSet {
         self.rules.is_empty()
     }
 
-    /// The first rule `request` matches, counted, with its index.
+    /// The first rule `request` matches, with its index (the caller counts it: see
+    /// `Room::count_rule`).
     #[inline]
     pub(crate) fn first_match(&self, request: &Prepared<'_, '_>) -> Option<(usize, &Rule)> {
         let req = request.request;
@@ -310,8 +311,14 @@ impl RuleSet {
             .iter()
             .enumerate()
             .find(|(_, r)| r.matches(request, &seen, self, &index))?;
-        self.hits[i].fetch_add(1, Ordering::Relaxed);
         Some((i, rule))
+    }
+
+    /// Counts a request rule `i` matched, in this process's own count.
+    pub(crate) fn count_here(&self, i: usize) {
+        if let Some(h) = self.hits.get(i) {
+            h.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The values of the rules' cookies, when one pass over the request's one `Cookie`
@@ -330,7 +337,8 @@ impl RuleSet {
             .read(headers[mask.trailing_zeros() as usize].1)
     }
 
-    /// Each rule's name, action and the requests it matched so far (in this process).
+    /// Each rule's name, action and the requests this process counted for it itself (see
+    /// [`RuleSet::count_here`]).
     pub(crate) fn tallies(&self) -> impl Iterator<Item = (&str, RuleAction, u64)> {
         self.rules
             .iter()

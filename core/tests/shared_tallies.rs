@@ -1,0 +1,212 @@
+//! Rule matches and a dry run's "would have" counts, shared by every process attached to a
+//! room's counters: two engines on one state file stand for two worker processes (nginx's,
+//! gunicorn's), and each reports the host's figures, not its own.
+
+use velvet_rope::request::Request;
+use velvet_rope::{Config, Engine, Outcome};
+
+const NOW: u64 = 1_800_000_000_000;
+
+fn config(rules: &str) -> Config {
+    Config::from_text(&format!(
+        "[[rooms]]\nname = \"shop\"\ntotal_active_users = 2\nnew_users_per_minute = 100\n\
+         routes = [{{ path = \"/\" }}]\nmode = \"dry_run\"\n{rules}"
+    ))
+    .unwrap()
+}
+
+const RULES: &str = "[[rooms.rules]]\nname = \"health\"\naction = \"bypass\"\npaths = [\"/health\"]\n\
+                     [[rooms.rules]]\nname = \"bots\"\naction = \"count_only\"\npaths = [\"/bot\"]\n";
+
+fn get(target: &str) -> Request<'_> {
+    Request {
+        method: b"GET",
+        target: target.as_bytes(),
+        host: Some(b"example.com"),
+        headers: &[],
+        client: None,
+    }
+}
+
+fn stats(engine: &Engine) -> serde_json::Value {
+    let all: serde_json::Value = serde_json::from_str(&engine.stats_json()).unwrap();
+    all["rooms"]["shop"].clone()
+}
+
+/// `{rule name: matched}` of the room's stats.
+fn matched(engine: &Engine) -> Vec<(String, u64)> {
+    stats(engine)["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_owned(),
+                r["matched"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The value of `family` with labels `labels` (room "shop" besides) in the metrics.
+fn metric(engine: &Engine, family: &str, labels: &[(&str, &str)]) -> f64 {
+    let fams = engine.metrics();
+    let f = fams.iter().find(|f| f.name == family).unwrap();
+    f.samples
+        .iter()
+        .find(|s| {
+            s.labels.len() == labels.len() + 1
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.iter().any(|(k2, v2)| k2 == k && v2 == v))
+        })
+        .unwrap_or_else(|| panic!("no {family}{labels:?}"))
+        .value
+}
+
+/// A state file removed when the test ends.
+struct StateFile(std::path::PathBuf);
+
+impl Drop for StateFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn two_workers(rules: &str) -> (StateFile, Engine, Engine) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "vr-shared-tallies-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state");
+    let a = Engine::open_state_file(config(rules), &path, NOW).unwrap();
+    let b = Engine::open_state_file(config(rules), &path, NOW).unwrap();
+    (StateFile(dir), a, b)
+}
+
+#[test]
+fn every_worker_reports_the_hosts_rule_matches_and_dry_run() {
+    let (_dir, a, b) = two_workers(RULES);
+    // 3 health checks and 2 bot requests through a, 4 and 1 through b; 5 visitors through
+    // b, three of whom the two seats would have queued.
+    for (engine, health, bots) in [(&a, 3, 2), (&b, 4, 1)] {
+        for _ in 0..health {
+            assert!(
+                engine
+                    .decide_request(&get("/health"), NOW)
+                    .unwrap()
+                    .decision
+                    .bypassed
+            );
+        }
+        for _ in 0..bots {
+            engine.decide_request(&get("/bot"), NOW).unwrap();
+        }
+    }
+    let mut would_have = 0;
+    for _ in 0..5 {
+        let d = b.decide_request(&get("/"), NOW).unwrap().decision;
+        assert_eq!(d.outcome, Outcome::Admit);
+        would_have += usize::from(d.would_have == Some(Outcome::Queue));
+    }
+    // The two bot requests through a took the seats: b's bot request and these five visitors
+    // would have queued.
+    assert_eq!(would_have, 5);
+    for engine in [&a, &b] {
+        assert_eq!(
+            matched(engine),
+            [("health".to_owned(), 7), ("bots".to_owned(), 3)]
+        );
+        let s = stats(engine);
+        assert_eq!(
+            (
+                s["would_have_queued"].as_u64(),
+                s["would_have_rejected"].as_u64()
+            ),
+            (Some(6), Some(0))
+        );
+        assert_eq!(
+            metric(
+                engine,
+                "velvet_rope_rule_matches",
+                &[("rule", "health"), ("action", "bypass")]
+            ),
+            7.0
+        );
+        assert_eq!(
+            metric(
+                engine,
+                "velvet_rope_dry_run_would_have",
+                &[("outcome", "queue")]
+            ),
+            6.0
+        );
+    }
+}
+
+/// A reload that moves and renames rules: a rule is counted by its name and action, so the
+/// counts follow it to its new place, a renamed rule (or one whose action changed) starts
+/// afresh, and a worker still on the older configuration (as nginx's old workers are while
+/// they finish) counts into the same figures.
+#[test]
+fn counts_follow_a_rules_name_and_action_across_a_reload() {
+    let (_dir, a, b) = two_workers(RULES);
+    for _ in 0..2 {
+        a.decide_request(&get("/health"), NOW).unwrap();
+    }
+    let moved = "[[rooms.rules]]\nname = \"bots\"\naction = \"bypass\"\npaths = [\"/bot\"]\n\
+                 [[rooms.rules]]\nname = \"health\"\naction = \"bypass\"\npaths = [\"/health\"]\n";
+    b.reload(config(moved)).unwrap();
+    b.decide_request(&get("/health"), NOW).unwrap();
+    b.decide_request(&get("/bot"), NOW).unwrap();
+    a.decide_request(&get("/bot"), NOW).unwrap();
+    assert_eq!(
+        matched(&b),
+        [("bots".to_owned(), 1), ("health".to_owned(), 3)],
+        "bots as a bypass is another rule than bots as count_only"
+    );
+    assert_eq!(
+        matched(&a),
+        [("health".to_owned(), 3), ("bots".to_owned(), 1)]
+    );
+}
+
+/// More rules over the region's life than its table holds (256): the rules past it are
+/// counted by each worker on its own, as before; those in it stay shared.
+#[test]
+fn rules_past_the_table_are_counted_by_each_worker() {
+    let rules = |prefix: &str| {
+        (0..256)
+            .map(|i| {
+                format!(
+                    "[[rooms.rules]]\nname = \"{prefix}{i}\"\naction = \"bypass\"\n\
+                     paths = [\"/{prefix}{i}\"]\n"
+                )
+            })
+            .collect::<String>()
+    };
+    let (_dir, a, b) = two_workers(&rules("r"));
+    a.decide_request(&get("/r5"), NOW).unwrap();
+    b.decide_request(&get("/r5"), NOW).unwrap();
+    assert_eq!(matched(&a)[5], ("r5".to_owned(), 2));
+    assert_eq!(matched(&b)[5], ("r5".to_owned(), 2));
+    // 256 other rules: the table holds the first 256 names; these are counted per worker.
+    for engine in [&a, &b] {
+        engine.reload(config(&rules("s"))).unwrap();
+    }
+    for _ in 0..2 {
+        a.decide_request(&get("/s5"), NOW).unwrap();
+    }
+    b.decide_request(&get("/s5"), NOW).unwrap();
+    assert_eq!(matched(&a)[5], ("s5".to_owned(), 2));
+    assert_eq!(matched(&b)[5], ("s5".to_owned(), 1));
+    // Back to the first names: shared again, where they were.
+    for engine in [&a, &b] {
+        engine.reload(config(&rules("r"))).unwrap();
+    }
+    b.decide_request(&get("/r5"), NOW).unwrap();
+    assert_eq!(matched(&a)[5], ("r5".to_owned(), 3));
+}

@@ -180,7 +180,7 @@ typedef struct {
   // Slots free until the next tick.
   uint64_t free_slots;
   // Ticket refusals by reason code (index = `ticket_error` value).
-  uint64_t ticket_rejections[6];
+  uint64_t ticket_rejections[7];
 } vr_room_stats;
 
 // A page's parts; pointers stay valid until the page is freed.

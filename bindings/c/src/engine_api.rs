@@ -109,8 +109,11 @@ pub struct vr_room_stats {
     /// Slots free until the next tick.
     pub free_slots: u64,
     /// Ticket refusals by reason code (index = `ticket_error` value).
-    pub ticket_rejections: [u64; 6],
+    pub ticket_rejections: [u64; 7],
 }
+
+// One slot per reason a ticket is refused for.
+const _: () = assert!(TicketError::ALL.len() == 7);
 
 /// Writes `d` through `out`. Checked first, then written: nothing is written on failure. Only
 /// the bytes of the cookie that are used (and its NUL) are written, not the whole buffer. The
@@ -617,6 +620,7 @@ pub unsafe extern "C" fn vr_engine_stats(
                 r.wrong_room,
                 r.expired,
                 r.from_future,
+                r.revoked,
             ],
         };
         // SAFETY: per this function's contract.

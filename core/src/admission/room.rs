@@ -1,12 +1,12 @@
 //! What a running engine keeps of one room while its configuration stays the same.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::admission::cookie_finder::CookieFinder;
 use crate::admission::decision::Outcome;
-use crate::config::RuleAction;
 use crate::config::{Config, RoomConfig, Rules};
+use crate::config::{RuleAction, RuleConfig};
 use crate::counters::room_counters::RoomCounters;
 use crate::counters::room_tallies::rule_key;
 use crate::page::RoomPages;
@@ -57,10 +57,13 @@ pub(crate) struct Room {
     /// Its `[[rooms.rules]]`, compiled, with the requests each matched that this process
     /// counts on its own (see `rule_slots`).
     pub(crate) rules: RuleSet,
-    /// Per rule, its slot in the counters' tallies (found by name and action), where every
-    /// process sharing the counters counts it; `None` (counted in `rules`, by this process
-    /// alone) in counters without tallies or whose table of rules is full.
-    pub(crate) rule_slots: Box<[Option<u16>]>,
+    /// Per rule, its key in the counters' table of rules (see `rule_keys`).
+    pub(crate) rule_keys: Box<[u64]>,
+    /// Per rule, its slot in the counters' tallies, where every process sharing the counters
+    /// counts it, found at its first match (a configuration that never serves claims none):
+    /// 0 not looked for yet, `n + 1` slot `n`, [`NO_SLOT`] none (counters without tallies or
+    /// whose table of rules is full: counted in `rules`, by this process alone).
+    pub(crate) rule_slots: Box<[AtomicU32]>,
     /// The counters keep revocations: tickets are looked up in them, whether or not this
     /// configuration lets the origin revoke (a reload that dropped the command, another
     /// process's older configuration: what was revoked stays refused).
@@ -69,6 +72,26 @@ pub(crate) struct Room {
     /// (`[0]`) or rejected (`[1]`), in this process: counted here only with counters without
     /// tallies (see `count_would_have`).
     pub(crate) would_have: [AtomicU64; 2],
+}
+
+/// A rule without a slot in the counters' tallies (see `Room::rule_slots`).
+const NO_SLOT: u32 = u32::MAX;
+
+/// The key of each of `rules` in the counters' table of rules (see
+/// `room_tallies::rule_key`): by its name and action, so that its count follows it when a
+/// reload moves it; an unnamed rule (its name is its place, `rules[2]`) by what it says
+/// instead, so that another rule in its place starts afresh.
+fn rule_keys(rules: &[RuleConfig], set: &RuleSet) -> Box<[u64]> {
+    set.tallies()
+        .zip(rules)
+        .map(|((name, action, _), cfg)| match &cfg.name {
+            Some(_) => rule_key(name, action.as_str()),
+            None => {
+                let what = serde_json::to_string(cfg).unwrap_or_default();
+                rule_key(&format!("\u{1}unnamed {what}"), action.as_str())
+            }
+        })
+        .collect()
 }
 
 impl Room {
@@ -112,22 +135,44 @@ impl Room {
     /// this process alone (see `rule_slots`).
     #[inline]
     pub(crate) fn count_rule(&self, i: usize) {
-        match (self.rule_slots.get(i), self.counters.tallies()) {
-            (Some(&Some(slot)), Some(t)) => t.rule_matched(slot),
-            _ => self.rules.count_here(i),
+        let (Some(t), Some(cell), Some(&key)) = (
+            self.counters.tallies(),
+            self.rule_slots.get(i),
+            self.rule_keys.get(i),
+        ) else {
+            return self.rules.count_here(i);
+        };
+        let slot = match cell.load(Ordering::Relaxed) {
+            0 => {
+                // Threads finding it at once claim the same slot.
+                let slot = t.rule_slot(key);
+                cell.store(
+                    slot.map_or(NO_SLOT, |s| u32::from(s) + 1),
+                    Ordering::Relaxed,
+                );
+                slot
+            }
+            NO_SLOT => None,
+            n => u16::try_from(n - 1).ok(),
+        };
+        match slot {
+            Some(slot) => t.rule_matched(slot),
+            None => self.rules.count_here(i),
         }
     }
 
     /// Each rule's name, action and the requests it matched: of every process sharing the
-    /// counters, or of this one (see `rule_slots`).
+    /// counters (those with a slot), plus those this one counted alone (see `rule_slots`).
     pub(crate) fn rule_tallies(&self) -> impl Iterator<Item = (&str, RuleAction, u64)> + '_ {
         let tallies = self.counters.tallies();
         self.rules
             .tallies()
-            .zip(self.rule_slots.iter())
-            .map(move |((name, action, here), slot)| match (slot, tallies) {
-                (Some(slot), Some(t)) => (name, action, t.rule_matches(*slot)),
-                _ => (name, action, here),
+            .zip(self.rule_keys.iter())
+            .map(move |((name, action, here), &key)| {
+                let shared = tallies
+                    .and_then(|t| t.find_rule(key).map(|slot| t.rule_matches(slot)))
+                    .unwrap_or(0);
+                (name, action, shared.wrapping_add(here))
             })
     }
 
@@ -174,13 +219,8 @@ impl Room {
         // Config::validate compiled them already; were they refused here, the room would
         // decide every request (no rule lets anything pass).
         let rules = RuleSet::compile(&cfg.rules, config.settings.path_case, "").unwrap_or_default();
-        let tallies = counters.tallies();
-        let rule_slots = rules
-            .tallies()
-            .map(|(name, action, _)| {
-                tallies.and_then(|t| t.rule_slot(rule_key(name, action.as_str())))
-            })
-            .collect();
+        let rule_keys = rule_keys(&cfg.rules, &rules);
+        let rule_slots = rule_keys.iter().map(|_| AtomicU32::new(0)).collect();
         Self {
             cfg: cfg.clone(),
             id: RoomId::new(&cfg.name),
@@ -204,6 +244,7 @@ impl Room {
                 && counters.is_owned(),
             pages: Arc::new(RoomPages::builtin(cfg)),
             rules,
+            rule_keys,
             rule_slots,
             would_have: [AtomicU64::new(0), AtomicU64::new(0)],
             revocable: layout.revocation_words > 0,

@@ -14,7 +14,7 @@ use crate::counters::queue_lanes::QueueLanes;
 use crate::counters::region::Region;
 use crate::counters::revocations::{Revocations, GENERATIONS, HEADER_WORDS as REVOCATION_HEADER};
 use crate::counters::room_layout::{Offsets, RoomLayout, HEADER, REASONS};
-use crate::counters::room_tallies::{RoomTallies, KEY_WORDS};
+use crate::counters::room_tallies::{RoomTallies, KEY_WORDS, STRIDE};
 use crate::counters::slot_pool::SlotPool;
 use crate::counters::tick_block::{TickBlock, CELLS};
 use crate::error::{Error, Result};
@@ -260,9 +260,14 @@ impl RoomCounters {
         let (l, o) = (&self.layout, &self.offsets);
         (l.tally_words > 0).then(|| {
             let shards = l.shards * l.tally_words;
+            let keys = if l.tally_words >= STRIDE {
+                KEY_WORDS
+            } else {
+                0
+            };
             RoomTallies::new(
                 self.region.u64s(o.tallies, shards),
-                self.region.u64s(o.tallies + shards * 8, KEY_WORDS),
+                self.region.u64s(o.tallies + shards * 8, keys),
                 l.tally_words,
             )
         })
@@ -420,6 +425,46 @@ mod tests {
             .unwrap()
             .admitted(crate::counters::room_tallies::AdmissionKind::New);
         assert_eq!(fresh.tallies().unwrap().sums().admissions, [1, 0, 0, 0]);
+    }
+
+    /// REVIEW: a region laid out by the builds before rule counts (48 tally words per shard,
+    /// no table of rule keys) was refused as "no sane layout" once the tallies grew. It
+    /// attaches, and counts everything but the rules (those each process counts itself).
+    #[test]
+    fn a_region_laid_out_before_rule_counts_attaches_and_counts_the_rest() {
+        use crate::admission::decision::Outcome;
+        use crate::counters::room_tallies::{rule_key, RULES};
+        let settings = Settings {
+            shards: 2,
+            ..Settings::default()
+        };
+        let layout = RoomLayout::of(&RoomConfig::new("r", 10, 10), &settings);
+        let old = RoomLayout {
+            tally_words: RULES,
+            ..layout
+        };
+        assert_eq!(
+            old.size(),
+            layout.offsets().tallies + crate::counters::region::round_up(2 * RULES * 8)
+        );
+        let backing = Region::owned(old.size());
+        let base = backing.u64s(0, 1).as_ptr() as *mut u8;
+        {
+            let header = backing.u64s(0, H_WORDS);
+            header[0].store(MAGIC, Ordering::Relaxed);
+            write_header(header, old, 7);
+        }
+        // SAFETY: `backing` keeps the memory alive for this test and all access is atomic.
+        let region = unsafe { Region::borrowed(base, old.size()) }.unwrap();
+        let attached = RoomCounters::attach(region, layout, &settings).unwrap();
+        assert_eq!(attached.layout(), old);
+        let t = attached.tallies().unwrap();
+        t.would_have(Outcome::Queue);
+        t.admitted(crate::counters::room_tallies::AdmissionKind::New);
+        assert_eq!(t.sums().would_have, [1, 0]);
+        assert_eq!(t.sums().admissions, [1, 0, 0, 0]);
+        assert_eq!(t.rule_slot(rule_key("health", "bypass")), None);
+        assert_eq!(t.find_rule(rule_key("health", "bypass")), None);
     }
 
     /// REVIEW (issue 28), fixed in dc1e50a (the test failed before): docs/compatibility.md promises that "0.2 attaches a region of

@@ -14,7 +14,8 @@
 //!              bucket guards                  (buckets x guard_words x u64)
 //!              revocations, if the origin may revoke: header (16 x u64), tables
 //!              (5 x revocation_words x u64), outbox (revocation_words x u64)
-//!              tallies for the metrics        (shards x tally_words x u64), rule keys (256 x u64)
+//!              tallies for the metrics        (shards x tally_words x u64), and with
+//!              rule counts in them, rule keys (256 x u64)
 //! ```
 //! Every block starts on a 128-byte boundary. The size depends only on the room's
 //! configuration, never on the number of visitors.
@@ -25,7 +26,9 @@ use crate::config::{RoomConfig, Settings};
 use crate::counters::buckets::guard_words;
 use crate::counters::region::round_up;
 use crate::counters::revocations::{GENERATIONS, HEADER_WORDS as REVOCATION_HEADER};
-use crate::counters::room_tallies::{KEY_WORDS as TALLY_KEYS, STRIDE as TALLY_STRIDE};
+use crate::counters::room_tallies::{
+    KEY_WORDS as TALLY_KEYS, RULES as TALLY_RULES, STRIDE as TALLY_STRIDE,
+};
 use crate::counters::tick_block::CELLS;
 use crate::sync::AtomicU64;
 
@@ -140,6 +143,7 @@ impl RoomLayout {
         // never looks here.
         let tallies = take(match self.tally_words {
             0 => 0,
+            words if words < TALLY_STRIDE => self.shards * words * 8,
             words => (self.shards * words + TALLY_KEYS) * 8,
         });
         Offsets {
@@ -201,10 +205,11 @@ impl RoomLayout {
                 .ok()
                 .filter(|&n| n == 0 || n.is_power_of_two())?,
             // Tallies of a later release may have more words per shard: this one reads its
-            // own (the first) of each.
+            // own (the first) of each. Those laid out before rule counts have fewer, and no
+            // table of rule keys: they count everything else.
             tally_words: usize::try_from(w[9])
                 .ok()
-                .filter(|&n| n == 0 || (n >= TALLY_STRIDE && n % 16 == 0 && n <= 1024))?,
+                .filter(|&n| n == 0 || (n >= TALLY_RULES && n % 16 == 0 && n <= 1024))?,
         };
         (layout.shards <= 1024
             && layout.guard_words <= 1 << 22

@@ -5,7 +5,8 @@
 //! Only decisions off the steady path are counted: the request of a visitor already admitted
 //! and counted writes no shared memory at all, and counting it would make it (a few
 //! nanoseconds for an atomic add, and a cache line written by every thread of a shard). Its
-//! admission is counted once, by kind, when it was made or renewed.
+//! admission is counted once, by kind, when it was made or renewed. A request a rule matched
+//! is counted every time (a bypassed request is never decided: its count is all there is).
 //!
 //! Also the requests each rule matched and those a dry run let through, so that every process
 //! reports the host's figures. A rule's count is found by its name and action (not its
@@ -67,8 +68,9 @@ const SYNCS: usize = ERROR_BUCKETS + ERROR_BOUNDS.len() + 1;
 const OUTAGES: usize = SYNCS + 2;
 const WOULD_HAVE: usize = OUTAGES + 1;
 const USED: usize = WOULD_HAVE + 2;
-/// Where a shard's rule counts begin (the words from `USED` up to it are spare, zero).
-const RULES: usize = 48;
+/// Where a shard's rule counts begin (the words from `USED` up to it are spare, zero); also
+/// the words per shard of regions laid out before rule counts, which count everything else.
+pub(crate) const RULES: usize = 48;
 
 /// Rules (by name and action) a room's region can count for every process at once.
 pub(crate) const RULE_SLOTS: usize = 256;
@@ -77,7 +79,9 @@ pub(crate) const RULE_SLOTS: usize = 256;
 pub(crate) const STRIDE: usize = RULES + RULE_SLOTS;
 const _: () = assert!(USED <= RULES && (STRIDE * 8) % 128 == 0);
 
-/// Words of the table of rule keys after the shards.
+/// Words of the table of rule keys after the shards (in a region whose shards hold rule
+/// counts). Fixed for good: a release that wanted more would need another layout, as
+/// processes probing tables of two sizes would give one rule two slots.
 pub(crate) const KEY_WORDS: usize = RULE_SLOTS;
 
 /// The key of a rule named `name` with action `action` (its label): never zero, the same in
@@ -114,7 +118,9 @@ pub(crate) struct TallySums {
 }
 
 /// The tallies of a room: shards of `stride` words (`STRIDE` or, in a region a later release
-/// laid out, more: this release uses the first `STRIDE` of each), and the rules' keys.
+/// laid out, more: this release uses the first `STRIDE` of each; `RULES` in a region laid
+/// out before rule counts, which then has no key table and counts no rule), and the rules'
+/// keys.
 #[derive(Clone, Copy)]
 pub(crate) struct RoomTallies<'a> {
     words: &'a [AtomicU64],
@@ -124,10 +130,14 @@ pub(crate) struct RoomTallies<'a> {
 
 impl<'a> RoomTallies<'a> {
     /// Tallies over `words`, a whole number of shards of `stride` words, with the table of
-    /// rule keys `keys` ([`KEY_WORDS`] words).
+    /// rule keys `keys` ([`KEY_WORDS`] words, or none in a region without rule counts).
     pub(crate) fn new(words: &'a [AtomicU64], keys: &'a [AtomicU64], stride: usize) -> Self {
-        debug_assert!(stride >= STRIDE && !words.is_empty() && words.len() % stride == 0);
-        debug_assert_eq!(keys.len(), KEY_WORDS);
+        debug_assert!(stride >= RULES && !words.is_empty() && words.len() % stride == 0);
+        debug_assert!(if stride >= STRIDE {
+            keys.len() == KEY_WORDS
+        } else {
+            keys.is_empty()
+        });
         Self {
             words,
             keys,
@@ -136,32 +146,52 @@ impl<'a> RoomTallies<'a> {
     }
 
     /// The slot counting rule `key` (see [`rule_key`]): the one it was given before, or a
-    /// free one claimed now; `None` once the table is full of other rules.
+    /// free one claimed now; `None` once the table is full of other rules (or in a region
+    /// without one).
     pub(crate) fn rule_slot(&self, key: u64) -> Option<u16> {
+        self.probe(key, true)
+    }
+
+    /// The slot rule `key` was given, if any (none is claimed).
+    pub(crate) fn find_rule(&self, key: u64) -> Option<u16> {
+        self.probe(key, false)
+    }
+
+    fn probe(&self, key: u64, claim: bool) -> Option<u16> {
         let n = self.keys.len();
-        let start = (key % n as u64) as usize;
+        let start = (key % n.max(1) as u64) as usize;
         for i in 0..n {
             let slot = (start + i) % n;
-            match self.keys[slot].compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
+            let found = if claim {
+                self.keys[slot].compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+            } else {
+                Err(self.keys[slot].load(Ordering::Acquire))
+            };
+            match found {
                 Ok(_) => return u16::try_from(slot).ok(),
                 Err(k) if k == key => return u16::try_from(slot).ok(),
+                // Keys are never removed: a free slot ends the search.
+                Err(0) => return None,
                 Err(_) => {}
             }
         }
         None
     }
 
-    /// Counts one request matched by the rule of slot `slot`.
+    /// Counts one request matched by the rule of slot `slot` (from [`RoomTallies::rule_slot`]).
     #[inline]
     pub(crate) fn rule_matched(&self, slot: u16) {
-        self.shard()[RULES + usize::from(slot) % RULE_SLOTS].fetch_add(1, Ordering::Relaxed);
+        if let Some(w) = self.shard().get(RULES + usize::from(slot)) {
+            w.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The requests the rule of slot `slot` matched, in every process.
     pub(crate) fn rule_matches(&self, slot: u16) -> u64 {
-        let at = RULES + usize::from(slot) % RULE_SLOTS;
+        let at = RULES + usize::from(slot);
         (0..self.words.len() / self.stride)
-            .map(|i| self.shard_at(i)[at].load(Ordering::Relaxed))
+            .filter_map(|i| self.shard_at(i).get(at))
+            .map(|w| w.load(Ordering::Relaxed))
             .fold(0, u64::wrapping_add)
     }
 
@@ -171,9 +201,10 @@ impl<'a> RoomTallies<'a> {
         self.shard()[WOULD_HAVE + i].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Shard `i`'s words of this release.
+    /// Shard `i`'s words of this release (without rule counts in a region laid out before
+    /// them).
     fn shard_at(&self, i: usize) -> &'a [AtomicU64] {
-        &self.words[i * self.stride..i * self.stride + STRIDE]
+        &self.words[i * self.stride..i * self.stride + self.stride.min(STRIDE)]
     }
 
     /// The calling thread's shard.

@@ -266,6 +266,8 @@ static void test_origin_commands(void) {
     CHECK(d.outcome == VR_OUTCOME_ADMIT && d.ticket_error == -1);
     CHECK(vr_engine_tick(e, T0 + 1000) == VR_OK);
     CHECK(vr_engine_stats(e, "gate", 4, &st) == VR_OK && st.active_users == 3);
+    /* The refusal is counted by its reason (6: revoked), as the JSON stats' `revoked`. */
+    CHECK(st.ticket_rejections[6] == 1 && st.ticket_rejections[2] == 0);
 
     /* The ticket a decision issued (`issued`, the cookie's value) comes first. */
     const char *value = strchr(cookies[1], '=') + 1;

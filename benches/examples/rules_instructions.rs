@@ -2,7 +2,9 @@
 //! N = 10,000 minus N = 0, per call), which repeat where wall time on a shared machine does
 //! not. Modes: `cookie` (`admit_header_bytes`, the `Cookie` header alone), `plain` and
 //! `rules` (`decide_request_in` with the whole request, in a room without rules and in one of
-//! the `rules` bench's 20 rules), `routed` (`decide_request`, the room by host and path).
+//! the `rules` bench's 20 rules), `routed` (`decide_request`, the room by host and path),
+//! `bypass` (`decide_request_in`, a request the first of those rules bypasses: matched and
+//! counted).
 //! `cargo run --release -p velvet-rope-benches --example rules_instructions -- <mode> <N>`.
 
 use std::net::IpAddr;
@@ -22,7 +24,7 @@ fn main() {
     let engine = Engine::from_text(&format!("{KEYS}{}", rules_config::ROOMS), T0).unwrap();
     let (room, host) = match mode.as_str() {
         "cookie" | "plain" => ("plain", "plain.example.com"),
-        "rules" | "routed" => ("rules", "shop.example.com"),
+        "rules" | "routed" | "bypass" => ("rules", "shop.example.com"),
         other => panic!("unknown mode {other}"),
     };
     let d = engine.admit(room, None, T0).unwrap();
@@ -32,7 +34,11 @@ fn main() {
     let client: Option<IpAddr> = Some("100.64.1.2".parse().unwrap());
     let request = Request {
         method: b"GET",
-        target: b"/products/shoes/running-42?color=blue&size=9",
+        target: if mode == "bypass" {
+            &b"/static/js/app.3f9a1c0e.js"[..]
+        } else {
+            &b"/products/shoes/running-42?color=blue&size=9"[..]
+        },
         host: None,
         headers: &headers,
         client,
@@ -51,6 +57,7 @@ fn main() {
                 .unwrap(),
         };
         steady += u64::from(d.outcome == Outcome::Admit && d.set_cookie.is_none());
+        debug_assert!(mode != "bypass" || d.bypassed);
     }
     println!("{mode}: {steady} of {n} steady");
 }

@@ -283,3 +283,28 @@ fn a_refused_reload_claims_no_rule_slots() {
     assert_eq!(matched(&a)[5], ("s5".to_owned(), 3));
     assert_eq!(matched(&b)[5], ("s5".to_owned(), 3));
 }
+
+/// REVIEW: two unnamed rules saying the same (a copy) had one key, so the copy, which the
+/// first shadows, reported the first's matches as its own.
+#[test]
+fn a_copy_of_an_unnamed_rule_counts_only_its_own_matches() {
+    let rule = "[[rooms.rules]]\naction = \"bypass\"\npaths = [\"/a\"]\n";
+    let (_dir, a, _b) = two_workers(&format!("{rule}{rule}"));
+    a.decide_request(&get("/a"), NOW).unwrap();
+    assert_eq!(
+        matched(&a),
+        [("rules[0]".to_owned(), 1), ("rules[1]".to_owned(), 0)]
+    );
+}
+
+/// An unnamed rule's key is made of its configuration as JSON: kept in state files and shared
+/// by processes of different releases, that text must not change (a field added to
+/// `RuleConfig` must not appear in it while unset).
+#[test]
+fn an_unnamed_rules_text_is_pinned() {
+    let rule: velvet_rope::config::RuleConfig =
+        toml::from_str("action = \"bypass\"\npaths = [\"/a\"]\n").unwrap();
+    assert_eq!(serde_json::to_string(&rule).unwrap(), PINNED_UNNAMED_RULE);
+}
+
+const PINNED_UNNAMED_RULE: &str = r#"{"action":"bypass","paths":["/a"]}"#;

@@ -88,6 +88,33 @@ def test_metrics_from_either_worker_are_the_hosts(run: Run) -> None:
     assert first == second
 
 
+def test_a_rules_matches_from_both_workers_are_counted_once_for_the_host(run: Run) -> None:
+    """Requests a bypass rule of the room matched (`/shop/ping`), served by both workers,
+    counted in the room's counters: each worker's metrics show all of them."""
+    sent: dict[str, int] = {}
+    for _ in range(200):
+        r = get(run.port, "/shop/ping")
+        assert not r.all("Set-Cookie") and not r.waiting, "bypassed: no ticket, no queue"
+        pid = r.header("X-Worker-Pid") or ""
+        sent[pid] = sent.get(pid, 0) + 1
+        if len(sent) == 2 and sum(sent.values()) >= 20:
+            break
+    assert len(sent) == 2, f"one worker served every request: {sent}"
+    key = ("velvet_rope_rule_matches_total",
+           (("action", "bypass"), ("room", "shop"), ("rule", "ping")))
+    from prometheus_client.parser import text_string_to_metric_families as text
+
+    seen: dict[str, float] = {}
+    for i in range(200):
+        r = get(run.port, f"/metrics?n=ping{i}", None, {"Accept": "text/plain"})
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for f in text(r.body) for s in f.samples}
+        seen[r.header("X-Worker-Pid") or ""] = samples[key]
+        if len(seen) == 2:
+            break
+    assert seen == {pid: sum(sent.values()) for pid in sent}, (seen, sent)
+
+
 def test_admitted_cookies_readmit(run: Run) -> None:
     assert run.admitted, "needs the crowd's admitted visitors"
     for jar in run.admitted:

@@ -80,15 +80,22 @@ const NO_SLOT: u32 = u32::MAX;
 /// The key of each of `rules` in the counters' table of rules (see
 /// `room_tallies::rule_key`): by its name and action, so that its count follows it when a
 /// reload moves it; an unnamed rule (its name is its place, `rules[2]`) by what it says
-/// instead, so that another rule in its place starts afresh.
+/// instead (its configuration as JSON), so that another rule in its place starts afresh, and
+/// the how-manieth of the room's unnamed rules saying the same it is (a copy shadowed by the
+/// first matches nothing of its own). Each version of an unnamed rule is thus a rule of its
+/// own in the table (see the README).
 fn rule_keys(rules: &[RuleConfig], set: &RuleSet) -> Box<[u64]> {
+    let mut seen: Vec<String> = Vec::new();
     set.tallies()
         .zip(rules)
         .map(|((name, action, _), cfg)| match &cfg.name {
             Some(_) => rule_key(name, action.as_str()),
             None => {
                 let what = serde_json::to_string(cfg).unwrap_or_default();
-                rule_key(&format!("\u{1}unnamed {what}"), action.as_str())
+                let copy = seen.iter().filter(|w| **w == what).count();
+                let key = rule_key(&format!("\u{1}unnamed {copy} {what}"), action.as_str());
+                seen.push(what);
+                key
             }
         })
         .collect()

@@ -285,6 +285,9 @@ impl<'a> RoomTallies<'a> {
 mod tests {
     use super::*;
 
+    /// `rule_key("health", "bypass")`, as the first release with rule keys computed it.
+    const RULE_KEY_HEALTH_BYPASS: u64 = 0xd88c_c858_d1e0_5fd9;
+
     #[test]
     fn buckets_take_their_upper_bound_and_the_last_takes_the_rest() {
         let words: Vec<AtomicU64> = (0..STRIDE * 4).map(|_| AtomicU64::new(0)).collect();
@@ -343,6 +346,13 @@ mod tests {
         assert_ne!(slot("health", "bypass"), slot("health", "reject"));
         assert_eq!(t.rule_matches(slot("health", "bypass")), 60_000);
         assert_eq!(t.rule_matches(slot("health", "reject")), 20_000);
+    }
+
+    /// A rule's key is kept in state files and shared by processes of different releases:
+    /// it must never change.
+    #[test]
+    fn rule_keys_are_pinned() {
+        assert_eq!(rule_key("health", "bypass"), RULE_KEY_HEALTH_BYPASS);
     }
 
     /// Rules found by name and action: the same slot again; a full table gives none.

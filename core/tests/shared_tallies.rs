@@ -174,21 +174,23 @@ fn counts_follow_a_rules_name_and_action_across_a_reload() {
     );
 }
 
+/// 256 bypass rules named `<prefix><i>`, each for the paths under `/<prefix><i>/`.
+fn many_rules(prefix: &str) -> String {
+    (0..256)
+        .map(|i| {
+            format!(
+                "[[rooms.rules]]\nname = \"{prefix}{i}\"\naction = \"bypass\"\n\
+                 paths = [\"/{prefix}{i}/\"]\n"
+            )
+        })
+        .collect()
+}
+
 /// More rules over the region's life than its table holds (256): the rules past it are
 /// counted by each worker on its own, as before; those in it stay shared.
 #[test]
 fn rules_past_the_table_are_counted_by_each_worker() {
-    let rules = |prefix: &str| {
-        (0..256)
-            .map(|i| {
-                format!(
-                    "[[rooms.rules]]\nname = \"{prefix}{i}\"\naction = \"bypass\"\n\
-                     paths = [\"/{prefix}{i}/\"]\n"
-                )
-            })
-            .collect::<String>()
-    };
-    let (_dir, a, b) = two_workers(&rules("r"));
+    let (_dir, a, b) = two_workers(&many_rules("r"));
     // Each rule takes its slot at its first match: all 256 of them.
     for i in 0..256 {
         a.decide_request(&get(&format!("/r{i}/")), NOW).unwrap();
@@ -198,7 +200,7 @@ fn rules_past_the_table_are_counted_by_each_worker() {
     assert_eq!(matched(&b)[5], ("r5".to_owned(), 2));
     // 256 other rules: the table holds the first 256 names; these are counted per worker.
     for engine in [&a, &b] {
-        engine.reload(config(&rules("s"))).unwrap();
+        engine.reload(config(&many_rules("s"))).unwrap();
     }
     for _ in 0..2 {
         a.decide_request(&get("/s5/"), NOW).unwrap();
@@ -208,7 +210,7 @@ fn rules_past_the_table_are_counted_by_each_worker() {
     assert_eq!(matched(&b)[5], ("s5".to_owned(), 1));
     // Back to the first names: shared again, where they were.
     for engine in [&a, &b] {
-        engine.reload(config(&rules("r"))).unwrap();
+        engine.reload(config(&many_rules("r"))).unwrap();
     }
     b.decide_request(&get("/r5/"), NOW).unwrap();
     assert_eq!(matched(&a)[5], ("r5".to_owned(), 3));
@@ -248,16 +250,6 @@ fn an_unnamed_rule_is_counted_by_what_it_says_not_its_place() {
 /// rule's first match.
 #[test]
 fn a_refused_reload_claims_no_rule_slots() {
-    let rules = |prefix: &str| {
-        (0..256)
-            .map(|i| {
-                format!(
-                    "[[rooms.rules]]\nname = \"{prefix}{i}\"\naction = \"bypass\"\n\
-                     paths = [\"/{prefix}{i}/\"]\n"
-                )
-            })
-            .collect::<String>()
-    };
     let (dir, a, b) = two_workers("");
     // A page file there when the configuration is read, gone when it is built.
     let page = dir.0.join("page.html");
@@ -267,14 +259,14 @@ fn a_refused_reload_claims_no_rule_slots() {
          routes = [{{ path = \"/\" }}]\nmode = \"dry_run\"\n{}\
          [[rooms]]\nname = \"other\"\ntotal_active_users = 2\nnew_users_per_minute = 100\n\
          routes = [{{ path = \"/other\" }}]\ncustom_page_file = {:?}\n",
-        rules("x"),
+        many_rules("x"),
         page.display().to_string()
     ))
     .unwrap();
     std::fs::remove_file(&page).unwrap();
     assert!(a.reload(refused).is_err());
     for engine in [&a, &b] {
-        engine.reload(config(&rules("s"))).unwrap();
+        engine.reload(config(&many_rules("s"))).unwrap();
     }
     for _ in 0..2 {
         a.decide_request(&get("/s5/"), NOW).unwrap();

@@ -282,24 +282,31 @@ fn loom_buckets_afresh_counts_once() {
     });
 }
 
+/// A ring with buckets 0 to 3 prepared, and `f` run at once for bucket 2 and for bucket 3 (two
+/// requests whose clocks read either side of an edge): the ring, and each bucket's answer.
+fn across_an_edge<T: Send + 'static>(f: fn(&Ring, u64) -> T) -> (Ring, Vec<(u64, T)>) {
+    let ring = Ring::new();
+    for b in 0..4 {
+        ring.view().prepare(b);
+    }
+    let handles: Vec<_> = [2u64, 3]
+        .into_iter()
+        .map(|bucket| {
+            let ring = ring.clone();
+            thread::spawn(move || (bucket, f(&ring, bucket)))
+        })
+        .collect();
+    let answers = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    (ring, answers)
+}
+
 /// One queued ticket presented at once by two requests whose clocks read either side of a
 /// bucket's edge (booking to buckets 2 and 3): exactly one is admitted from the queue, and the
 /// other's answer names the bucket the winner books to.
 #[test]
 fn loom_buckets_from_queue_across_an_edge_once() {
     loom::model(|| {
-        let ring = Ring::new();
-        for b in 0..4 {
-            ring.view().prepare(b);
-        }
-        let handles: Vec<_> = [2u64, 3]
-            .into_iter()
-            .map(|bucket| {
-                let ring = ring.clone();
-                thread::spawn(move || (bucket, ring.view().claim_from_queue(11, bucket)))
-            })
-            .collect();
-        let answers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let (_, answers) = across_an_edge(|ring, bucket| ring.view().claim_from_queue(11, bucket));
         let won: Vec<u64> = answers
             .iter()
             .filter(|(_, c)| *c == Claim::Won)
@@ -321,18 +328,7 @@ fn loom_buckets_from_queue_across_an_edge_once() {
 #[test]
 fn loom_buckets_afresh_across_an_edge_counts_once() {
     loom::model(|| {
-        let ring = Ring::new();
-        for b in 0..4 {
-            ring.view().prepare(b);
-        }
-        let handles: Vec<_> = [2u64, 3]
-            .into_iter()
-            .map(|to| {
-                let ring = ring.clone();
-                thread::spawn(move || (to, ring.view().count_afresh(11, 0, to, false)))
-            })
-            .collect();
-        let answers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let (ring, answers) = across_an_edge(|ring, to| ring.view().count_afresh(11, 0, to, false));
         let counted = answers
             .iter()
             .filter(|(_, r)| *r == Renewal::Counted)

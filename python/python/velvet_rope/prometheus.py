@@ -5,9 +5,8 @@ The figures are the engine's (`Engine.metrics`), named once in the core for ever
 `velvet_rope_room_active_users{room="shop"}`, `velvet_rope_room_admissions_total{kind=...}`,
 `velvet_rope_room_wait_seconds` (a histogram) and the rest. An engine on a shared-memory file
 (`Engine(..., shared_memory=path)`, as under gunicorn or uvicorn with several workers) reads
-the host's counters, so every worker reports the same host-wide figures: scrape any one of
-them, and the host is counted once (a few families, the rule and dry-run tallies, are each
-process's own and say so in their help).
+the host's counters, so every worker reports the same host-wide figures (the rule and
+dry-run tallies included): scrape any one of them, and the host is counted once.
 
 With `prometheus_client` (`pip install velvet_rope[prometheus]`)::
 

@@ -535,6 +535,25 @@ vr_result vr_coordinator_new(const char *config,
                              uint64_t now_ms,
                              vr_coordinator **coordinator_out);
 
+// Takes the oldest event the coordinator logged (its learning period started or ended, and
+// for a leaf its root's learning and outages: `lease_learning_started`,
+// `lease_learning_ended`, `lease_root_outage_began`, `lease_root_outage_ended`), after the
+// ends of learning periods over at `now_ms` (`vr_now_ms()` for now), as
+// `vr_engine_next_event` writes an
+// engine's: one line of JSON, NUL-terminated, into `buf`, `*written_out` its length (0: no
+// event), `*warning_out` 1 for an outage's start. Call it now and then (once a second) until
+// it writes nothing; the log keeps 256 events.
+//
+// # Safety
+// `coordinator` live; `buf` NULL or writable for `buf_len` bytes; `written_out` writable;
+// `warning_out` NULL or writable.
+vr_result vr_coordinator_next_event(const vr_coordinator *coordinator,
+                                    uint64_t now_ms,
+                                    char *buf,
+                                    size_t buf_len,
+                                    size_t *written_out,
+                                    uint8_t *warning_out);
+
 // Frees a coordinator. NULL is ignored.
 //
 // # Safety

@@ -28,6 +28,12 @@ export interface ClusterStatusObject {
   lastError?: string
 }
 
+/**
+ * Every event the coordinator logged since the last call, with the ends of learning periods
+ * over at `now_ms` (its learning, a leaf's root's learning and outages).
+ */
+export declare function coordinatorDrainEvents(coordinator: number, nowMs?: number | undefined | null): Array<EventObject>
+
 /** Frees a coordinator's handle (and stops its upstream loop, off JavaScript's thread). */
 export declare function coordinatorFree(coordinator: number): void
 

@@ -835,6 +835,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.coordinatorDrainEvents = nativeBinding.coordinatorDrainEvents
 module.exports.coordinatorFree = nativeBinding.coordinatorFree
 module.exports.coordinatorMetrics = nativeBinding.coordinatorMetrics
 module.exports.coordinatorMetricsText = nativeBinding.coordinatorMetricsText

@@ -89,7 +89,7 @@ export interface EngineOptions {
 /** The admission engine: one per process, or one per state file shared by processes. */
 /** One event the engine logged (see `Engine#drainEvents`). */
 export interface EngineEvent {
-  /** `queueing_started`, `queueing_stopped`, `prequeue_opened`, `event_started`, `shuffle_done`, `event_ended`, `config_reloaded`, `config_refused`, `cluster_outage_began`, `cluster_outage_ended` */
+  /** `queueing_started`, `queueing_stopped`, `prequeue_opened`, `event_started`, `shuffle_done`, `event_ended`, `config_reloaded`, `config_refused`, `cluster_outage_began`, `cluster_outage_ended`; a coordinator's: `lease_learning_started`, `lease_learning_ended`, `lease_root_outage_began`, `lease_root_outage_ended` */
   event: string
   atMs: number
   room: string | null
@@ -229,9 +229,23 @@ export interface ClockOptions {
 }
 
 /** Hands out leases of shared resources (the configuration's `resources` section). */
-export declare class Coordinator {
-  constructor(config: string, options?: ClockOptions)
-  static fromFile(path: string, options?: ClockOptions): Coordinator
+/** A coordinator's options: its clock, and whether a timer emits its events (default true). */
+export interface CoordinatorOptions extends ClockOptions {
+  emitEvents?: boolean
+}
+
+/**
+ * Hands out leases of shared resources. Its events (learning periods, a leaf's root lost and
+ * found) are emitted as `'event'` once a second unless `emitEvents: false`.
+ */
+export declare class Coordinator extends EventEmitter {
+  constructor(config: string, options?: CoordinatorOptions)
+  static fromFile(path: string, options?: CoordinatorOptions): Coordinator
+  /** Every event logged since the last call, with learning periods over at `nowMs` (default: now). */
+  drainEvents(nowMs?: number): EngineEvent[]
+  /** Emits each event logged since the last call as `'event'`. */
+  emitEvents(): void
+  on(name: 'event', listener: (event: EngineEvent) => void): this
   /** Asks for `wants` of `resource` for `clientId`; the lease granted. */
   request(clientId: string, resource: string, wants: number, options?: ClockOptions & { priority?: number }): Lease
   /** Gives a client's lease back; whether it held one. */

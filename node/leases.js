@@ -1,14 +1,21 @@
 'use strict'
 /** Leases enforced locally: `RateLimiter` (a rate) and `Gauge` (concurrent units). */
 
+const { EventEmitter } = require('node:events')
 const native = require('./binding.js')
 const { convert, InvalidArgumentError } = require('./errors.js')
-const { familyOf } = require('./native_shapes.js')
+const { eventOf, familyOf } = require('./native_shapes.js')
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 
-/** Native handles are freed when the object holding them is collected. */
-const coordinators = new FinalizationRegistry((h) => native.coordinatorFree(h))
+/**
+ * Native handles are freed when the object holding them is collected (a coordinator's event
+ * timer, which holds it weakly, is stopped then too).
+ */
+const coordinators = new FinalizationRegistry(({ h, timer }) => {
+  if (timer !== null) clearInterval(timer)
+  native.coordinatorFree(h)
+})
 const limiters = new FinalizationRegistry((h) => native.rateLimiterFree(h))
 const gauges = new FinalizationRegistry((h) => native.gaugeFree(h))
 const dispose = Symbol.dispose || Symbol.for('nodejs.dispose')
@@ -20,15 +27,56 @@ function count (n) {
   return n
 }
 
-/** Hands out leases of shared resources (the configuration's `resources` section). */
-class Coordinator {
+/**
+ * Hands out leases of shared resources (the configuration's `resources` section). Its events
+ * (a resource's learning period started or ended; for a leaf under the Redis lease root, the
+ * root's learning and the root lost and found) are emitted as `'event'` once a second from an
+ * `unref`'d timer (`{ emitEvents: false }`: none; `drainEvents` then gives them).
+ */
+class Coordinator extends EventEmitter {
   #h
   /** From configuration text (TOML or JSON); `Coordinator.fromFile` reads a file. */
-  constructor (config, { nowMs, isPath = false } = {}) {
+  constructor (config, { nowMs, isPath = false, emitEvents = true } = {}) {
+    super()
     try {
       this.#h = native.coordinatorNew(String(config), isPath, nowMs)
     } catch (e) { throw convert(e) }
-    coordinators.register(this, this.#h)
+    let timer = null
+    if (emitEvents) {
+      // Weakly: a coordinator nobody holds is still collected (and its timer stopped).
+      const self = new WeakRef(this)
+      timer = setInterval(() => self.deref()?.emitEvents(), 1000)
+      timer.unref()
+    }
+    coordinators.register(this, { h: this.#h, timer })
+  }
+
+  /**
+   * Every event logged since the last call, oldest first, with the ends of learning periods
+   * over at `nowMs` (default: now), as `Engine#drainEvents` gives an engine's:
+   * `lease_learning_started` / `lease_learning_ended` (`fields.source`: `coordinator` for its
+   * own learning after start, `root` for a leaf's root), `lease_root_outage_began` /
+   * `lease_root_outage_ended`.
+   */
+  drainEvents (nowMs) {
+    try {
+      return native.coordinatorDrainEvents(this.#h, nowMs).map(eventOf)
+    } catch (e) { throw convert(e) }
+  }
+
+  /**
+   * Emits each event logged since the last call as `'event'`; a listener that throws becomes
+   * a process warning (`VELVET_ROPE_EVENT_LISTENER`), as `Engine#emitEvents` does.
+   */
+  emitEvents () {
+    for (const e of this.drainEvents()) {
+      try {
+        this.emit('event', e)
+      } catch (err) {
+        process.emitWarning(`an 'event' listener threw: ${err && err.stack ? err.stack : err}`,
+          { code: 'VELVET_ROPE_EVENT_LISTENER' })
+      }
+    }
   }
 
   static fromFile (path, options = {}) {

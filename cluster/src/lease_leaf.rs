@@ -7,14 +7,18 @@
 //! leases that never outlive its own. When the root cannot be reached the leaf keeps its grant
 //! until that lease ends, then falls back to the resource's `refresh_failure` share (see
 //! [`LeafRound::round`]).
+//!
+//! The root's learning (per resource, as its answers say) and its outages are events in the
+//! leaf coordinator's log ([`Coordinator::drain_events`]), besides the text log's lines.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use velvet_rope::admission::{Event, EventKind};
 use velvet_rope::lease::{
     Aggregate, Coordinator, Lease, LeaseRequest, LeaseSource, RefreshFailureMode, Upstream,
 };
-use velvet_rope::Clock;
+use velvet_rope::{Clock, Millis};
 
 use crate::periodic::Periodic;
 use crate::syncer::Log;
@@ -39,6 +43,9 @@ pub struct LeafRound {
     log: Log,
     /// The root's last lease per resource.
     leases: std::collections::HashMap<String, Lease>,
+    /// Resources whose root table was learning at its last answer (logged as started; kept
+    /// while the leaf stops asking, so that the end is logged when it asks again).
+    learning: std::collections::HashSet<String>,
     failing: bool,
 }
 
@@ -59,8 +66,35 @@ impl LeafRound {
             clock,
             log,
             leases: Default::default(),
+            learning: Default::default(),
             failing: false,
         }
+    }
+
+    /// Logs `kind` for `resource` (or for the root, without one) in the leaf's event log.
+    fn event(&self, kind: EventKind, now: Millis, fields: Vec<(&'static str, String)>) {
+        self.leaf.record_event(Event {
+            at: now,
+            kind,
+            room: None,
+            fields,
+        });
+    }
+
+    /// Logs the root's learning of `resource` starting or ending, as its answer says.
+    fn note_learning(&mut self, resource: &str, learning: bool, now: Millis) {
+        if learning == self.learning.contains(resource) {
+            return;
+        }
+        let kind = if learning {
+            self.learning.insert(resource.to_owned());
+            EventKind::LeaseLearningStarted
+        } else {
+            self.learning.remove(resource);
+            EventKind::LeaseLearningEnded
+        };
+        let fields = vec![("resource", resource.to_owned()), ("source", "root".into())];
+        self.event(kind, now, fields);
     }
 
     /// Asks the root for every resource the leaf's clients hold (or the leaf holds a grant
@@ -105,7 +139,9 @@ impl LeafRound {
                     if self.failing {
                         self.failing = false;
                         (self.log)("lease root reachable again");
+                        self.event(EventKind::LeaseRootOutageEnded, now, Vec::new());
                     }
+                    self.note_learning(&resource, lease.learning, now);
                     let fallback = match self.leaf.template(&resource).map(|t| t.refresh_failure) {
                         Ok(RefreshFailureMode::Safe) => lease.safe_capacity,
                         Ok(RefreshFailureMode::Optimistic) => a.wants,
@@ -133,6 +169,11 @@ impl LeafRound {
                             "{e}: the leaf keeps its grants until they end, then hands out \
                              each resource's refresh_failure share"
                         ));
+                        self.event(
+                            EventKind::LeaseRootOutageBegan,
+                            now,
+                            vec![("error", e.to_string())],
+                        );
                     }
                 }
             }

@@ -117,6 +117,9 @@ struct ScriptReply {
     /// Whether a release found the client's record.
     #[serde(default)]
     x: bool,
+    /// Whether the table is learning (the grant is what the client reported holding).
+    #[serde(default)]
+    l: bool,
 }
 
 /// Where the root's requests go: one server, or the masters of a Redis Cluster.
@@ -456,6 +459,7 @@ impl LeaseSource for RedisLeaseRoot {
             expires_at: now.saturating_add(lease_ms),
             refresh_interval_secs: t.algorithm.refresh_interval,
             safe_capacity: t.safe_capacity.unwrap_or(dynamic_safe),
+            learning: reply.l,
         })
     }
 

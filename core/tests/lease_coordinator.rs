@@ -75,6 +75,39 @@ fn learning_mode_gives_back_what_clients_hold() {
     assert_eq!(step_with(&c, &req("b", 50.0, 0.0), 2_200).capacity, 50.0);
 }
 
+/// The learning period's start and end are events the host drains, once each per template
+/// (the end when a drain comes after it, dated when it ended); grants say whether they were
+/// made learning; a template without a learning period logs nothing.
+#[test]
+fn learning_mode_is_logged_as_events() {
+    let with = template(100.0, AlgorithmKind::FairShare, 2.0, 2.0);
+    let mut without = template(100.0, AlgorithmKind::FairShare, 2.0, 0.0);
+    without.identifier_glob = "quiet".into();
+    let set = TemplateSet::from_templates(vec![without, with]).unwrap();
+    let c = Coordinator::new(set, 1_000);
+    let lines = |now| -> Vec<String> { c.drain_events(now).iter().map(|e| e.to_json()).collect() };
+    assert_eq!(
+        lines(1_500),
+        [
+            r#"{"event":"lease_learning_started","at_ms":1000,"resource":"*","source":"coordinator","until_ms":"3000"}"#
+        ]
+    );
+    assert!(c.request("a", "r", 10.0, 0, 1_500).unwrap().learning);
+    assert!(!c.request("a", "quiet", 10.0, 0, 1_500).unwrap().learning);
+    assert!(lines(2_999).is_empty());
+    assert!(!c.request("a", "r", 10.0, 0, 3_000).unwrap().learning);
+    // The C ABI's way: one at a time, left when the caller's buffer is too small.
+    assert!(c.next_event_if(3_500, |_| false).is_none());
+    let ended = c.next_event_if(3_500, |_| true).unwrap();
+    assert_eq!(
+        ended.to_json(),
+        r#"{"event":"lease_learning_ended","at_ms":3000,"resource":"*","source":"coordinator"}"#
+    );
+    assert!(!ended.kind.is_warning());
+    assert!(lines(10_000).is_empty(), "each logged once");
+    assert_eq!(c.events_dropped(), 0);
+}
+
 #[test]
 fn expiry_and_release_free_capacity() {
     let c = coordinator(template(100.0, AlgorithmKind::FairShare, 10.0, 0.0), 0);

@@ -466,27 +466,30 @@ pub struct EventObject {
 /// Every event logged since the last call, oldest first.
 #[napi]
 pub fn engine_drain_events(engine: u32) -> napi::Result<Vec<EventObject>, &'static str> {
-    ENGINES.with(engine, |e| {
-        e.drain_events()
-            .into_iter()
-            .map(|ev| {
-                let (field_names, field_values) = ev
-                    .fields
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), v.clone()))
-                    .unzip();
-                EventObject {
-                    event: ev.kind.as_str().to_owned(),
-                    at_ms: ev.at as f64,
-                    room: ev.room.clone(),
-                    field_names,
-                    field_values,
-                    warning: ev.kind.is_warning(),
-                    line: ev.to_json(),
-                }
-            })
-            .collect()
-    })
+    ENGINES.with(engine, |e| events_to_js(e.drain_events()))
+}
+
+/// Events as `drainEvents` gives them to JavaScript.
+pub(crate) fn events_to_js(events: Vec<velvet_rope::admission::Event>) -> Vec<EventObject> {
+    events
+        .into_iter()
+        .map(|ev| {
+            let (field_names, field_values) = ev
+                .fields
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .unzip();
+            EventObject {
+                event: ev.kind.as_str().to_owned(),
+                at_ms: ev.at as f64,
+                room: ev.room.clone(),
+                field_names,
+                field_values,
+                warning: ev.kind.is_warning(),
+                line: ev.to_json(),
+            }
+        })
+        .collect()
 }
 
 /// Every room's metrics in the OpenMetrics text format, ending with `# EOF`.

@@ -159,6 +159,19 @@ pub fn coordinator_metrics_text(
     COORDINATORS.with(coordinator, |c| c.metrics_text(now))
 }
 
+/// Every event the coordinator logged since the last call, with the ends of learning periods
+/// over at `now_ms` (its learning, a leaf's root's learning and outages).
+#[napi]
+pub fn coordinator_drain_events(
+    coordinator: u32,
+    now_ms: Option<f64>,
+) -> napi::Result<Vec<crate::engine::EventObject>, &'static str> {
+    let now = or_now(now_ms)?;
+    COORDINATORS.with(coordinator, |c| {
+        crate::engine::events_to_js(c.drain_events(now))
+    })
+}
+
 /// Every resource's metrics, family by family.
 #[napi]
 pub fn coordinator_metrics(

@@ -170,6 +170,50 @@ algorithm = { kind = "fair_share", lease_length = 2, refresh_interval = 0.2 }
   }
 })
 
+test("a leaf coordinator emits its learning and its root's outage as 'event'", async () => {
+  const { Coordinator } = require('..')
+  const redis = await redisServer()
+  const seen = []
+  try {
+    const leaf = new Coordinator(`
+${clusterTable(redis.port, 'node-events')}[[resources]]
+identifier_glob = "db"
+capacity = 90
+algorithm = { kind = "fair_share", lease_length = 2, refresh_interval = 0.2 }
+`)
+    leaf.on('event', (e) => seen.push([e.event, e.fields.source ?? null, e.warning]))
+    const waitFor = async (want) => {
+      const deadline = Date.now() + 15_000
+      const has = () => seen.some((e) => JSON.stringify(e) === JSON.stringify(want))
+      while (!has() && Date.now() < deadline) {
+        leaf.request('c', 'db', 10)
+        await sleep(100)
+      }
+      assert.ok(has(), `${JSON.stringify(want)} not in ${JSON.stringify(seen)}`)
+    }
+    await waitFor(['lease_learning_started', 'coordinator', false])
+    await waitFor(['lease_learning_started', 'root', false])
+    await waitFor(['lease_learning_ended', 'root', false])
+    await waitFor(['lease_learning_ended', 'coordinator', false])
+    assert.equal(seen.length, 4, JSON.stringify(seen))
+    redis.proc.kill('SIGKILL')
+    await waitFor(['lease_root_outage_began', null, true])
+  } finally {
+    redis.proc.kill('SIGKILL')
+  }
+  // Without the timer, the events wait for drainEvents.
+  const quiet = new Coordinator(`[[resources]]
+identifier_glob = "db"
+capacity = 9
+algorithm = { kind = "fair_share", lease_length = 1, refresh_interval = 1 }
+`, { emitEvents: false })
+  let emitted = 0
+  quiet.on('event', () => { emitted++ })
+  await sleep(1200)
+  assert.equal(emitted, 0)
+  assert.deepEqual(quiet.drainEvents().map((e) => e.event), ['lease_learning_started', 'lease_learning_ended'])
+})
+
 /** One command to the redis-server on `port` (RESP inline): the reply's first line. */
 function redisCommand (port, ...args) {
   return new Promise((resolve, reject) => {

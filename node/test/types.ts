@@ -66,3 +66,8 @@ void registered
 void expressMetrics
 void fastifyMetrics
 void contentType
+
+const coordinator = new velvetRope.Coordinator('[[resources]]', { emitEvents: false })
+coordinator.on('event', (e: velvetRope.EngineEvent) => { void e.fields })
+const learning: string[] = coordinator.drainEvents(1_800_000_000_000).map((e) => e.event)
+void learning

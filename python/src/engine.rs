@@ -457,24 +457,7 @@ impl Engine {
     /// dict of strings), `warning` (a refusal or an outage) and `line` (the event as one line
     /// of JSON). The middleware's tickers log them to the `velvet_rope.events` logger.
     fn drain_events<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, pyo3::types::PyDict>>> {
-        self.inner
-            .drain_events()
-            .into_iter()
-            .map(|e| {
-                let d = pyo3::types::PyDict::new(py);
-                d.set_item("event", e.kind.as_str())?;
-                d.set_item("at_ms", e.at)?;
-                d.set_item("room", e.room.as_deref())?;
-                let fields = pyo3::types::PyDict::new(py);
-                for (k, v) in &e.fields {
-                    fields.set_item(*k, v)?;
-                }
-                d.set_item("fields", fields)?;
-                d.set_item("warning", e.kind.is_warning())?;
-                d.set_item("line", e.to_json())?;
-                Ok(d)
-            })
-            .collect()
+        events_to_py(py, self.inner.drain_events())
     }
 
     /// Events dropped because nobody drained them in time (the log keeps 256).
@@ -800,4 +783,28 @@ impl ClusterStatus {
             self.hosts
         )
     }
+}
+
+/// Events as the dicts `Engine.drain_events` and `Coordinator.drain_events` return.
+pub(crate) fn events_to_py(
+    py: Python<'_>,
+    events: Vec<velvet_rope::admission::Event>,
+) -> PyResult<Vec<Bound<'_, pyo3::types::PyDict>>> {
+    events
+        .into_iter()
+        .map(|e| {
+            let d = pyo3::types::PyDict::new(py);
+            d.set_item("event", e.kind.as_str())?;
+            d.set_item("at_ms", e.at)?;
+            d.set_item("room", e.room.as_deref())?;
+            let fields = pyo3::types::PyDict::new(py);
+            for (k, v) in &e.fields {
+                fields.set_item(*k, v)?;
+            }
+            d.set_item("fields", fields)?;
+            d.set_item("warning", e.kind.is_warning())?;
+            d.set_item("line", e.to_json())?;
+            Ok(d)
+        })
+        .collect()
 }

@@ -12,7 +12,7 @@ use crate::errors::lease_to_py;
 use crate::time::or_now;
 
 /// Hands out leases of shared resources (the configuration's `resources` section).
-#[pyclass(frozen, module = "velvet_rope._velvet_rope")]
+#[pyclass(frozen, subclass, module = "velvet_rope._velvet_rope")]
 pub struct Coordinator {
     inner: std::sync::Arc<lease::Coordinator>,
     /// With a `[cluster]` table: the upstream loop of this coordinator as a leaf under the
@@ -69,6 +69,25 @@ impl Coordinator {
     #[pyo3(signature = (now_ms = None))]
     fn metrics_text(&self, now_ms: Option<u64>) -> PyResult<String> {
         Ok(self.inner.metrics_text(or_now(now_ms)?))
+    }
+
+    /// Every event logged since the last call, oldest first, with the ends of learning
+    /// periods over at `now_ms` (default: now), as `Engine.drain_events` gives an engine's:
+    /// `lease_learning_started` / `lease_learning_ended` (field `source`: `coordinator` for
+    /// its own learning after start, `root` for a leaf's root), `lease_root_outage_began` /
+    /// `lease_root_outage_ended` (a leaf's root lost and found).
+    #[pyo3(signature = (now_ms = None))]
+    fn drain_events<'py>(
+        &self,
+        py: Python<'py>,
+        now_ms: Option<u64>,
+    ) -> PyResult<Vec<Bound<'py, pyo3::types::PyDict>>> {
+        crate::engine::events_to_py(py, self.inner.drain_events(or_now(now_ms)?))
+    }
+
+    /// Events dropped because nobody drained them in time (the log keeps 256).
+    fn events_dropped(&self) -> u64 {
+        self.inner.events_dropped()
     }
 
     /// Every resource's metrics, as `Engine.metrics` gives a room's.

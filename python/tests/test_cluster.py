@@ -3,6 +3,10 @@ here on a free 127.0.0.1 port with persistence off): a `[cluster]` table starts 
 
 from __future__ import annotations
 
+import gc
+import json
+import logging
+import threading
 import time
 from collections.abc import Iterator
 
@@ -137,3 +141,68 @@ def test_leases_are_shared_fairly_across_hosts(redis_port: int) -> None:
             break
         time.sleep(0.1)
     assert fair_since is not None, held
+
+
+def test_a_leaf_coordinator_logs_learning_and_its_roots_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A leaf's events reach the `velvet_rope.events` logger from its own thread: its learning
+    after start, the Redis root's table learning (a new table), both ending, then the root
+    killed: an outage, at WARNING."""
+    caplog.set_level(logging.INFO, logger="velvet_rope.events")
+    server = RedisServer()
+    try:
+        leaf = lease_host(server.port, "py-events")
+        _leaf_events(leaf, server, caplog)
+    finally:
+        server.kill()
+
+
+def _leaf_events(leaf: Coordinator, server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+
+    def seen() -> list[tuple[str, str | None, int]]:
+        return [
+            (r.velvet_rope_event["event"], r.velvet_rope_event["fields"].get("source"), r.levelno)
+            for r in caplog.records
+            if r.name == "velvet_rope.events"
+        ]
+
+    def wait_for(event: tuple[str, str | None, int]) -> None:
+        deadline = time.monotonic() + 15
+        while event not in seen() and time.monotonic() < deadline:
+            leaf.request("c", "db", 10.0)
+            time.sleep(0.1)
+        assert event in seen(), seen()
+
+    wait_for(("lease_learning_started", "coordinator", logging.INFO))
+    wait_for(("lease_learning_started", "root", logging.INFO))
+    wait_for(("lease_learning_ended", "root", logging.INFO))
+    wait_for(("lease_learning_ended", "coordinator", logging.INFO))
+    assert len(seen()) == 4, seen()
+    line = next(r for r in caplog.records if r.name == "velvet_rope.events").getMessage()
+    assert json.loads(line)["resource"] == "db"
+    server.kill()
+    wait_for(("lease_root_outage_began", None, logging.WARNING))
+
+
+def test_a_coordinators_event_thread_ends_with_it() -> None:
+    """The thread that logs a coordinator's events holds it weakly: it ends once the
+    coordinator is collected; `log_events=False` starts none and leaves the events to
+    `drain_events`."""
+    config = """[[resources]]
+identifier_glob = "db"
+capacity = 9
+algorithm = { kind = "fair_share", lease_length = 1, refresh_interval = 1 }
+"""
+    quiet = Coordinator(config, log_events=False)
+    assert [e["event"] for e in quiet.drain_events()] == ["lease_learning_started"]
+    assert quiet.events_dropped() == 0
+    before = {t.ident for t in threading.enumerate() if t.name == "velvet-rope-events"}
+    logged = Coordinator(config)
+    thread = next(
+        t for t in threading.enumerate() if t.name == "velvet-rope-events" and t.ident not in before
+    )
+    del logged
+    gc.collect()
+    thread.join(timeout=5)
+    assert not thread.is_alive()

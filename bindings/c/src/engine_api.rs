@@ -713,41 +713,68 @@ pub unsafe extern "C" fn vr_engine_next_event(
     guard(|| {
         // SAFETY: per this function's contract.
         let e = unsafe { engine_ref(engine) }?;
-        if written_out.is_null() {
-            return Err(null("written_out"));
+        // SAFETY: per this function's contract.
+        unsafe {
+            next_event(
+                |take| e.next_event_if(take),
+                buf,
+                buf_len,
+                written_out,
+                warning_out,
+            )
         }
-        let room = if buf.is_null() { 0 } else { buf_len };
-        let mut line = String::new();
-        let taken = e.next_event_if(|ev| {
-            line = ev.to_json();
-            line.len() < room
-        });
-        let Some(ev) = taken else {
-            if line.is_empty() {
-                // SAFETY: `written_out` checked non-null; `buf`, if given with room, is
-                // writable for at least one byte.
-                unsafe {
-                    written_out.write(0);
-                    if room > 0 {
-                        *buf = 0;
-                    }
-                }
-                return Ok(());
-            }
-            // SAFETY: as above.
-            unsafe { written_out.write(line.len() + 1) };
-            return Err(Failure(
-                VR_BUFFER_TOO_SMALL,
-                format!("the event needs {} bytes, {buf_len} given", line.len() + 1),
-            ));
-        };
-        if !warning_out.is_null() {
-            // SAFETY: non-null and writable per the contract.
-            unsafe { warning_out.write(u8::from(ev.kind.is_warning())) };
-        }
-        // SAFETY: `buf` has `room > line.len()` writable bytes; `written_out` is writable.
-        unsafe { write_text(&line, "the event", buf, buf_len, written_out) }
     })
+}
+
+/// The oldest event `pop_if` takes (it passes the event to the closure it is given, and takes
+/// it if that returns true), into `buf` as `vr_engine_next_event` writes it.
+///
+/// # Safety
+/// `buf` NULL or writable for `buf_len` bytes; `written_out` NULL or writable; `warning_out`
+/// NULL or writable.
+pub(crate) unsafe fn next_event(
+    pop_if: impl FnOnce(
+        &mut dyn FnMut(&engine::admission::Event) -> bool,
+    ) -> Option<engine::admission::Event>,
+    buf: *mut c_char,
+    buf_len: usize,
+    written_out: *mut usize,
+    warning_out: *mut u8,
+) -> Result<(), Failure> {
+    if written_out.is_null() {
+        return Err(null("written_out"));
+    }
+    let room = if buf.is_null() { 0 } else { buf_len };
+    let mut line = String::new();
+    let taken = pop_if(&mut |ev| {
+        line = ev.to_json();
+        line.len() < room
+    });
+    let Some(ev) = taken else {
+        if line.is_empty() {
+            // SAFETY: `written_out` checked non-null; `buf`, if given with room, is
+            // writable for at least one byte.
+            unsafe {
+                written_out.write(0);
+                if room > 0 {
+                    *buf = 0;
+                }
+            }
+            return Ok(());
+        }
+        // SAFETY: as above.
+        unsafe { written_out.write(line.len() + 1) };
+        return Err(Failure(
+            VR_BUFFER_TOO_SMALL,
+            format!("the event needs {} bytes, {buf_len} given", line.len() + 1),
+        ));
+    };
+    if !warning_out.is_null() {
+        // SAFETY: non-null and writable per the contract.
+        unsafe { warning_out.write(u8::from(ev.kind.is_warning())) };
+    }
+    // SAFETY: `buf` has `room > line.len()` writable bytes; `written_out` is writable.
+    unsafe { write_text(&line, "the event", buf, buf_len, written_out) }
 }
 
 /// Copies `text` and a NUL into `buf`, its length into `*written_out`; or, when it does not

@@ -6,7 +6,7 @@ use std::ffi::c_char;
 use engine::lease::{Coordinator, Gauge, Lease, LeaseConfig, RateLimiter};
 use engine::Config;
 
-use crate::engine_api::checked_now;
+use crate::engine_api::{checked_now, next_event};
 use crate::error::{free_handle, guard, null, vr_result, Failure, VR_INVALID_ARGUMENT};
 use crate::strings::{text, write};
 
@@ -97,6 +97,46 @@ pub unsafe extern "C" fn vr_coordinator_new(
         let handle = Box::into_raw(Box::new(vr_coordinator { inner, _leaf: leaf }));
         // SAFETY: checked non-null.
         unsafe { write(coordinator_out, handle, "coordinator_out") }
+    })
+}
+
+/// Takes the oldest event the coordinator logged (its learning period started or ended, and
+/// for a leaf its root's learning and outages: `lease_learning_started`,
+/// `lease_learning_ended`, `lease_root_outage_began`, `lease_root_outage_ended`), after the
+/// ends of learning periods over at `now_ms` (`vr_now_ms()` for now), as
+/// `vr_engine_next_event` writes an
+/// engine's: one line of JSON, NUL-terminated, into `buf`, `*written_out` its length (0: no
+/// event), `*warning_out` 1 for an outage's start. Call it now and then (once a second) until
+/// it writes nothing; the log keeps 256 events.
+///
+/// # Safety
+/// `coordinator` live; `buf` NULL or writable for `buf_len` bytes; `written_out` writable;
+/// `warning_out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn vr_coordinator_next_event(
+    coordinator: *const vr_coordinator,
+    now_ms: u64,
+    buf: *mut c_char,
+    buf_len: usize,
+    written_out: *mut usize,
+    warning_out: *mut u8,
+) -> vr_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let c = &unsafe { coordinator.as_ref() }
+            .ok_or_else(|| null("coordinator"))?
+            .inner;
+        let now_ms = checked_now(now_ms)?;
+        // SAFETY: per this function's contract.
+        unsafe {
+            next_event(
+                |take| c.next_event_if(now_ms, take),
+                buf,
+                buf_len,
+                written_out,
+                warning_out,
+            )
+        }
     })
 }
 

@@ -787,3 +787,85 @@ fn a_failover_makes_the_table_learn_and_grants_wait_for_the_replica() {
     clock.advance(LEASE_MS + MARGIN_MS);
     assert_eq!(ask(30.0).unwrap().capacity, 90.0, "learned");
 }
+
+/// A leaf logs its root's learning (per resource, as the root's answers say) and the root's
+/// outages as events its host drains, beside its own learning after start: a new table
+/// learns, then hands out; the store killed is an outage; the store back without its data
+/// ends the outage and its new table learns again.
+#[test]
+fn a_leaf_logs_its_roots_learning_and_outages_as_events() {
+    use velvet_rope::admission::{Event, EventKind};
+    use velvet_rope::lease::Coordinator;
+    use velvet_rope_cluster::LeafRound;
+
+    let mut redis = RedisServer::start();
+    let clock = Arc::new(FakeClock::new(START));
+    let root = Arc::new(root_on(&redis, "events", "fair_share", 90.0, 0.0, &clock));
+    let cfg = config("fair_share", 90.0, 0.0);
+    let leaf = Arc::new(Coordinator::from_config(&cfg, START).unwrap());
+    let mut round = LeafRound::new(leaf.clone(), root, "leaf", clock.clone(), Arc::new(|_| {}));
+    type Logged = (EventKind, u64, Vec<(&'static str, String)>);
+    let events = |now: u64| -> Vec<Logged> {
+        leaf.drain_events(now)
+            .into_iter()
+            .map(
+                |Event {
+                     kind, at, fields, ..
+                 }| (kind, at, fields),
+            )
+            .collect()
+    };
+    let from = |source: &str| vec![("resource", "db".to_owned()), ("source", source.to_owned())];
+    let until = START + LEASE_MS;
+    let mut started = from("coordinator");
+    started.push(("until_ms", until.to_string()));
+    assert_eq!(
+        events(START),
+        [(EventKind::LeaseLearningStarted, START, started)],
+        "the leaf's own learning, logged at its start"
+    );
+    // A client of the leaf keeps asking: the leaf asks the root for it.
+    let step = |round: &mut LeafRound| {
+        leaf.request("c", "db", 50.0, 0, clock.now_ms()).unwrap();
+        round.round();
+    };
+    step(&mut round);
+    assert_eq!(
+        events(clock.now_ms()),
+        [(EventKind::LeaseLearningStarted, START, from("root"))],
+        "a new table learns"
+    );
+    step(&mut round);
+    assert!(events(clock.now_ms()).is_empty(), "logged once");
+    clock.advance(LEASE_MS + MARGIN_MS);
+    let now = clock.now_ms();
+    step(&mut round);
+    assert_eq!(
+        events(now),
+        [
+            (EventKind::LeaseLearningEnded, now, from("root")),
+            (EventKind::LeaseLearningEnded, until, from("coordinator")),
+        ]
+    );
+    redis.kill();
+    clock.advance(500);
+    step(&mut round);
+    step(&mut round);
+    let outage = events(clock.now_ms());
+    assert_eq!(outage.len(), 1, "one line per outage: {outage:?}");
+    assert_eq!(outage[0].0, EventKind::LeaseRootOutageBegan);
+    assert!(outage[0].0.is_warning());
+    assert_eq!(outage[0].2[0].0, "error");
+    redis.restart();
+    clock.advance(500);
+    let now = clock.now_ms();
+    step(&mut round);
+    assert_eq!(
+        events(now),
+        [
+            (EventKind::LeaseRootOutageEnded, now, vec![]),
+            (EventKind::LeaseLearningStarted, now, from("root")),
+        ],
+        "the store came back without its data: its new table learns"
+    );
+}

@@ -1,6 +1,7 @@
 //! Events a log can use: a room's queue starting and stopping, an event's pre-queue opening,
 //! an event starting (its pre-queue shuffled) and ending, a configuration reloaded or refused,
-//! the cluster tier's store lost and found. One structured line each (JSON), kept in a bounded
+//! the cluster tier's store lost and found, a lease coordinator or the lease root learning
+//! and the lease root lost and found. One structured line each (JSON), kept in a bounded
 //! log the host drains after its tick and writes through its own logger (nginx's error log,
 //! Envoy's log, Python's `logging`, a Node event emitter).
 //!
@@ -53,6 +54,17 @@ pub enum EventKind {
     ClusterOutageBegan,
     /// The cluster tier's store answers again.
     ClusterOutageEnded,
+    /// A lease resource's grants are in learning mode: only what clients report holding is
+    /// given back (a coordinator's first lease after start, or the lease root's table after
+    /// the store lost it or another server took over). Field `source`: `coordinator` or
+    /// `root`.
+    LeaseLearningStarted,
+    /// A lease resource's learning mode ended: grants are fair shares again.
+    LeaseLearningEnded,
+    /// A leaf coordinator's lease root stopped answering.
+    LeaseRootOutageBegan,
+    /// A leaf coordinator's lease root answers again.
+    LeaseRootOutageEnded,
 }
 
 impl EventKind {
@@ -69,6 +81,10 @@ impl EventKind {
             EventKind::ConfigRefused => "config_refused",
             EventKind::ClusterOutageBegan => "cluster_outage_began",
             EventKind::ClusterOutageEnded => "cluster_outage_ended",
+            EventKind::LeaseLearningStarted => "lease_learning_started",
+            EventKind::LeaseLearningEnded => "lease_learning_ended",
+            EventKind::LeaseRootOutageBegan => "lease_root_outage_began",
+            EventKind::LeaseRootOutageEnded => "lease_root_outage_ended",
         }
     }
 
@@ -77,7 +93,9 @@ impl EventKind {
     pub fn is_warning(self) -> bool {
         matches!(
             self,
-            EventKind::ConfigRefused | EventKind::ClusterOutageBegan
+            EventKind::ConfigRefused
+                | EventKind::ClusterOutageBegan
+                | EventKind::LeaseRootOutageBegan
         )
     }
 }

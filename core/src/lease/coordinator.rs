@@ -9,8 +9,12 @@
 //!   report they hold (new clients get 0), so it never over-allocates while rebuilding state;
 //! - an expired lease is dropped and its capacity is free again;
 //! - a lease never outlives the coordinator's own upstream lease, if it has one.
+//!
+//! Its learning mode's start and end (per template) are events the host drains
+//! ([`Coordinator::drain_events`]), as a leaf's loop logs its root's learning and outages.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use rustc_hash::FxHashMap;
@@ -20,6 +24,7 @@ use super::config::{AlgorithmKind, LeaseConfig, ResourceTemplate};
 use super::error::LeaseError;
 use super::superseded;
 use super::template::TemplateSet;
+use crate::admission::events::{Event, EventKind, EventLog};
 use crate::clock::{Millis, MAX_NOW_MS};
 
 /// What a client receives: how much it may use and until when.
@@ -33,6 +38,9 @@ pub struct Lease {
     pub refresh_interval_secs: f64,
     /// What the client may use if it cannot refresh (configured, else capacity / clients).
     pub safe_capacity: f64,
+    /// Whether it was granted in learning mode: only what the client reported holding
+    /// (Doorman's learning after a restart).
+    pub learning: bool,
 }
 
 impl Lease {
@@ -265,15 +273,47 @@ pub struct Coordinator {
     templates: TemplateSet,
     started_at: Millis,
     state: Mutex<State>,
+    /// Events for the host's log: learning mode's start and end, a leaf's root.
+    events: EventLog,
+    /// Per template: whether the end of its learning mode is still to be logged.
+    learning_unended: Box<[AtomicBool]>,
 }
 
 impl Coordinator {
     /// A coordinator over validated templates, started (learning mode begins) at `now`
     /// (taken as [`MAX_NOW_MS`] if later; [`Coordinator::from_config`] refuses such times).
+    /// Logs, per template with a learning period, `lease_learning_started`.
     pub fn new(templates: TemplateSet, now: Millis) -> Self {
+        let started_at = now.min(MAX_NOW_MS);
+        let events = EventLog::default();
+        let learning_unended = templates
+            .templates()
+            .iter()
+            .map(|t| {
+                let learns = t.algorithm.learning_mode_ms() > 0;
+                if learns {
+                    events.push(Event {
+                        at: started_at,
+                        kind: EventKind::LeaseLearningStarted,
+                        room: None,
+                        fields: vec![
+                            ("resource", t.identifier_glob.clone()),
+                            ("source", "coordinator".into()),
+                            (
+                                "until_ms",
+                                started_at
+                                    .saturating_add(t.algorithm.learning_mode_ms())
+                                    .to_string(),
+                            ),
+                        ],
+                    });
+                }
+                AtomicBool::new(learns)
+            })
+            .collect();
         Self {
             templates,
-            started_at: now.min(MAX_NOW_MS),
+            started_at,
             state: Mutex::new(State {
                 resources: FxHashMap::default(),
                 upstream_expiry: None,
@@ -281,7 +321,62 @@ impl Coordinator {
                 leaf: false,
                 refusals: FxHashMap::default(),
             }),
+            events,
+            learning_unended,
         }
+    }
+
+    /// Logs `lease_learning_ended` for each template whose learning period is over at `now`
+    /// (at the time it ended) and not yet logged.
+    fn observe_learning(&self, now: Millis) {
+        for (t, unended) in self
+            .templates
+            .templates()
+            .iter()
+            .zip(&*self.learning_unended)
+        {
+            let until = self.learning_until(t);
+            if now >= until && unended.swap(false, Ordering::AcqRel) {
+                self.events.push(Event {
+                    at: until,
+                    kind: EventKind::LeaseLearningEnded,
+                    room: None,
+                    fields: vec![
+                        ("resource", t.identifier_glob.clone()),
+                        ("source", "coordinator".into()),
+                    ],
+                });
+            }
+        }
+    }
+
+    /// Every event logged since the last call, oldest first, with the ends of learning
+    /// periods over at `now`: `lease_learning_started` / `lease_learning_ended` (field
+    /// `source`: `coordinator` for this coordinator's own after its start, `root` for a
+    /// leaf's root), `lease_root_outage_began` / `lease_root_outage_ended` (a leaf's root
+    /// lost and found). The log keeps [`EVENT_LOG_CAPACITY`](crate::admission::events::EVENT_LOG_CAPACITY);
+    /// drain it now and then (the bindings do so on a timer), never on a request's path.
+    pub fn drain_events(&self, now: Millis) -> Vec<Event> {
+        self.observe_learning(now);
+        self.events.drain()
+    }
+
+    /// The oldest event (after the ends of learning periods over at `now`), taken if `take`
+    /// accepts it (a caller with a buffer too small for it leaves it for the next call).
+    pub fn next_event_if(&self, now: Millis, take: impl FnOnce(&Event) -> bool) -> Option<Event> {
+        self.observe_learning(now);
+        self.events.pop_if(take)
+    }
+
+    /// Events dropped because the log was full.
+    pub fn events_dropped(&self) -> u64 {
+        self.events.dropped()
+    }
+
+    /// Adds an event to the log [`Coordinator::drain_events`] drains (a leaf's loop: its
+    /// root's learning and outages).
+    pub fn record_event(&self, event: Event) {
+        self.events.push(event);
     }
 
     /// Validates `config` and builds a coordinator started at `now`. A `now` past
@@ -558,6 +653,7 @@ impl Coordinator {
             expires_at,
             refresh_interval_secs: t.algorithm.refresh_interval,
             safe_capacity,
+            learning,
         })
     }
 

@@ -20,7 +20,6 @@ decision = engine.admit("shop", cookie_header)     # "admit" | "queue" | "reject
 from ._velvet_rope import (
     COMMAND_HEADER,
     ClusterStatus,
-    Coordinator,
     Decision,
     Engine,
     Lease,
@@ -42,7 +41,7 @@ from .errors import (
     UnknownRoomError,
     VelvetRopeError,
 )
-from .leases import Gauge, RateLimiter
+from .leases import Coordinator, Gauge, RateLimiter
 
 __all__ = [
     "Engine",

@@ -9,20 +9,22 @@ import os
 import threading
 import weakref
 
-from ._velvet_rope import Engine
+from ._velvet_rope import Coordinator, Engine
 
-__all__ = ["ThreadTicker", "LoopTicker", "EVENTS", "log_events"]
+__all__ = ["ThreadTicker", "LoopTicker", "EventPump", "EVENTS", "log_events"]
 
 #: The logger the tickers write the engine's events to: a room's queue starting and stopping,
-#: a scheduled event's phases, a reload, the cluster store lost or found; one JSON line each,
-#: at INFO (WARNING for a refusal or an outage), the event as a dict in the record's
-#: `velvet_rope_event`.
+#: a scheduled event's phases, a reload, the cluster store lost or found; and a coordinator's
+#: (`EventPump`): a learning period started or ended, a leaf's lease root lost or found. One
+#: JSON line each, at INFO (WARNING for a refusal or an outage), the event as a dict in the
+#: record's `velvet_rope_event`.
 EVENTS = logging.getLogger("velvet_rope.events")
 
 
-def log_events(engine: Engine) -> None:
-    """Writes the events `engine` logged since the last call to `EVENTS`."""
-    for event in engine.drain_events():
+def log_events(source: Engine | Coordinator) -> None:
+    """Writes the events `source` (an engine or a coordinator) logged since the last call to
+    `EVENTS`."""
+    for event in source.drain_events():
         EVENTS.log(logging.WARNING if event["warning"] else logging.INFO, "%s", event["line"],
                    extra={"velvet_rope_event": event})
 
@@ -102,6 +104,44 @@ class ThreadTicker:
 
 
 _TICKERS: weakref.WeakSet[ThreadTicker] = weakref.WeakSet()
+
+
+class EventPump:
+    """Writes a coordinator's events to `EVENTS` every `interval` seconds on a daemon thread,
+    until the coordinator is collected or `stop()`. The thread holds the coordinator weakly."""
+
+    def __init__(self, coordinator: Coordinator, interval: float = INTERVAL) -> None:
+        self._stop = threading.Event()
+        ref = weakref.ref(coordinator, lambda _: self._stop.set())
+        self._thread = threading.Thread(
+            target=self._run, args=(ref, interval), name="velvet-rope-events", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, ref: weakref.ref[Coordinator], interval: float) -> None:
+        failed = False
+        while not self._stop.wait(interval):
+            coordinator = ref()
+            if coordinator is None:
+                return
+            try:
+                log_events(coordinator)
+            except Exception:
+                if not failed:
+                    failed = True
+                    _FAILED.exception("velvet-rope: logging a coordinator's events failed")
+            del coordinator
+
+    def stop(self) -> None:
+        """Stops the thread (its last round may still log) and waits for it."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread runs."""
+        return self._thread.is_alive()
 
 
 def _restart_after_fork() -> None:

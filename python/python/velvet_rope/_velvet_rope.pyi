@@ -4,7 +4,7 @@ import os
 from collections.abc import Iterable
 from typing import Any, final
 
-from typing_extensions import disjoint_base
+from typing_extensions import Self, disjoint_base
 
 __all__ = [
     "Engine",
@@ -208,11 +208,11 @@ class Page:
     @property
     def headers(self) -> list[tuple[str, str]]: ...
 
-@final
+@disjoint_base
 class Coordinator:
     """Hands out leases of shared resources."""
 
-    def __new__(cls, config: str | os.PathLike[str], *, now_ms: int | None = None) -> Coordinator: ...
+    def __new__(cls, config: str | os.PathLike[str], *, now_ms: int | None = None) -> Self: ...
     def request(
         self,
         client_id: str,
@@ -228,6 +228,10 @@ class Coordinator:
         self, now_ms: int | None = None
     ) -> list[tuple[str, str, str, list[tuple[str, list[tuple[str, str]], float]]]]:
         """Every resource's metrics, as `Engine.metrics` gives a room's."""
+    def drain_events(self, now_ms: int | None = None) -> list[dict[str, Any]]:
+        """Every event logged since the last call (learning periods, a leaf's root), as
+        `Engine.drain_events` gives an engine's."""
+    def events_dropped(self) -> int: ...
 
 @final
 class Lease:

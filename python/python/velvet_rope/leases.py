@@ -1,16 +1,43 @@
-"""Leases enforced locally: `RateLimiter` and `Gauge`, with blocking, async and context-manager
-forms over the native types."""
+"""Leases: the `Coordinator` that hands them out (its events written to the
+`velvet_rope.events` logger), and `RateLimiter` and `Gauge` enforcing them locally, with
+blocking, async and context-manager forms over the native types."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
 
 from . import _velvet_rope as _native
+from ._ticker import EventPump
 
-__all__ = ["RateLimiter", "Gauge"]
+__all__ = ["Coordinator", "RateLimiter", "Gauge"]
+
+
+class Coordinator(_native.Coordinator):
+    """Hands out leases of shared resources (the configuration's `resources` section).
+
+    Its events (a resource's learning period started or ended; for a leaf under the Redis
+    lease root, the root's learning and the root lost and found) go to the
+    `velvet_rope.events` logger, written once a second by a daemon thread
+    (`log_events=False`: none, drain them with `drain_events()` yourself). Make it in each
+    worker, after any fork.
+    """
+
+    _events: EventPump | None
+
+    def __new__(
+        cls,
+        config: str | os.PathLike[str],
+        *,
+        now_ms: int | None = None,
+        log_events: bool = True,
+    ) -> Coordinator:
+        self = super().__new__(cls, config, now_ms=now_ms)
+        self._events = EventPump(self) if log_events else None
+        return self
 
 
 class RateLimiter(_native.RateLimiter):

@@ -473,6 +473,19 @@ static void test_leases(void) {
     bool released = false;
     CHECK(vr_coordinator_release(c, "a", 1, "db-1", 4, &released) == VR_OK && released);
     CHECK(vr_coordinator_release(c, "a", 1, "db-1", 4, &released) == VR_OK && !released);
+    /* Its learning period, started and ended: events as an engine's, one line each. */
+    char line[512];
+    size_t written = 0;
+    uint8_t warning = 9;
+    CHECK(vr_coordinator_next_event(c, later, line, 4, &written, &warning) == VR_BUFFER_TOO_SMALL && written > 4);
+    CHECK(vr_coordinator_next_event(c, later, line, sizeof line, &written, &warning) == VR_OK);
+    CHECK(written == strlen(line) && strstr(line, "{\"event\":\"lease_learning_started\"") == line);
+    CHECK(strstr(line, "\"source\":\"coordinator\"") != NULL && warning == 0);
+    CHECK(vr_coordinator_next_event(c, later, line, sizeof line, &written, NULL) == VR_OK);
+    CHECK(strstr(line, "{\"event\":\"lease_learning_ended\"") == line);
+    CHECK(vr_coordinator_next_event(c, later, line, sizeof line, &written, NULL) == VR_OK && written == 0);
+    CHECK(vr_coordinator_next_event(c, later, line, sizeof line, NULL, NULL) == VR_NULL_PARAMETER);
+    CHECK(vr_coordinator_next_event(NULL, later, line, sizeof line, &written, NULL) == VR_NULL_PARAMETER);
     vr_coordinator_free(c);
 
     vr_rate_limiter *rl = NULL;

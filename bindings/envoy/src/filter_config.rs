@@ -90,6 +90,45 @@ static NEXT_SEQ: AtomicU64 = AtomicU64::new(1);
 /// configurations come; configurations are made on Envoy's main thread, never per request).
 static ENGINES: Mutex<Vec<(String, Weak<SharedEngine>)>> = Mutex::new(Vec::new());
 
+/// The process's publish groups of engines with a state file, by its canonical path (dead
+/// ones pruned as new engines come).
+static GROUPS: Mutex<Vec<(std::path::PathBuf, Weak<PublishGroup>)>> = Mutex::new(Vec::new());
+
+/// The engines of this process whose counters are one state file's (a listener update with an
+/// inline configuration that changed makes a second engine over the file while the old
+/// listener drains) publish them as one: the newest live configuration among all of them
+/// publishes, from one [`Ledger`], so that the host's counters go into Envoy's once. An engine
+/// without a state file is a group of its own.
+#[derive(Default)]
+struct PublishGroup {
+    /// What the group's publishers wrote into Envoy's stats (see `metrics`).
+    ledger: Mutex<Ledger>,
+    /// The live, committed configurations of the group's engines.
+    live: Mutex<Vec<u64>>,
+}
+
+impl PublishGroup {
+    /// The group of the engines over `state_file` (opened: it exists), or a group of its own.
+    fn of(state_file: Option<&str>) -> Arc<Self> {
+        let Some(path) = state_file else {
+            return Arc::default();
+        };
+        let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.into());
+        let mut groups = lock(&GROUPS);
+        groups.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(group) = groups
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return group;
+        }
+        let group = Arc::new(Self::default());
+        groups.push((key, Arc::downgrade(&group)));
+        group
+    }
+}
+
 /// Takes a lock, also after a panic elsewhere (what it guards stays consistent: each change
 /// is made whole before the guard is dropped, or not at all).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -155,8 +194,8 @@ struct Live {
 /// An engine and what runs it, shared by the filter configurations that name its source.
 pub struct SharedEngine {
     engine: Arc<Engine>,
-    /// What the engine's publishers wrote into Envoy's stats (see `metrics`).
-    ledger: Mutex<Ledger>,
+    /// The engines publishing its counters with it, and their ledger (see [`PublishGroup`]).
+    publishing: Arc<PublishGroup>,
     /// The newest live configuration's scheduler, for the ticker thread's publish events.
     cue: Arc<Cue>,
     /// Bumped after each reload of `engine` (only this module reloads it), so that a filter
@@ -417,7 +456,7 @@ impl SharedEngine {
         .map_err(|e| e.to_string())?;
         let shared = Arc::new(SharedEngine {
             engine: Arc::new(engine),
-            ledger: Mutex::new(Ledger::default()),
+            publishing: PublishGroup::of(state_file),
             cue: Arc::new(Cue::default()),
             generation: AtomicU64::new(1),
             live: Mutex::new(Live::default()),
@@ -481,6 +520,7 @@ impl SharedEngine {
             interval_ms: config.interval_ms,
             source: config.source.clone(),
         });
+        lock(&self.publishing.live).push(config.seq);
         let newest = matches!(&live.newest, Some((seq, _)) if *seq == config.seq);
         let (target, kept) = self.target(&live, None);
         if target != *self.engine.config() {
@@ -530,6 +570,7 @@ impl SharedEngine {
     fn release(&self, seq: u64) {
         let mut live = lock(&self.live);
         live.members.retain(|m| m.seq != seq);
+        lock(&self.publishing.live).retain(|s| *s != seq);
         self.set_publisher(&live);
         if live.members.is_empty() {
             let threads = (live.ticker.take(), live.sync.take());
@@ -586,18 +627,20 @@ impl SharedEngine {
     }
 
     /// Publishes the engine's metrics through `stats` if `config` is the newest live
-    /// configuration (on Envoy's main thread); what was written, or `None` if it is not.
+    /// configuration of the engine's publish group (on Envoy's main thread); what was
+    /// written, or `None` if it is not.
     fn publish(
         &self,
         config: &FilterConfig,
         stats: &mut impl Sink,
     ) -> Option<crate::metrics::Report> {
-        let live: Vec<u64> = lock(&self.live).members.iter().map(|m| m.seq).collect();
+        let live: Vec<u64> = lock(&self.publishing.live).clone();
         if live.iter().max() != Some(&config.seq) {
             return None;
         }
         let families = self.engine.metrics();
-        Some(lock(&self.ledger).publish(&families, &config.metrics, stats, config.seq, &live))
+        let mut ledger = lock(&self.publishing.ledger);
+        Some(ledger.publish(&families, &config.metrics, stats, config.seq, &live))
     }
 
     /// Sets the ticker to the shortest live interval, starting it if needed (after each tick
@@ -982,6 +1025,92 @@ mod tests {
             lock(&shared.cue.publisher).is_none(),
             "none live: no publisher"
         );
+    }
+
+    /// Envoy's stats as a process holds them: one stat per name, shared by the scopes that
+    /// define it (ids are per definition); counters add, gauges are set.
+    #[derive(Default)]
+    struct Envoy {
+        names: Vec<String>,
+        values: std::collections::HashMap<String, u64>,
+    }
+
+    impl Sink for Envoy {
+        fn define(
+            &mut self,
+            _kind: crate::metrics::StatKind,
+            name: &str,
+            _labels: &[&str],
+        ) -> Result<usize, abi::MetricsResult> {
+            self.names.push(name.to_owned());
+            Ok(self.names.len())
+        }
+
+        fn update(
+            &mut self,
+            kind: crate::metrics::StatKind,
+            id: usize,
+            labels: &[&str],
+            value: u64,
+        ) -> abi::MetricsResult {
+            let key = format!("{}{{{}}}", self.names[id - 1], labels.join(","));
+            let v = self.values.entry(key).or_default();
+            match kind {
+                crate::metrics::StatKind::Counter => *v += value,
+                crate::metrics::StatKind::Gauge => *v = value,
+            }
+            abi::METRICS_SUCCESS
+        }
+    }
+
+    /// A listener update with an inline configuration that changed, over one state file: two
+    /// engines of the process share the host's counters while the old listener drains. Their
+    /// host-wide counters go into Envoy's once (one publisher for the state file, one ledger),
+    /// not once per engine; the old engine publishes again only when it is the last.
+    #[test]
+    fn engines_sharing_a_state_file_publish_its_counters_once() {
+        let dir = scratch("state-publish");
+        let state = dir.with_file_name("rooms.state");
+        let _ = std::fs::remove_file(&state);
+        let settings = |text: String| serde_json::json!({"config": text, "room": "pub", "state_file": state.to_str()});
+        let mut envoy = Envoy::default();
+        let stats = |name: &str, envoy: &mut Envoy, s: serde_json::Value| {
+            let mut c = FilterConfig::from_bytes(name, &json(s)).unwrap();
+            c.metrics = MetricIds::define(&c.engine.metrics(), envoy, name);
+            c.commit_on_main_thread();
+            c
+        };
+        let old = stats("old", &mut envoy, settings(room("pub", 50)));
+        let new = stats(
+            "new",
+            &mut envoy,
+            settings(room("pub", 50) + "# the listener update\n"),
+        );
+        assert!(!Arc::ptr_eq(&old.engine, &new.engine), "two engines");
+        let now = CoarseSystemClock.now_ms();
+        let admitted = "room_admissions_total{pub,new}";
+        let admit = |c: &FilterConfig, n: usize, envoy: &mut Envoy| {
+            for _ in 0..n {
+                c.engine.admit("pub", None, now).unwrap();
+            }
+            c.engine.tick(now);
+            old.publish_metrics(envoy);
+            new.publish_metrics(envoy);
+            envoy.values.get(admitted).copied()
+        };
+        assert_eq!(admit(&old, 3, &mut envoy), Some(3));
+        assert_eq!(admit(&new, 2, &mut envoy), Some(5), "{:?}", envoy.values);
+        assert_eq!(admit(&old, 1, &mut envoy), Some(6));
+        // The old listener drained: the new engine goes on from the same ledger.
+        drop(old);
+        for _ in 0..2 {
+            new.engine.admit("pub", None, now).unwrap();
+        }
+        new.engine.tick(now);
+        new.publish_metrics(&mut envoy);
+        assert_eq!(envoy.values.get(admitted).copied(), Some(8));
+        drop(new);
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap());
     }
 
     #[test]

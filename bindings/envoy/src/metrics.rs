@@ -35,11 +35,16 @@
 //! commit event publishes too, if it is the publisher by then. The publisher is the
 //! newest committed, live configuration of the engine: one per engine, so counters shared by
 //! several filters and listeners are counted once; a configuration replaced by a newer one
-//! stops publishing, and one that was refused never published.
+//! stops publishing, and one that was refused never published. Engines of the process over
+//! one state file (an inline configuration changed by a listener update: a second engine
+//! while the old listener drains) share the host's counters, so they publish as one: the
+//! newest live configuration among them all, from one ledger (while both live, rooms only the
+//! old engine still runs are not published).
 //!
 //! Gauges are set to the engine's value. Counters are cumulative totals in the engine, so the
 //! publisher adds to Envoy's counter what the total grew by since it was last published (the
-//! [`Ledger`], kept per engine, so that a new publisher goes on where the old one stopped).
+//! [`Ledger`], kept per engine or per state file, so that a new publisher goes on where the
+//! old one stopped).
 //! Only changed series are written, except that a publisher writes every series once (a zero
 //! for an unchanged counter): its stats scope then holds them, and they outlive the previous
 //! publisher's scope (Envoy keeps one stat per name, shared by the scopes that hold it, and

@@ -237,3 +237,41 @@ def test_counters_go_on_across_listener_updates(tmp_path):
         assert "panic" not in e.log_text().lower()
     finally:
         e.close()
+
+
+def test_engines_over_one_state_file_publish_its_counters_once(tmp_path):
+    # Two listeners whose filters carry inline configurations that differ, over one state
+    # file: two engines in the process holding the host's counters, as a listener update that
+    # changed an inline configuration leaves them while the old listener drains. Their
+    # counters go into Envoy's once, however many publishes come (each engine used to add the
+    # host's counts: 10 where 5 were admitted).
+    e = tr.LdsEnvoy(str(tmp_path), tr.rooms_file(2, tr.room("a", 100)))
+    state = str(tmp_path / "rooms.state")
+    p1, p2 = te.free_port(), te.free_port()
+
+    def inline(name, text):
+        f = with_namespace(te.velvet_filter(name, "a", e.rooms))
+        settings = {"config": text, "room": "a", "state_file": state}
+        f["typed_config"]["filter_config"]["value"] = json.dumps(settings)
+        return f
+
+    text = tr.rooms_file(2, tr.room("a", 100))
+    one = e.listener("one", p1, [inline("velvet_one", text)], "one")
+    two = e.listener("two", p2, [inline("velvet_two", text + "# changed\n")], "two")
+    new = "envoy_velvet_rope_room_admissions_total"
+    try:
+        tr.started(e, [one, two])
+        tr.serving(p1)
+        tr.serving(p2)
+        for i in range(3):
+            assert get(p1, f"/a/one-{i}", Jar()).admitted
+        for i in range(2):
+            assert get(p2, f"/a/two-{i}", Jar()).admitted
+        published(e, new, 5, room="a", kind="new")
+        time.sleep(3)  # more publishes, by both engines' tickers
+        s = prometheus(e)
+        assert value(s, new, room="a", kind="new") == 5, e.log_text()[-3000:]
+        assert value(s, "envoy_velvet_rope_room_active_users", room="a") == 5
+        assert e.stop() == 0
+    finally:
+        e.close()

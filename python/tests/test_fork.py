@@ -114,3 +114,20 @@ def test_children_forked_mid_tick_tick_reload_and_sync(redis_port: int) -> None:
     engine.tick()
     status = engine.cluster_status()
     assert status is not None and status.syncs > 0
+
+
+def test_a_coordinators_event_thread_runs_again_in_a_forked_child() -> None:
+    """A coordinator made before the fork (gunicorn `--preload`) logs its events from each
+    worker: its event thread starts again in the child (threads do not survive a fork)."""
+    from velvet_rope import Coordinator
+
+    coordinator = Coordinator(
+        "[[resources]]\nidentifier_glob = \"db\"\ncapacity = 9\n"
+        "algorithm = { kind = \"fair_share\", lease_length = 1, refresh_interval = 1 }\n"
+    )
+    pid = os.fork()
+    if pid == 0:
+        alive = any(t.name == "velvet-rope-events" and t.is_alive() for t in threading.enumerate())
+        os._exit(0 if alive and coordinator is not None else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

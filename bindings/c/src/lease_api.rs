@@ -100,7 +100,7 @@ pub unsafe extern "C" fn vr_coordinator_new(
     })
 }
 
-/// Takes the oldest event the coordinator logged (its learning period started or ended, and
+/// Takes the next event in the coordinator's log (its learning period started or ended, and
 /// for a leaf its root's learning and outages: `lease_learning_started`,
 /// `lease_learning_ended`, `lease_root_outage_began`, `lease_root_outage_ended`), after the
 /// ends of learning periods over at `now_ms` (`vr_now_ms()` for now), as

@@ -863,9 +863,10 @@ fn a_leaf_logs_its_roots_learning_and_outages_as_events() {
     assert_eq!(
         events(now),
         [
-            (EventKind::LeaseRootOutageEnded, now, vec![]),
             (EventKind::LeaseLearningStarted, now, from("root")),
+            (EventKind::LeaseRootOutageEnded, now, vec![]),
         ],
-        "the store came back without its data: its new table learns"
+        "the store came back without its data: its new table learns (the outage ends with \
+         the round)"
     );
 }

@@ -350,12 +350,16 @@ impl Coordinator {
         }
     }
 
-    /// Every event logged since the last call, oldest first, with the ends of learning
-    /// periods over at `now`: `lease_learning_started` / `lease_learning_ended` (field
-    /// `source`: `coordinator` for this coordinator's own after its start, `root` for a
-    /// leaf's root), `lease_root_outage_began` / `lease_root_outage_ended` (a leaf's root
-    /// lost and found). The log keeps [`EVENT_LOG_CAPACITY`](crate::admission::events::EVENT_LOG_CAPACITY);
-    /// drain it now and then (the bindings do so on a timer), never on a request's path.
+    /// Every event logged since the last call, in the order logged, with the ends of
+    /// learning periods over at `now` (logged at the first drain after them, dated when they
+    /// ended): `lease_learning_started` / `lease_learning_ended` (field `source`:
+    /// `coordinator` for this coordinator's own after its start, per template, `resource`
+    /// its glob; `root` for a leaf's root, per resource), `lease_root_outage_began` /
+    /// `lease_root_outage_ended` (a leaf's root lost and found). The log keeps
+    /// [`EVENT_LOG_CAPACITY`](crate::admission::events::EVENT_LOG_CAPACITY) events (more are
+    /// dropped and counted: a coordinator of more templates than that loses some of its
+    /// learning lines); drain it now and then (the bindings do so on a timer), never on a
+    /// request's path.
     pub fn drain_events(&self, now: Millis) -> Vec<Event> {
         self.observe_learning(now);
         self.events.drain()

@@ -108,19 +108,31 @@ _TICKERS: weakref.WeakSet[ThreadTicker] = weakref.WeakSet()
 
 class EventPump:
     """Writes a coordinator's events to `EVENTS` every `interval` seconds on a daemon thread,
-    until the coordinator is collected or `stop()`. The thread holds the coordinator weakly."""
+    until the coordinator is collected or `stop()`. The thread holds the coordinator weakly
+    (it ends within an interval of the coordinator's collection), and starts again in a forked
+    child (a coordinator made before a pre-fork server forks logs from every worker)."""
 
     def __init__(self, coordinator: Coordinator, interval: float = INTERVAL) -> None:
+        self._ref = weakref.ref(coordinator)
+        self._interval = interval
         self._stop = threading.Event()
-        ref = weakref.ref(coordinator, lambda _: self._stop.set())
-        self._thread = threading.Thread(
-            target=self._run, args=(ref, interval), name="velvet-rope-events", daemon=True
-        )
-        self._thread.start()
+        self._thread = self._start()
+        _PUMPS.add(self)
 
-    def _run(self, ref: weakref.ref[Coordinator], interval: float) -> None:
+    def _start(self) -> threading.Thread:
+        thread = threading.Thread(
+            target=self._run, args=(self._ref, self._interval, self._stop),
+            name="velvet-rope-events", daemon=True,
+        )
+        thread.start()
+        return thread
+
+    @staticmethod
+    def _run(ref: weakref.ref[Coordinator], interval: float, stop: threading.Event) -> None:
+        # No weakref callback: one run by the collector on this thread, inside `stop.wait`,
+        # would take the event's lock this thread holds (a deadlock of the collector).
         failed = False
-        while not self._stop.wait(interval):
+        while not stop.wait(interval):
             coordinator = ref()
             if coordinator is None:
                 return
@@ -131,6 +143,11 @@ class EventPump:
                     failed = True
                     _FAILED.exception("velvet-rope: logging a coordinator's events failed")
             del coordinator
+
+    def _after_fork(self) -> None:
+        if not self._stop.is_set() and self._ref() is not None:
+            self._stop = threading.Event()
+            self._thread = self._start()
 
     def stop(self) -> None:
         """Stops the thread (its last round may still log) and waits for it."""
@@ -144,9 +161,14 @@ class EventPump:
         return self._thread.is_alive()
 
 
+_PUMPS: weakref.WeakSet[EventPump] = weakref.WeakSet()
+
+
 def _restart_after_fork() -> None:
     for ticker in list(_TICKERS):
         ticker._after_fork()
+    for pump in list(_PUMPS):
+        pump._after_fork()
 
 
 os.register_at_fork(after_in_child=_restart_after_fork)

@@ -348,7 +348,10 @@ mod tests {
         leaf.request("c", "x", 5.0, 0, clock.now_ms()).unwrap();
         round.round();
         let learning = (EventKind::LeaseLearningStarted, Some("x".to_owned()));
-        assert_eq!(kinds(&leaf, clock.now_ms()), std::slice::from_ref(&learning));
+        assert_eq!(
+            kinds(&leaf, clock.now_ms()),
+            std::slice::from_ref(&learning)
+        );
         // Its client's lease ends: nobody here wants it, but the root still learns.
         clock.advance(5_000);
         round.round();

@@ -90,30 +90,37 @@ static NEXT_SEQ: AtomicU64 = AtomicU64::new(1);
 /// configurations come; configurations are made on Envoy's main thread, never per request).
 static ENGINES: Mutex<Vec<(String, Weak<SharedEngine>)>> = Mutex::new(Vec::new());
 
-/// The process's publish groups of engines with a state file, by its canonical path (dead
-/// ones pruned as new engines come).
-static GROUPS: Mutex<Vec<(std::path::PathBuf, Weak<PublishGroup>)>> = Mutex::new(Vec::new());
+/// The process's publish groups of engines with a state file, by the file's device and inode
+/// (dead ones pruned as new engines come).
+static GROUPS: Mutex<Vec<(FileId, Weak<PublishGroup>)>> = Mutex::new(Vec::new());
+
+/// A file's device and inode.
+type FileId = (u64, u64);
 
 /// The engines of this process whose counters are one state file's (a listener update with an
 /// inline configuration that changed makes a second engine over the file while the old
-/// listener drains) publish them as one: the newest live configuration among all of them
-/// publishes, from one [`Ledger`], so that the host's counters go into Envoy's once. An engine
-/// without a state file is a group of its own.
+/// listener drains) publish them as one, so that the host's counters go into Envoy's once: a
+/// room's figures are published by the newest live configuration among the engines that run
+/// it (each engine's newest publishes the rooms no newer engine of the group runs), from one
+/// [`Ledger`]. An engine without a state file is a group of its own.
 #[derive(Default)]
 struct PublishGroup {
     /// What the group's publishers wrote into Envoy's stats (see `metrics`).
     ledger: Mutex<Ledger>,
-    /// The live, committed configurations of the group's engines.
-    live: Mutex<Vec<u64>>,
+    /// The live, committed configurations of the group's engines, and their engines.
+    live: Mutex<Vec<(u64, Weak<SharedEngine>)>>,
 }
 
 impl PublishGroup {
-    /// The group of the engines over `state_file` (opened: it exists), or a group of its own.
+    /// The group of the engines over the file at `state_file` (just opened by the engine: the
+    /// file, not the path, so that a file removed and made anew at the path is another
+    /// group), or a group of its own.
     fn of(state_file: Option<&str>) -> Arc<Self> {
-        let Some(path) = state_file else {
+        use std::os::unix::fs::MetadataExt;
+        let Some(file) = state_file.and_then(|p| std::fs::metadata(p).ok()) else {
             return Arc::default();
         };
-        let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.into());
+        let key = (file.dev(), file.ino());
         let mut groups = lock(&GROUPS);
         groups.retain(|(_, w)| w.strong_count() > 0);
         if let Some(group) = groups
@@ -520,7 +527,7 @@ impl SharedEngine {
             interval_ms: config.interval_ms,
             source: config.source.clone(),
         });
-        lock(&self.publishing.live).push(config.seq);
+        lock(&self.publishing.live).push((config.seq, Arc::downgrade(&config.shared)));
         let newest = matches!(&live.newest, Some((seq, _)) if *seq == config.seq);
         let (target, kept) = self.target(&live, None);
         if target != *self.engine.config() {
@@ -570,7 +577,7 @@ impl SharedEngine {
     fn release(&self, seq: u64) {
         let mut live = lock(&self.live);
         live.members.retain(|m| m.seq != seq);
-        lock(&self.publishing.live).retain(|s| *s != seq);
+        lock(&self.publishing.live).retain(|(s, _)| *s != seq);
         self.set_publisher(&live);
         if live.members.is_empty() {
             let threads = (live.ticker.take(), live.sync.take());
@@ -626,19 +633,45 @@ impl SharedEngine {
         self.cue.set(newest.map(|m| m.scheduler.clone()));
     }
 
-    /// Publishes the engine's metrics through `stats` if `config` is the newest live
-    /// configuration of the engine's publish group (on Envoy's main thread); what was
-    /// written, or `None` if it is not.
+    /// Publishes the engine's metrics through `stats` if `config` is the engine's newest live
+    /// configuration (on Envoy's main thread): the rooms no newer engine of its publish group
+    /// runs; what was written, or `None` if it is not the publisher.
     fn publish(
         &self,
         config: &FilterConfig,
         stats: &mut impl Sink,
     ) -> Option<crate::metrics::Report> {
-        let live: Vec<u64> = lock(&self.publishing.live).clone();
-        if live.iter().max() != Some(&config.seq) {
+        let newest = lock(&self.live).members.iter().map(|m| m.seq).max();
+        if newest != Some(config.seq) {
             return None;
         }
-        let families = self.engine.metrics();
+        let group: Vec<(u64, Weak<SharedEngine>)> = lock(&self.publishing.live).clone();
+        // Rooms a newer engine over the same counters runs: it publishes them.
+        let newer: Vec<String> = group
+            .iter()
+            .filter(|(seq, _)| *seq > config.seq)
+            .filter_map(|(_, w)| w.upgrade())
+            .filter(|e| !std::ptr::eq(Arc::as_ptr(e), self))
+            .flat_map(|e| {
+                e.engine
+                    .config()
+                    .rooms
+                    .iter()
+                    .map(|r| r.name.clone())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mut families = self.engine.metrics();
+        if !newer.is_empty() {
+            for f in &mut families {
+                f.samples.retain(|s| {
+                    !s.labels
+                        .iter()
+                        .any(|(k, v)| *k == "room" && newer.iter().any(|r| r == v))
+                });
+            }
+        }
+        let live: Vec<u64> = group.iter().map(|(seq, _)| *seq).collect();
         let mut ledger = lock(&self.publishing.ledger);
         Some(ledger.publish(&families, &config.metrics, stats, config.seq, &live))
     }
@@ -1110,6 +1143,78 @@ mod tests {
         new.publish_metrics(&mut envoy);
         assert_eq!(envoy.values.get(admitted).copied(), Some(8));
         drop(new);
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+    }
+
+    /// A room only the older engine runs (the update removed it) is published by it while it
+    /// lives (review: only the group's newest configuration published, so it froze).
+    #[test]
+    fn a_room_only_the_older_engine_runs_is_still_published() {
+        let dir = scratch("state-room");
+        let state = dir.with_file_name("rooms.state");
+        let _ = std::fs::remove_file(&state);
+        let mut envoy = Envoy::default();
+        let mk = |name: &str, text: String, r: &str, envoy: &mut Envoy| {
+            let v = serde_json::json!({"config": text, "room": r, "state_file": state.to_str()});
+            let mut c = FilterConfig::from_bytes(name, &json(v)).unwrap();
+            c.metrics = MetricIds::define(&c.engine.metrics(), envoy, name);
+            c.commit_on_main_thread();
+            c
+        };
+        // Old sizes the file for both rooms; the update drops room b.
+        let old = mk("old", room("a", 50) + &room("b", 50), "b", &mut envoy);
+        let new = mk("new", room("a", 50), "a", &mut envoy);
+        let now = CoarseSystemClock.now_ms();
+        for _ in 0..3 {
+            old.engine.admit("b", None, now).unwrap();
+        }
+        old.engine.tick(now);
+        old.publish_metrics(&mut envoy);
+        new.publish_metrics(&mut envoy);
+        assert_eq!(
+            envoy.values.get("room_admissions_total{b,new}").copied(),
+            Some(3)
+        );
+        assert_eq!(envoy.values.get("room_active_users{b}").copied(), Some(3));
+        drop((old, new));
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+    }
+
+    /// One path, two files (the state file removed and made anew between the engines): two
+    /// groups, each its own counters (review: one ledger over both read 8 for 7).
+    #[test]
+    fn engines_over_two_files_at_one_path_keep_their_own_ledgers() {
+        let dir = scratch("state-inode");
+        let state = dir.with_file_name("rooms.state");
+        let _ = std::fs::remove_file(&state);
+        let s = |text: String| serde_json::json!({"config": text, "room": "pub", "state_file": state.to_str()});
+        let mut envoy = Envoy::default();
+        let mk = |name: &str, envoy: &mut Envoy, v: serde_json::Value| {
+            let mut c = FilterConfig::from_bytes(name, &json(v)).unwrap();
+            c.metrics = MetricIds::define(&c.engine.metrics(), envoy, name);
+            c.commit_on_main_thread();
+            c
+        };
+        let now = CoarseSystemClock.now_ms();
+        let k = "room_admissions_total{pub,new}";
+        let old = mk("old", &mut envoy, s(room("pub", 50)));
+        for _ in 0..5 {
+            old.engine.admit("pub", None, now).unwrap();
+        }
+        old.engine.tick(now);
+        old.publish_metrics(&mut envoy); // 5
+        std::fs::remove_file(&state).unwrap(); // old keeps the unlinked inode
+        let new = mk("new", &mut envoy, s(room("pub", 50) + "#\n")); // a fresh file, same path
+        for _ in 0..2 {
+            new.engine.admit("pub", None, now).unwrap();
+        }
+        new.engine.tick(now);
+        new.publish_metrics(&mut envoy);
+        drop(new); // e.g. the update rolled back
+        old.publish_metrics(&mut envoy);
+        // 7 admissions (5 + 2); 126c482 reads 8: new's 2 written as 0 ("went down"), then old adds 5 - 2 = 3.
+        assert_eq!(envoy.values.get(k).copied(), Some(7));
+        drop(old);
         let _ = std::fs::remove_dir_all(dir.parent().unwrap());
     }
 

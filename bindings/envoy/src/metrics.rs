@@ -37,9 +37,10 @@
 //! several filters and listeners are counted once; a configuration replaced by a newer one
 //! stops publishing, and one that was refused never published. Engines of the process over
 //! one state file (an inline configuration changed by a listener update: a second engine
-//! while the old listener drains) share the host's counters, so they publish as one: the
-//! newest live configuration among them all, from one ledger (while both live, rooms only the
-//! old engine still runs are not published).
+//! while the old listener drains) share the host's counters, so they publish as one, from one
+//! ledger: a room by the newest live configuration among the engines that run it. Their
+//! filters must then share a `metrics_namespace` too (each namespace would otherwise see
+//! only the deltas its engine published).
 //!
 //! Gauges are set to the engine's value. Counters are cumulative totals in the engine, so the
 //! publisher adds to Envoy's counter what the total grew by since it was last published (the

@@ -13,7 +13,11 @@
 //!    earlier bucket: exact while both are in the session window, one too many after (the
 //!    seat frees when the later bucket leaves). Never one too few;
 //! 3. in a clustered room, queues the id for the cluster's store, whose other hosts refuse it
-//!    from their next sync (they free nothing: the seat was counted here).
+//!    from their next sync. A host that counted the visitor afresh (its ticket came from
+//!    another host: a load balancer without affinity) counts it out of the bucket it counted
+//!    it in, as in 2., when the id reaches it; a host that admitted the visitor itself, and
+//!    whose ticket the visitor no longer holds, cannot tell the bucket from the id: that seat
+//!    frees when its bucket leaves the session window.
 //!
 //! What is refused and why: past the room's `max_revocations` (kept at once), past the
 //! outbox of revocations not yet sent to an unreachable store, or when another process held
@@ -183,8 +187,19 @@ impl Engine {
             return Ok(0);
         };
         rv.mark_sent(sent.upto);
+        // A visitor this host counted afresh is counted out of the bucket it was counted in
+        // (once per id: only for an id kept here for the first time).
+        let buckets = r.counters.buckets();
+        let opened = r.counters.tick_block().get(Cell::Bucket);
+        let first = opened.saturating_sub(u64::from(r.longest_session));
+        // (The next tick frees the seat.)
+        let count_out = |id: u64| {
+            if let Some(b) = buckets.counted_afresh(id, first, opened.saturating_add(1)) {
+                buckets.count_out(b);
+            }
+        };
         // Received first: a process that stops here reads the same entries again.
-        let Some(added) = rv.receive(received, filing_bucket(r)) else {
+        let Some(added) = rv.receive(received, filing_bucket(r), count_out) else {
             return Ok(0);
         };
         rv.set_cursor(cursor);

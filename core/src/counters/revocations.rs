@@ -290,10 +290,17 @@ impl<'a> Revocations<'a> {
     }
 
     /// Adds revocations another host made (from the cluster's store), filed under bucket
-    /// `bucket`: no seat to free here, nothing to send on. Ids already kept are skipped; those
-    /// that do not fit are dropped and counted as refused. How many were added, or `None`
-    /// when the lock could not be had (nothing added: the caller reads them again).
-    pub(crate) fn receive(&self, ids: &[u64], bucket: u64) -> Option<usize> {
+    /// `bucket`, calling `added_one` with each id once it is kept (the caller frees a seat this
+    /// host counted for it: after the id is kept, so that a process that dies in between
+    /// frees nothing rather than twice); nothing to send on. Ids already kept are skipped;
+    /// those that do not fit are dropped and counted as refused. How many were added, or
+    /// `None` when the lock could not be had (nothing added: the caller reads them again).
+    pub(crate) fn receive(
+        &self,
+        ids: &[u64],
+        bucket: u64,
+        mut added_one: impl FnMut(u64),
+    ) -> Option<usize> {
         if ids.is_empty() {
             return Some(0);
         }
@@ -312,6 +319,7 @@ impl<'a> Revocations<'a> {
             if insert_if_absent(self.table(i), start, fp) {
                 self.count(i).fetch_add(1, Ordering::Release);
                 added += 1;
+                added_one(id);
             }
         }
         self.cell(H::Received)
@@ -460,7 +468,7 @@ mod tests {
         );
         assert_eq!(r.revoke(3, 100, true), Ok(Revoked::Now));
         assert_eq!(r.unsent(10), (3, vec![3]));
-        assert_eq!(r.receive(&[3, 9], 100), Some(1));
+        assert_eq!(r.receive(&[3, 9], 100, |_| {}), Some(1));
         assert!(r.is_revoked(9, 100, 100));
         assert_eq!(r.counts(100).received, 1);
     }

@@ -13,7 +13,7 @@ const native = require('./binding.js')
 const errors = require('./errors.js')
 const leases = require('./leases.js')
 const middleware = require('./middleware.js')
-const { eventOf, familyOf } = require('./native_shapes.js')
+const { emitEach, eventOf, familyOf } = require('./native_shapes.js')
 
 const { convert } = errors
 
@@ -277,14 +277,7 @@ class Engine extends EventEmitter {
    * not see that event.
    */
   emitEvents () {
-    for (const e of this.drainEvents()) {
-      try {
-        this.emit('event', e)
-      } catch (err) {
-        process.emitWarning(`an 'event' listener threw: ${err && err.stack ? err.stack : err}`,
-          { code: 'VELVET_ROPE_EVENT_LISTENER' })
-      }
-    }
+    emitEach(this, this.drainEvents())
   }
 
   stopTicking () {

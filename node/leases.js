@@ -4,7 +4,7 @@
 const { EventEmitter } = require('node:events')
 const native = require('./binding.js')
 const { convert, InvalidArgumentError } = require('./errors.js')
-const { eventOf, familyOf } = require('./native_shapes.js')
+const { emitEach, eventOf, familyOf } = require('./native_shapes.js')
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -69,14 +69,7 @@ class Coordinator extends EventEmitter {
    * a process warning (`VELVET_ROPE_EVENT_LISTENER`), as `Engine#emitEvents` does.
    */
   emitEvents () {
-    for (const e of this.drainEvents()) {
-      try {
-        this.emit('event', e)
-      } catch (err) {
-        process.emitWarning(`an 'event' listener threw: ${err && err.stack ? err.stack : err}`,
-          { code: 'VELVET_ROPE_EVENT_LISTENER' })
-      }
-    }
+    emitEach(this, this.drainEvents())
   }
 
   static fromFile (path, options = {}) {

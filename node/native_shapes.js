@@ -26,4 +26,20 @@ function eventOf (e) {
   return { event: e.event, atMs: e.atMs, room: e.room ?? null, fields: objectOf(e.fieldNames, e.fieldValues), warning: e.warning, line: e.line }
 }
 
-module.exports = { familyOf, eventOf }
+/**
+ * Emits each of `events` as `'event'` on `emitter`: a listener that throws becomes a process
+ * warning (`VELVET_ROPE_EVENT_LISTENER`) and does not stop the next events (as with any
+ * emitter, the listeners after it do not see that event).
+ */
+function emitEach (emitter, events) {
+  for (const e of events) {
+    try {
+      emitter.emit('event', e)
+    } catch (err) {
+      process.emitWarning(`an 'event' listener threw: ${err && err.stack ? err.stack : err}`,
+        { code: 'VELVET_ROPE_EVENT_LISTENER' })
+    }
+  }
+}
+
+module.exports = { familyOf, eventOf, emitEach }

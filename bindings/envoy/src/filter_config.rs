@@ -1096,6 +1096,14 @@ mod tests {
         }
     }
 
+    /// A configuration with its stats defined in `envoy`, committed as Envoy's event would.
+    fn committed_in(envoy: &mut Envoy, name: &str, settings: serde_json::Value) -> FilterConfig {
+        let mut c = FilterConfig::from_bytes(name, &json(settings)).unwrap();
+        c.metrics = MetricIds::define(&c.engine.metrics(), envoy, name);
+        c.commit_on_main_thread();
+        c
+    }
+
     /// A listener update with an inline configuration that changed, over one state file: two
     /// engines of the process share the host's counters while the old listener drains. Their
     /// host-wide counters go into Envoy's once (one publisher for the state file, one ledger),
@@ -1107,16 +1115,10 @@ mod tests {
         let _ = std::fs::remove_file(&state);
         let settings = |text: String| serde_json::json!({"config": text, "room": "pub", "state_file": state.to_str()});
         let mut envoy = Envoy::default();
-        let stats = |name: &str, envoy: &mut Envoy, s: serde_json::Value| {
-            let mut c = FilterConfig::from_bytes(name, &json(s)).unwrap();
-            c.metrics = MetricIds::define(&c.engine.metrics(), envoy, name);
-            c.commit_on_main_thread();
-            c
-        };
-        let old = stats("old", &mut envoy, settings(room("pub", 50)));
-        let new = stats(
-            "new",
+        let old = committed_in(&mut envoy, "old", settings(room("pub", 50)));
+        let new = committed_in(
             &mut envoy,
+            "new",
             settings(room("pub", 50) + "# the listener update\n"),
         );
         assert!(!Arc::ptr_eq(&old.engine, &new.engine), "two engines");
@@ -1156,10 +1158,7 @@ mod tests {
         let mut envoy = Envoy::default();
         let mk = |name: &str, text: String, r: &str, envoy: &mut Envoy| {
             let v = serde_json::json!({"config": text, "room": r, "state_file": state.to_str()});
-            let mut c = FilterConfig::from_bytes(name, &json(v)).unwrap();
-            c.metrics = MetricIds::define(&c.engine.metrics(), envoy, name);
-            c.commit_on_main_thread();
-            c
+            committed_in(envoy, name, v)
         };
         // Old sizes the file for both rooms; the update drops room b.
         let old = mk("old", room("a", 50) + &room("b", 50), "b", &mut envoy);
@@ -1189,22 +1188,16 @@ mod tests {
         let _ = std::fs::remove_file(&state);
         let s = |text: String| serde_json::json!({"config": text, "room": "pub", "state_file": state.to_str()});
         let mut envoy = Envoy::default();
-        let mk = |name: &str, envoy: &mut Envoy, v: serde_json::Value| {
-            let mut c = FilterConfig::from_bytes(name, &json(v)).unwrap();
-            c.metrics = MetricIds::define(&c.engine.metrics(), envoy, name);
-            c.commit_on_main_thread();
-            c
-        };
         let now = CoarseSystemClock.now_ms();
         let k = "room_admissions_total{pub,new}";
-        let old = mk("old", &mut envoy, s(room("pub", 50)));
+        let old = committed_in(&mut envoy, "old", s(room("pub", 50)));
         for _ in 0..5 {
             old.engine.admit("pub", None, now).unwrap();
         }
         old.engine.tick(now);
         old.publish_metrics(&mut envoy); // 5
         std::fs::remove_file(&state).unwrap(); // old keeps the unlinked inode
-        let new = mk("new", &mut envoy, s(room("pub", 50) + "#\n")); // a fresh file, same path
+        let new = committed_in(&mut envoy, "new", s(room("pub", 50) + "#\n")); // a fresh file, same path
         for _ in 0..2 {
             new.engine.admit("pub", None, now).unwrap();
         }

@@ -7,11 +7,11 @@
 
 #[cfg(velvet_rope_loom)]
 #[allow(unused_imports)]
-pub(crate) use loom::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 #[cfg(not(velvet_rope_loom))]
 #[allow(unused_imports)]
-pub(crate) use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 #[cfg(velvet_rope_loom)]
 #[allow(unused_imports)]

@@ -363,3 +363,42 @@ fn revocations_survive_a_restart_with_the_state_file() {
     assert!(err.contains("enabled_origin_commands"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A ticket of other counters (another host's, or these counters' before a restart without
+/// their state) is counted afresh here; revoking that ticket here frees the seat it took
+/// (review: only a ticket of these counters' own incarnation was counted out).
+#[test]
+fn revoking_a_ticket_counted_afresh_frees_the_seat_it_took() {
+    let text =
+        "[[tickets.keys]]\nid = 1\nsecret = \"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"\n\
+                [[rooms]]\nname = \"r\"\ntotal_active_users = 5\nnew_users_per_minute = 100000\n\
+                enabled_origin_commands = [\"revoke\"]\n";
+    let other = Engine::new(Config::from_toml(text).unwrap(), T0).unwrap();
+    let here = Engine::new(Config::from_toml(text).unwrap(), T0).unwrap();
+    let foreign = fill(&other, 1, T0 + 1).remove(0);
+    let mine = fill(&here, 2, T0 + 1);
+    let d = here.admit_ticket("r", Some(&foreign), T0 + 2).unwrap();
+    assert_eq!((d.outcome, d.ticket_error), (Outcome::Admit, None));
+    assert!(
+        d.set_cookie.is_some(),
+        "counted afresh, a ticket of these counters issued"
+    );
+    here.tick(T0 + 3);
+    assert_eq!(here.stats("r").unwrap().active_users, 3);
+    assert_eq!(
+        here.revoke("r", foreign.as_bytes(), T0 + 4).unwrap(),
+        Revocation::Revoked
+    );
+    here.tick(T0 + 5);
+    assert_eq!(here.stats("r").unwrap().active_users, 2, "its seat is free");
+    assert_eq!(
+        admitted_until_queued(&here, T0 + 6),
+        3,
+        "exactly the seats free"
+    );
+    // The visitors of these counters' own tickets keep theirs.
+    for t in &mine {
+        let d = here.admit_ticket("r", Some(t), T0 + 7).unwrap();
+        assert_eq!((d.outcome, d.ticket_error), (Outcome::Admit, None));
+    }
+}

@@ -16,6 +16,9 @@ pub(crate) struct Truth {
     seats: Vec<BTreeMap<u64, u64>>,
     /// Each visitor's seat: host and counted bucket.
     seat_of: Vec<Option<(usize, u64)>>,
+    /// Visitors whose seat is doomed (see [`Truth::doom`]): kept in `seat_of`, not in
+    /// `seats`.
+    doomed: Vec<bool>,
     /// First admissions by the bucket they were booked to.
     admissions: BTreeMap<u64, u64>,
     /// The last answer of [`Truth::active`] and the buckets it was for, until a seat changes
@@ -29,6 +32,7 @@ impl Truth {
             session: u64::from(session),
             seats: vec![BTreeMap::new(); hosts],
             seat_of: Vec::new(),
+            doomed: Vec::new(),
             admissions: BTreeMap::new(),
             last_active: RefCell::new(None),
         }
@@ -53,18 +57,18 @@ impl Truth {
     ) -> Option<u64> {
         if self.seat_of.len() <= v {
             self.seat_of.resize(v + 1, None);
+            self.doomed.resize(v + 1, false);
         }
         let first = !self.seated(v, buckets);
         if let Some((oh, oc)) = self.seat_of[v] {
-            if let Some(n) = self.seats[oh].get_mut(&oc) {
-                *n -= 1;
-                if *n == 0 {
-                    self.seats[oh].remove(&oc);
-                }
+            if !self.doomed[v] {
+                self.unseat(oh, oc);
             }
         }
         self.seat_of[v] = Some((h, counted));
-        *self.seats[h].entry(counted).or_default() += 1;
+        if !self.doomed[v] {
+            *self.seats[h].entry(counted).or_default() += 1;
+        }
         self.last_active.take();
         if first {
             let n = self.admissions.entry(counted).or_default();
@@ -75,17 +79,42 @@ impl Truth {
         }
     }
 
+    /// One seat less at host `h` in bucket `c`.
+    fn unseat(&mut self, h: usize, c: u64) {
+        if let Some(n) = self.seats[h].get_mut(&c) {
+            *n -= 1;
+            if *n == 0 {
+                self.seats[h].remove(&c);
+            }
+        }
+    }
+
     /// Visitor `v`'s session was revoked: its seat is gone (the host counted it out).
     pub(crate) fn revoked(&mut self, v: usize) {
         self.last_active.take();
         if let Some((h, c)) = self.seat_of.get_mut(v).and_then(Option::take) {
-            if let Some(n) = self.seats[h].get_mut(&c) {
-                *n -= 1;
-                if *n == 0 {
-                    self.seats[h].remove(&c);
-                }
+            if !std::mem::take(&mut self.doomed[v]) {
+                self.unseat(h, c);
             }
         }
+    }
+
+    /// Visitor `v` holds a seat with a ticket already revoked elsewhere (a host restarted
+    /// without its counters counted a replay of it afresh): the host counts it out when the
+    /// revocation reaches it, and refuses the ticket from then on. Its seat counts no more
+    /// (through its renewals too) until it is refused ([`Truth::revoked`]).
+    pub(crate) fn doom(&mut self, v: usize) {
+        self.last_active.take();
+        if let Some((h, c)) = self.seat_of.get(v).copied().flatten() {
+            if !std::mem::replace(&mut self.doomed[v], true) {
+                self.unseat(h, c);
+            }
+        }
+    }
+
+    /// Whether visitor `v`'s seat is doomed (see [`Truth::doom`]).
+    pub(crate) fn is_doomed(&self, v: usize) -> bool {
+        self.doomed.get(v).copied().unwrap_or(false)
     }
 
     /// Visitors holding a current seat, given each host's bucket now.
@@ -147,16 +176,17 @@ mod tests {
     /// what a truth counted from scratch says.
     #[test]
     fn the_kept_count_follows_every_change() {
+        // From every visitor's seat, not from the kept counts.
         let afresh = |t: &Truth, buckets: &[u64]| -> u64 {
-            t.seats
+            t.seat_of
                 .iter()
-                .zip(buckets)
-                .map(|(s, &b)| {
-                    s.range(b.saturating_sub(t.session)..)
-                        .map(|(_, n)| n)
-                        .sum::<u64>()
+                .enumerate()
+                .filter(|&(v, seat)| seat.is_some() && !t.is_doomed(v))
+                .filter(|(_, seat)| {
+                    let (h, c) = seat.unwrap();
+                    c + t.session >= buckets[h]
                 })
-                .sum()
+                .count() as u64
         };
         let mut t = Truth::new(2, 5);
         let mut buckets = vec![10, 10];
@@ -179,6 +209,16 @@ mod tests {
         t.prune(&buckets);
         check(&t, &buckets, 1);
         t.admitted(2, 0, 16, &buckets);
+        check(&t, &buckets, 2);
+        // A doomed seat counts no more, through a renewal too (which is no new admission),
+        // until its ticket is refused and its visitor arrives anew.
+        t.doom(2);
+        check(&t, &buckets, 1);
+        assert_eq!(t.admitted(2, 0, 17, &buckets), None, "a renewal");
+        check(&t, &buckets, 1);
+        t.revoked(2);
+        assert!(!t.is_doomed(2));
+        assert!(t.admitted(2, 0, 17, &buckets).is_some(), "a new arrival");
         check(&t, &buckets, 2);
     }
 }

@@ -818,11 +818,20 @@ impl World {
             Some(sent) => sent.clone(),
             None => w.visitors[v].cookie.clone(),
         };
+        // A doomed seat's ticket refused at last: the visitor arrives anew.
+        if d.ticket_error.is_some() && self.truth.is_doomed(v) {
+            self.truth.revoked(v);
+        }
+        let mut replayed = false;
         if let Some((old, at)) = self.visitors[v].revoked.take() {
             // A replay of a revoked ticket at the host that revoked it: refused, always,
             // unless the host restarted since with counters made anew (they forget
-            // revocations as they forget counts: the ticket is counted afresh).
+            // revocations as they forget counts: the ticket is counted afresh, and counted
+            // out once the revocation reaches them again from the store).
             let restarted = self.hosts[h].restarted.is_some_and(|r| r >= at);
+            replayed = restarted
+                && sent(self).as_deref() == Some(old.as_str())
+                && d.ticket_error.is_none();
             // (Refused for another reason, say expired after a clock step, is refused too.)
             if !restarted && sent(self).as_deref() == Some(old.as_str()) && d.ticket_error.is_none()
             {
@@ -836,6 +845,9 @@ impl World {
         match d.outcome {
             Decided::Admit => {
                 let first_admission = d.set_cookie.is_some() && self.seat(v, h, &engine);
+                if replayed {
+                    self.truth.doom(v);
+                }
                 if self.s.revocations > 0.0
                     && self.rng.gen_bool(self.s.revocations)
                     && self.hosts[h].processes[p].busy.is_none()

@@ -12,12 +12,16 @@
 //!    later bucket meanwhile (a newer ticket the origin did not see), the count comes off the
 //!    earlier bucket: exact while both are in the session window, one too many after (the
 //!    seat frees when the later bucket leaves). Never one too few;
+//!    A ticket of another host or incarnation is counted out of the bucket these counters
+//!    counted it in afresh, if they did;
 //! 3. in a clustered room, queues the id for the cluster's store, whose other hosts refuse it
 //!    from their next sync. A host that counted the visitor afresh (its ticket came from
 //!    another host: a load balancer without affinity) counts it out of the bucket it counted
-//!    it in, as in 2., when the id reaches it; a host that admitted the visitor itself, and
-//!    whose ticket the visitor no longer holds, cannot tell the bucket from the id: that seat
-//!    frees when its bucket leaves the session window.
+//!    it in, as in 2., when the id reaches it (found by two records of the count, so that a
+//!    false match is all but impossible); a host that admitted the visitor itself, and whose
+//!    ticket the visitor no longer holds, cannot tell the bucket from the id: that seat frees
+//!    when its bucket leaves the session window. A holder of the revocation lock stopped and
+//!    taken over while it records an id may leave that seat counted (never freed twice).
 //!
 //! What is refused and why: past the room's `max_revocations` (kept at once), past the
 //! outbox of revocations not yet sent to an unreachable store, or when another process held
@@ -48,6 +52,18 @@ fn filing_bucket(room: &Room) -> u64 {
         .tick_block()
         .get(Cell::Bucket)
         .saturating_sub(u64::from(room.longest_session))
+}
+
+/// Counts ticket `id` out of the bucket of the session window in which `room`'s counters
+/// counted it afresh (a ticket of another host or incarnation), if they did: once per id,
+/// which the caller makes sure of (the id was kept for the first time).
+fn count_out_afresh(room: &Room, id: u64) {
+    let buckets = room.counters.buckets();
+    let opened = room.counters.tick_block().get(Cell::Bucket);
+    let first = opened.saturating_sub(u64::from(room.longest_session));
+    if let Some(b) = buckets.counted_afresh_surely(id, first, opened.saturating_add(1)) {
+        buckets.count_out(b);
+    }
 }
 
 /// Revocations a host sends the cluster's store (see [`Engine::cluster_revocations`]).
@@ -188,16 +204,9 @@ impl Engine {
         };
         rv.mark_sent(sent.upto);
         // A visitor this host counted afresh is counted out of the bucket it was counted in
-        // (once per id: only for an id kept here for the first time).
-        let buckets = r.counters.buckets();
-        let opened = r.counters.tick_block().get(Cell::Bucket);
-        let first = opened.saturating_sub(u64::from(r.longest_session));
-        // (The next tick frees the seat.)
-        let count_out = |id: u64| {
-            if let Some(b) = buckets.counted_afresh(id, first, opened.saturating_add(1)) {
-                buckets.count_out(b);
-            }
-        };
+        // (once per id: only for an id kept here for the first time). The next tick frees
+        // the seat.
+        let count_out = |id: u64| count_out_afresh(r, id);
         // Received first: a process that stops here reads the same entries again.
         let Some(added) = rv.receive(received, filing_bucket(r), count_out) else {
             return Ok(0);
@@ -230,6 +239,10 @@ impl Engine {
             Ok(Revoked::Now) => {
                 if t.incarnation == room.incarnation && t.counted != 0 {
                     room.counters.buckets().count_out(u64::from(t.counted));
+                } else if t.incarnation != room.incarnation {
+                    // Another host's ticket (or an older incarnation's): counted here afresh,
+                    // if at all.
+                    count_out_afresh(room, t.id);
                 }
                 // Free the seat now rather than at the next tick, if nobody is ticking.
                 let _ = tick_room(room, now, None);

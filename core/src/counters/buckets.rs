@@ -318,6 +318,17 @@ impl<'a> Buckets<'a> {
         })
     }
 
+    /// [`Buckets::counted_afresh`] for freeing the seat (a revocation): the bucket must hold
+    /// both of the count's records, the claim's and the count's (two fingerprints, so that a
+    /// false match, which would free a seat nobody holds, needs two at once).
+    pub(crate) fn counted_afresh_surely(&self, id: u64, first: u64, last: u64) -> Option<u64> {
+        let b = self.counted_afresh(id, first, last)?;
+        let (start, fp) = fingerprint(id ^ AFRESH_CLAIM, self.words);
+        self.slot(b)
+            .is_some_and(|s| contains(self.guard_of(s), start, fp))
+            .then_some(b)
+    }
+
     /// Whether ticket `id` was admitted from the queue in any of buckets `first..=last`.
     pub(crate) fn admitted_from_queue(&self, id: u64, first: u64, last: u64) -> bool {
         let (start, fp) = fingerprint(id ^ FROM_QUEUE, self.words);
@@ -453,6 +464,38 @@ mod tests {
         assert_eq!(active(&a, 0, 2), 2);
         assert_eq!(active(&a, 2, 2), 1);
         assert_eq!(active(&a, 0, 0), 1);
+    }
+
+    /// A revocation frees the seat a count afresh took only where both of the count's
+    /// records are (review: one fingerprint alone, matched falsely, would free a seat nobody
+    /// holds), and after the visitor moved on, from the bucket it was counted afresh in.
+    #[test]
+    fn a_count_afresh_is_found_surely_by_its_two_records() {
+        let r = Ring::new(8, 16);
+        let a = r.view();
+        for b in 0..4 {
+            a.prepare(b);
+        }
+        assert_eq!(a.count_afresh(7, 0, 1, false), Renewal::Counted);
+        assert_eq!(a.counted_afresh_surely(7, 0, 3), Some(1));
+        assert_eq!(a.renew(7, 1, 2), Renewal::Moved);
+        assert_eq!(
+            a.counted_afresh_surely(7, 0, 3),
+            Some(1),
+            "found where it was counted"
+        );
+        assert!(a.count_out(1));
+        assert_eq!(
+            active(&a, 0, 3),
+            0,
+            "the visitor counts no more while both buckets do"
+        );
+        // The count's own record alone (as a false match would look): not sure, nothing.
+        let (start, fp) = fingerprint(9 ^ AFRESH, a.words);
+        insert_if_absent(a.guard_of(a.slot(2).unwrap()), start, fp);
+        assert_eq!(a.counted_afresh(9, 0, 3), Some(2));
+        assert_eq!(a.counted_afresh_surely(9, 0, 3), None);
+        assert_eq!(a.counted_afresh_surely(8, 0, 3), None, "never counted");
     }
 
     #[test]

@@ -36,7 +36,7 @@
 
 use crate::counters::fingerprint_set::{contains, fingerprint, insert_if_absent};
 use crate::counters::process_lock::{Held, ProcessLock};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{fence, AtomicU64, Ordering};
 
 /// Tables in the ring of generations.
 pub(crate) const GENERATIONS: usize = 5;
@@ -197,6 +197,18 @@ impl<'a> Revocations<'a> {
         (g.saturating_sub(2)..=g + 1).any(|g| self.of(g).is_some_and(|t| contains(t, start, fp)))
     }
 
+    /// Whether `id` (its fingerprint `start`, `fp`) is in a table of the generations around
+    /// `g` other than `g`'s own: after an insert into `g`'s table, behind a `SeqCst` fence, by
+    /// a holder that may have been stopped and taken over. Of two holders that each inserted
+    /// the id into a table of their own generation and then look, at least one finds the
+    /// other's (both may): who finds it frees no seat (never twice, at worst not at all).
+    fn kept_elsewhere(&self, g: u64, start: usize, fp: u64) -> bool {
+        fence(Ordering::SeqCst);
+        (g.saturating_sub(2)..=g + 1)
+            .filter(|&other| other != g)
+            .any(|other| self.of(other).is_some_and(|t| contains(t, start, fp)))
+    }
+
     /// Takes the revocation lock, waiting a bounded [`LOCK_WAIT_MS`].
     fn lock(&self) -> Option<Held<'a>> {
         let lock = if self.private {
@@ -286,6 +298,12 @@ impl<'a> Revocations<'a> {
             self.outbox[(written % self.words as u64) as usize].store(id, Ordering::Relaxed);
             self.cell(H::Written).store(written + 1, Ordering::Release);
         }
+        // Kept in another generation's table as well, by a holder stopped and taken over
+        // meanwhile (sent on all the same: a duplicate is skipped where it arrives): its
+        // seat is that holder's to free, or nobody's.
+        if self.kept_elsewhere(bucket / self.span, start, fp) {
+            return Ok(Revoked::Already);
+        }
         Ok(Revoked::Now)
     }
 
@@ -305,7 +323,8 @@ impl<'a> Revocations<'a> {
             return Some(0);
         }
         let held = self.lock()?;
-        let i = self.prepare(bucket / self.span, &held).ok()?;
+        let g = bucket / self.span;
+        let i = self.prepare(g, &held).ok()?;
         let mut added = 0;
         for &id in ids {
             if self.kept(id, bucket) {
@@ -315,11 +334,18 @@ impl<'a> Revocations<'a> {
                 self.cell(H::Refused).fetch_add(1, Ordering::Relaxed);
                 continue;
             }
+            // A holder stopped and taken over leaves the rest to its successor (which reads
+            // them again: its cursor was not moved on).
+            if !held.still_held() {
+                break;
+            }
             let (start, fp) = fingerprint(id, self.words);
             if insert_if_absent(self.table(i), start, fp) {
                 self.count(i).fetch_add(1, Ordering::Release);
                 added += 1;
-                added_one(id);
+                if !self.kept_elsewhere(g, start, fp) {
+                    added_one(id);
+                }
             }
         }
         self.cell(H::Received)
@@ -430,6 +456,28 @@ mod tests {
         }
         assert!(!r.is_revoked(8, 10, 10));
         assert_eq!(r.counts(10).made, 1);
+    }
+
+    /// A holder of the lock stopped between its look-up and its insert, and taken over: its
+    /// successor files the id under the next generation and frees the seat; the stopped one,
+    /// resuming, inserts into its own generation's table, finds the other's and frees
+    /// nothing (review: the seat was freed twice). `revoke` looks the same way after its
+    /// insert.
+    #[test]
+    fn an_id_kept_in_two_generations_frees_one_seat() {
+        let b = Block::new(16);
+        let r = b.view(8);
+        // Generation 1 (buckets 8..16) tagged, as the stopped holder saw it.
+        assert_eq!(r.receive(&[5], 15, |_| {}), Some(1));
+        let mut freed = Vec::new();
+        assert_eq!(r.receive(&[7], 16, |id| freed.push(id)), Some(1));
+        assert_eq!(freed, [7], "the successor, in generation 2");
+        // The stopped holder resumes: its insert into generation 1's table succeeds.
+        let (start, fp) = fingerprint(7, r.words);
+        assert!(insert_if_absent(r.of(1).unwrap(), start, fp));
+        assert!(r.kept_elsewhere(1, start, fp), "so it frees nothing");
+        let (start, fp) = fingerprint(9, r.words);
+        assert!(!r.kept_elsewhere(2, start, fp), "an id kept nowhere else");
     }
 
     #[test]

@@ -426,3 +426,40 @@ fn loom_revocations_are_seen_before_their_seat() {
         assert!(r.is_revoked(7, 10, 10));
     });
 }
+
+/// Two holders of the revocation lock recording one id, one stopped and taken over between
+/// its look-up and its insert (so each inserts into its own generation's table): at most one
+/// frees the seat, in every interleaving.
+#[test]
+fn loom_revocations_two_holders_free_a_seat_at_most_once() {
+    loom::model(|| {
+        let (header, tables, outbox) = (words(HEADER_WORDS), words(GENERATIONS * 2), words(2));
+        {
+            // Generations 1 and 2 tagged (buckets 8..16 and 16..24).
+            let r = Revocations::new(&header, &tables, &outbox, 8, false);
+            assert_eq!(r.receive(&[1], 15, |_| {}), Some(1));
+            assert_eq!(r.receive(&[2], 16, |_| {}), Some(1));
+        }
+        let freed = words(1);
+        let stopped = {
+            let (h, t, o, f) = (
+                header.clone(),
+                tables.clone(),
+                outbox.clone(),
+                freed.clone(),
+            );
+            thread::spawn(move || {
+                let r = Revocations::new(&h, &t, &o, 8, false);
+                if r.record_and_look(7, 1) {
+                    f[0].fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        let r = Revocations::new(&header, &tables, &outbox, 8, false);
+        if r.record_and_look(7, 2) {
+            freed[0].fetch_add(1, Ordering::Relaxed);
+        }
+        stopped.join().unwrap();
+        assert!(freed[0].load(Ordering::Relaxed) <= 1, "a seat freed twice");
+    });
+}

@@ -209,6 +209,16 @@ impl<'a> Revocations<'a> {
             .any(|other| self.of(other).is_some_and(|t| contains(t, start, fp)))
     }
 
+    /// What a holder of the lock does with `id` once it found it kept nowhere, in generation
+    /// `g` (whose table is tagged): records it there and looks in the others; whether it frees
+    /// the seat (for the loom model of two holders, one stopped and taken over).
+    #[cfg(velvet_rope_loom)]
+    pub(crate) fn record_and_look(&self, id: u64, g: u64) -> bool {
+        let (start, fp) = fingerprint(id, self.words);
+        let table = self.of(g).expect("a tagged generation");
+        insert_if_absent(table, start, fp) && !self.kept_elsewhere(g, start, fp)
+    }
+
     /// Takes the revocation lock, waiting a bounded [`LOCK_WAIT_MS`].
     fn lock(&self) -> Option<Held<'a>> {
         let lock = if self.private {

@@ -399,6 +399,7 @@ impl ScenarioFile {
                 shuffle: e.shuffle,
             }),
             revocations: 0.0,
+            affinity: 1.0,
             crowd: Some(Crowd {
                 start_ms: 0,
                 rate: self.arrivals.rate.clone(),

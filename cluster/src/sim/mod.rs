@@ -89,6 +89,12 @@ pub struct Scenario {
     /// cookie, one in three) replays it: the host must refuse it, and the seat it freed
     /// counts for nobody else. 0: no revocations (the seed's draws are as before).
     pub revocations: f64,
+    /// The chance that a visitor's request goes to its own host (a load balancer with
+    /// affinity). Below 1, a request may go to any host (drawn by the hosts' shares of the
+    /// arrivals), which counts the visitor afresh; a revocation then frees that seat there
+    /// too, when it reaches that host. 1: every request at its own host (the seed's draws
+    /// are as before).
+    pub affinity: f64,
     /// A planned crowd (`velvet-rope simulate`) instead of the fault tests' bursts: its
     /// arrivals and behaviour, and the run measures it (see [`Outcome::measured`]).
     pub crowd: Option<Crowd>,
@@ -155,6 +161,7 @@ impl Default for Scenario {
             trace: 60,
             event: None,
             revocations: 0.0,
+            affinity: 1.0,
             crowd: None,
             refresh_secs: 1,
             max_live_waiters: 1024,

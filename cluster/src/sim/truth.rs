@@ -105,10 +105,15 @@ impl Truth {
     /// (through its renewals too) until it is refused ([`Truth::revoked`]).
     pub(crate) fn doom(&mut self, v: usize) {
         self.last_active.take();
-        if let Some((h, c)) = self.seat_of.get(v).copied().flatten() {
-            if !std::mem::replace(&mut self.doomed[v], true) {
-                self.unseat(h, c);
-            }
+        if self.seat_of.len() <= v {
+            self.seat_of.resize(v + 1, None);
+            self.doomed.resize(v + 1, false);
+        }
+        // Doomed with no seat yet too (its replay answered before the booking bucket was
+        // ready): the seat its next request takes is doomed from the start.
+        let was = std::mem::replace(&mut self.doomed[v], true);
+        if let (false, Some((h, c))) = (was, self.seat_of[v]) {
+            self.unseat(h, c);
         }
     }
 

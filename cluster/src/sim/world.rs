@@ -115,9 +115,9 @@ struct Visitor {
     host: usize,
     cookie: Option<String>,
     mood: Mood,
-    /// The ticket cookie whose session the origin revoked, when this visitor replays it, and
-    /// when it was revoked.
-    revoked: Option<(String, u64)>,
+    /// The ticket cookie whose session the origin revoked, when this visitor replays it,
+    /// when it was revoked, and at which host.
+    revoked: Option<(String, u64, usize)>,
     /// What a planned crowd's run follows of it.
     track: Track,
 }
@@ -781,7 +781,11 @@ impl World {
     }
 
     fn request(&mut self, v: usize) {
-        let h = self.visitors[v].host;
+        let mut h = self.visitors[v].host;
+        if self.s.affinity < 1.0 && !self.rng.gen_bool(self.s.affinity.max(0.0)) {
+            // A load balancer without affinity: this request goes to any host.
+            h = pick_host(&self.weights, &mut self.rng);
+        }
         let Some(p) = self.server(h) else {
             // Nobody answers: the browser tries again.
             self.schedule(self.now + 1000, Event::Request(v));
@@ -823,18 +827,17 @@ impl World {
             self.truth.revoked(v);
         }
         let mut replayed = false;
-        if let Some((old, at)) = self.visitors[v].revoked.take() {
+        if let Some((old, at, by)) = self.visitors[v].revoked.take() {
             // A replay of a revoked ticket at the host that revoked it: refused, always,
             // unless the host restarted since with counters made anew (they forget
             // revocations as they forget counts: the ticket is counted afresh, and counted
-            // out once the revocation reaches them again from the store).
+            // out once the revocation reaches them again from the store). Another host
+            // takes it back until the revocation reaches it, then counts it out the same.
             let restarted = self.hosts[h].restarted.is_some_and(|r| r >= at);
-            replayed = restarted
-                && sent(self).as_deref() == Some(old.as_str())
-                && d.ticket_error.is_none();
+            let taken = sent(self).as_deref() == Some(old.as_str()) && d.ticket_error.is_none();
+            replayed = taken && (restarted || h != by);
             // (Refused for another reason, say expired after a clock step, is refused too.)
-            if !restarted && sent(self).as_deref() == Some(old.as_str()) && d.ticket_error.is_none()
-            {
+            if taken && !restarted && h == by {
                 self.out.violation = Some(format!(
                     "visitor {v}: host {h} took its revoked ticket back ({:?}, {:?})",
                     d.outcome, d.ticket_error
@@ -844,10 +847,10 @@ impl World {
         }
         match d.outcome {
             Decided::Admit => {
-                let first_admission = d.set_cookie.is_some() && self.seat(v, h, &engine);
                 if replayed {
                     self.truth.doom(v);
                 }
+                let first_admission = d.set_cookie.is_some() && self.seat(v, h, &engine);
                 if self.s.revocations > 0.0
                     && self.rng.gen_bool(self.s.revocations)
                     && self.hosts[h].processes[p].busy.is_none()
@@ -944,7 +947,7 @@ impl World {
                 let old = self.visitors[v].cookie.take();
                 if self.rng.gen_bool(1.0 / 3.0) {
                     self.visitors[v].cookie = old.clone();
-                    self.visitors[v].revoked = old.map(|c| (c, self.now));
+                    self.visitors[v].revoked = old.map(|c| (c, self.now, h));
                 }
                 self.visitors[v].mood = Mood::Waiting {
                     until: self.now + 20_000,

@@ -428,17 +428,25 @@ fn loom_revocations_are_seen_before_their_seat() {
 }
 
 /// Two holders of the revocation lock recording one id, one stopped and taken over between
-/// its look-up and its insert (so each inserts into its own generation's table): at most one
-/// frees the seat, in every interleaving.
+/// its look-up and its insert (so each inserts into its own generation's table: the next
+/// one, or one further away after a longer stop): at most one frees the seat, in every
+/// interleaving.
 #[test]
 fn loom_revocations_two_holders_free_a_seat_at_most_once() {
-    loom::model(|| {
+    two_holders(2);
+    two_holders(3);
+}
+
+/// [`loom_revocations_two_holders_free_a_seat_at_most_once`] with the stopped holder in
+/// generation 1 and its successor in generation `later`.
+fn two_holders(later: u64) {
+    loom::model(move || {
         let (header, tables, outbox) = (words(HEADER_WORDS), words(GENERATIONS * 2), words(2));
         {
-            // Generations 1 and 2 tagged (buckets 8..16 and 16..24).
+            // Generations 1 and `later` tagged.
             let r = Revocations::new(&header, &tables, &outbox, 8, false);
             assert_eq!(r.receive(&[1], 15, |_| {}), Some(1));
-            assert_eq!(r.receive(&[2], 16, |_| {}), Some(1));
+            assert_eq!(r.receive(&[2], later * 8, |_| {}), Some(1));
         }
         let freed = words(1);
         let stopped = {
@@ -456,7 +464,7 @@ fn loom_revocations_two_holders_free_a_seat_at_most_once() {
             })
         };
         let r = Revocations::new(&header, &tables, &outbox, 8, false);
-        if r.record_and_look(7, 2) {
+        if r.record_and_look(7, later) {
             freed[0].fetch_add(1, Ordering::Relaxed);
         }
         stopped.join().unwrap();

@@ -204,9 +204,12 @@ impl<'a> Revocations<'a> {
     /// other's (both may): who finds it frees no seat (never twice, at worst not at all).
     fn kept_elsewhere(&self, g: u64, start: usize, fp: u64) -> bool {
         fence(Ordering::SeqCst);
-        (g.saturating_sub(2)..=g + 1)
-            .filter(|&other| other != g)
-            .any(|other| self.of(other).is_some_and(|t| contains(t, start, fp)))
+        // Every table tagged for another generation (a holder stopped for longer than a
+        // generation files under one further away than its neighbours).
+        (0..GENERATIONS).any(|i| {
+            let tag = self.tag(i).load(Ordering::Acquire);
+            tag != 0 && tag != g + 1 && contains(self.table(i), start, fp)
+        })
     }
 
     /// What a holder of the lock does with `id` once it found it kept nowhere, in generation
@@ -304,13 +307,14 @@ impl<'a> Revocations<'a> {
         }
         self.count(i).fetch_add(1, Ordering::Release);
         self.cell(H::Made).fetch_add(1, Ordering::Relaxed);
-        if outbox {
+        // (A holder stopped here and taken over would write over its successor's entry: it
+        // leaves its id unsent instead, refused here all the same.)
+        if outbox && held.still_held() {
             self.outbox[(written % self.words as u64) as usize].store(id, Ordering::Relaxed);
             self.cell(H::Written).store(written + 1, Ordering::Release);
         }
         // Kept in another generation's table as well, by a holder stopped and taken over
-        // meanwhile (sent on all the same: a duplicate is skipped where it arrives): its
-        // seat is that holder's to free, or nobody's.
+        // meanwhile: its seat is that holder's to free, or nobody's.
         if self.kept_elsewhere(bucket / self.span, start, fp) {
             return Ok(Revoked::Already);
         }
@@ -344,10 +348,12 @@ impl<'a> Revocations<'a> {
                 self.cell(H::Refused).fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            // A holder stopped and taken over leaves the rest to its successor (which reads
-            // them again: its cursor was not moved on).
+            // A holder stopped and taken over records no more: `None` leaves the cursor where
+            // it was, and the next sync reads these ids again (those kept are skipped).
             if !held.still_held() {
-                break;
+                self.cell(H::Received)
+                    .fetch_add(added as u64, Ordering::Relaxed);
+                return None;
             }
             let (start, fp) = fingerprint(id, self.words);
             if insert_if_absent(self.table(i), start, fp) {

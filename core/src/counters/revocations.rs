@@ -197,11 +197,13 @@ impl<'a> Revocations<'a> {
         (g.saturating_sub(2)..=g + 1).any(|g| self.of(g).is_some_and(|t| contains(t, start, fp)))
     }
 
-    /// Whether `id` (its fingerprint `start`, `fp`) is in a table of the generations around
-    /// `g` other than `g`'s own: after an insert into `g`'s table, behind a `SeqCst` fence, by
-    /// a holder that may have been stopped and taken over. Of two holders that each inserted
-    /// the id into a table of their own generation and then look, at least one finds the
-    /// other's (both may): who finds it frees no seat (never twice, at worst not at all).
+    /// Whether `id` (its fingerprint `start`, `fp`) is in a table of any generation but `g`:
+    /// after an insert into `g`'s table, behind a `SeqCst` fence, by a holder that may have
+    /// been stopped and taken over. Of two holders that each inserted the id into a table of
+    /// their own generation and then look, at least one finds the other's (both may): who
+    /// finds it frees no seat (never twice, at worst not at all). An id found in a table
+    /// older than [`Revocations::kept`] reads was revoked long enough ago that its tickets
+    /// and counts are over: nothing to free either.
     fn kept_elsewhere(&self, g: u64, start: usize, fp: u64) -> bool {
         fence(Ordering::SeqCst);
         // Every table tagged for another generation (a holder stopped for longer than a

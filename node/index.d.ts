@@ -228,7 +228,6 @@ export interface ClockOptions {
   nowMs?: number
 }
 
-/** Hands out leases of shared resources (the configuration's `resources` section). */
 /** A coordinator's options: its clock, and whether a timer emits its events (default true). */
 export interface CoordinatorOptions extends ClockOptions {
   emitEvents?: boolean

@@ -1195,7 +1195,7 @@ mod tests {
             old.engine.admit("pub", None, now).unwrap();
         }
         old.engine.tick(now);
-        old.publish_metrics(&mut envoy); // 5
+        old.publish_metrics(&mut envoy);
         std::fs::remove_file(&state).unwrap(); // old keeps the unlinked inode
         let new = committed_in(&mut envoy, "new", s(room("pub", 50) + "#\n")); // a fresh file, same path
         for _ in 0..2 {
@@ -1205,7 +1205,8 @@ mod tests {
         new.publish_metrics(&mut envoy);
         drop(new); // e.g. the update rolled back
         old.publish_metrics(&mut envoy);
-        // 7 admissions (5 + 2); 126c482 reads 8: new's 2 written as 0 ("went down"), then old adds 5 - 2 = 3.
+        // 7 admissions (5 + 2): one ledger over both files read 8 (new's 2 taken as a total
+        // that went down, then old's 5 - 2 added).
         assert_eq!(envoy.values.get(k).copied(), Some(7));
         drop(old);
         let _ = std::fs::remove_dir_all(dir.parent().unwrap());

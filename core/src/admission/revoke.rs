@@ -11,9 +11,9 @@
 //!    itself when no other process is ticking the room. When the visitor had moved on to a
 //!    later bucket meanwhile (a newer ticket the origin did not see), the count comes off the
 //!    earlier bucket: exact while both are in the session window, one too many after (the
-//!    seat frees when the later bucket leaves). Never one too few;
-//!    A ticket of another host or incarnation is counted out of the bucket these counters
-//!    counted it in afresh, if they did;
+//!    seat frees when the later bucket leaves). Never one too few. A ticket of another host
+//!    or incarnation is counted out of the bucket these counters counted it in afresh, if
+//!    they did;
 //! 3. in a clustered room, queues the id for the cluster's store, whose other hosts refuse it
 //!    from their next sync. A host that counted the visitor afresh (its ticket came from
 //!    another host: a load balancer without affinity) counts it out of the bucket it counted

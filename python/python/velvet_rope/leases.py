@@ -22,8 +22,9 @@ class Coordinator(_native.Coordinator):
     Its events (a resource's learning period started or ended; for a leaf under the Redis
     lease root, the root's learning and the root lost and found) go to the
     `velvet_rope.events` logger, written once a second by a daemon thread
-    (`log_events=False`: none, drain them with `drain_events()` yourself). Make it in each
-    worker, after any fork.
+    (`log_events=False`: none, drain them with `drain_events()` yourself); that thread
+    starts again in a forked child. With a `[cluster]` table, make it in each worker, after
+    any fork: its loop under the lease root is a thread of the process that made it.
     """
 
     _events: EventPump | None

@@ -57,8 +57,10 @@
  *     response. `revoke` ends the visitor's session in the rooms the client request was
  *     admitted to (and in its location's room) that accept it (`enabled_origin_commands`):
  *     its ticket is refused from then on by every worker, its seat freed at once, and the
- *     response clears the room's cookie instead of sending the module's own ticket. A
- *     subrequest's command is taken off and not followed: its headers are not the client's.
+ *     response clears the room's cookie instead of sending the module's own ticket. An
+ *     `auth_request` check's command is followed with the client response (also in the
+ *     room of the location the check protected); any other subrequest's is taken off and
+ *     not followed: its headers are not about the client response.
  *     A command among the response's trailers (`add_trailer`, an upstream's) is taken off
  *     and followed by a body filter on the last buffer; the header is out by then, so the
  *     cookie stays (refused). An upstream response that nginx replaces before its header
@@ -180,6 +182,21 @@ struct ngx_http_velvet_rope_ctx_s {
 };
 
 
+/*
+ * An `auth_request` check answered `Velvet-Rope-Command: revoke`: the client response
+ * follows it (ngx_http_velvet_rope_origin_revokes). Kept as the data of a request pool
+ * cleanup (redirects leave those alone), found by its handler.
+ */
+typedef struct {
+    ngx_http_velvet_rope_loc_conf_t  *checked;  /* the location whose access the check was */
+    ngx_uint_t                        pending;  /* not followed yet */
+} ngx_http_velvet_rope_check_revoke_t;
+
+/* The worker's pending checks' revocations (requests are a worker's alone): while there are
+ * none, a response's header filter does not look for one. */
+static ngx_uint_t  ngx_http_velvet_rope_check_revokes;
+
+
 static ngx_int_t ngx_http_velvet_rope_decide_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_velvet_rope_decide_subrequest(ngx_http_request_t *r,
     ngx_http_velvet_rope_loc_conf_t *vlcf);
@@ -194,8 +211,11 @@ static ngx_int_t ngx_http_velvet_rope_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static ngx_uint_t ngx_http_velvet_rope_take_command(ngx_list_t *headers);
 static ngx_int_t ngx_http_velvet_rope_dropped_command(ngx_http_request_t *r);
+static ngx_int_t ngx_http_velvet_rope_remember_check_revoke(ngx_http_request_t *r);
+static void ngx_http_velvet_rope_check_revoke_marker(void *data);
 static ngx_int_t ngx_http_velvet_rope_origin_revokes(ngx_http_request_t *r,
-    ngx_http_velvet_rope_ctx_t *latest, ngx_http_velvet_rope_loc_conf_t *vlcf);
+    ngx_http_velvet_rope_ctx_t *latest, ngx_http_velvet_rope_loc_conf_t *vlcf,
+    ngx_uint_t asked, ngx_uint_t checks);
 static ngx_int_t ngx_http_velvet_rope_revoke_in(ngx_http_request_t *r,
     ngx_http_velvet_rope_main_conf_t *vmcf, ngx_str_t *room, ngx_str_t *cookie,
     ngx_table_elt_t *ticket, ngx_http_velvet_rope_ctx_t *ctx);
@@ -761,7 +781,7 @@ ngx_http_velvet_rope_send_page(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_velvet_rope_header_filter(ngx_http_request_t *r)
 {
-    ngx_uint_t                        revoke;
+    ngx_uint_t                        revoke, checks;
     ngx_http_velvet_rope_ctx_t       *ctx, *latest;
     ngx_http_velvet_rope_loc_conf_t  *vlcf;
 
@@ -786,9 +806,21 @@ ngx_http_velvet_rope_header_filter(ngx_http_request_t *r)
 #endif
 
     if (r != r->main) {
-        /* A subrequest's headers never reach the client (an include, an auth check): its
-         * origin's command is not about the client response, and its cookie could not be
-         * cleared. (Its pool is the client request's: the decisions found there are the
+        /* An auth_request check: the client request waits for its answer before anything
+         * of its own response goes out (not a mirror's, which runs in the background). The
+         * check speaks for the origin about the client request: the client response
+         * follows its command. */
+        if (revoke && r->waited && !r->background && !r->main->header_sent) {
+            if (ngx_http_velvet_rope_remember_check_revoke(r) != NGX_OK) {
+                return NGX_ERROR;
+            }
+
+            return ngx_http_next_header_filter(r);
+        }
+
+        /* Any other subrequest's headers never reach the client (an include, a mirror):
+         * its origin's command is not about the client response, and its cookie could not
+         * be cleared. (Its pool is the client request's: the decisions found there are the
          * client request's, which its own header filter call handles.) */
         if (revoke) {
             ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
@@ -811,7 +843,13 @@ ngx_http_velvet_rope_header_filter(ngx_http_request_t *r)
     latest = ngx_http_velvet_rope_get_ctx(r);
     vlcf = ngx_http_get_module_loc_conf(r, ngx_http_velvet_rope_module);
 
-    if (revoke && ngx_http_velvet_rope_origin_revokes(r, latest, vlcf) != NGX_OK) {
+    /* A check's command: one comparison while no request of the worker has one. */
+    checks = ngx_http_velvet_rope_check_revokes > 0;
+
+    if ((revoke || checks)
+        && ngx_http_velvet_rope_origin_revokes(r, latest, vlcf, revoke, checks)
+           != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
@@ -875,7 +913,7 @@ ngx_http_velvet_rope_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     if (cl != NULL
         && ngx_http_velvet_rope_take_command(&r->headers_out.trailers)
         && ngx_http_velvet_rope_origin_revokes(r, ngx_http_velvet_rope_get_ctx(r),
-               ngx_http_get_module_loc_conf(r, ngx_http_velvet_rope_module))
+               ngx_http_get_module_loc_conf(r, ngx_http_velvet_rope_module), 1, 0)
            != NGX_OK)
     {
         return NGX_ERROR;
@@ -956,27 +994,138 @@ ngx_http_velvet_rope_dropped_command(ngx_http_request_t *r)
     ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "velvet_rope: revoke in an upstream response nginx replaced");
 
-    return ngx_http_velvet_rope_origin_revokes(r, ngx_http_velvet_rope_get_ctx(r), NULL);
+    return ngx_http_velvet_rope_origin_revokes(r, ngx_http_velvet_rope_get_ctx(r), NULL,
+                                               1, 0);
 }
 
 
 /*
- * The origin answered the client request `Velvet-Rope-Command: revoke`: ends the visitor's
- * session in each room the request was admitted to (not one a `bypass` rule passed it
- * through), with the ticket its decision there issued, else the one it brought (Cookie,
- * or Velvet-Rope-Ticket in a room taking header tickets); and in its location's room
- * (`vlcf`, NULL for none) if the request was not decided there (a steady admission in a
- * room that does not remember it, or a response nginx made before the room decided, such
- * as `return`).
+ * Remembers, for the client request's header filter, that the auth check `r` (a subrequest)
+ * answered `revoke`, with the location whose access it checked: the client request's
+ * location now (the access phase).
+ */
+static ngx_int_t
+ngx_http_velvet_rope_remember_check_revoke(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t                   *cln;
+    ngx_http_velvet_rope_check_revoke_t  *check;
+
+    cln = ngx_pool_cleanup_add(r->main->pool, sizeof(ngx_http_velvet_rope_check_revoke_t));
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    check = cln->data;
+    check->checked = ngx_http_get_module_loc_conf(r->main, ngx_http_velvet_rope_module);
+    check->pending = 1;
+    cln->handler = ngx_http_velvet_rope_check_revoke_marker;
+    ngx_http_velvet_rope_check_revokes++;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "velvet_rope: revoke in the auth check \"%V\", followed with the client "
+                   "response", &r->uri);
+
+    return NGX_OK;
+}
+
+
+/* The request ends: a check's revocation it never followed (the client went away before
+ * its response) is no longer pending. */
+static void
+ngx_http_velvet_rope_check_revoke_marker(void *data)
+{
+    ngx_http_velvet_rope_check_revoke_t  *check = data;
+
+    if (check->pending) {
+        check->pending = 0;
+        ngx_http_velvet_rope_check_revokes--;
+    }
+}
+
+
+/*
+ * The origin answered the client request `Velvet-Rope-Command: revoke` (`asked`: in its
+ * response; `checks`: maybe in an auth check's, see
+ * ngx_http_velvet_rope_remember_check_revoke, followed here if this request had one):
+ * ends the visitor's session in each room the request was admitted to (not one a `bypass`
+ * rule passed it through), with the ticket its decision there issued, else the one it
+ * brought (Cookie, or Velvet-Rope-Ticket in a room taking header tickets); and in its
+ * location's room (`vlcf`, NULL for none) and in the room of each location an auth check
+ * that answered `revoke` protected, where the request was not decided (a steady admission
+ * in a room that does not remember it, a response nginx made before the room decided,
+ * such as `return`, or a check's refusal).
  */
 static ngx_int_t
 ngx_http_velvet_rope_origin_revokes(ngx_http_request_t *r,
-    ngx_http_velvet_rope_ctx_t *latest, ngx_http_velvet_rope_loc_conf_t *vlcf)
+    ngx_http_velvet_rope_ctx_t *latest, ngx_http_velvet_rope_loc_conf_t *vlcf,
+    ngx_uint_t asked, ngx_uint_t checks)
 {
-    ngx_str_t                          cookie;
-    ngx_table_elt_t                   *ticket;
-    ngx_http_velvet_rope_ctx_t        *ctx;
-    ngx_http_velvet_rope_main_conf_t  *vmcf;
+    ngx_str_t                             cookie;
+    ngx_uint_t                            i, n, found;
+    ngx_table_elt_t                      *ticket;
+    ngx_pool_cleanup_t                   *cln;
+    ngx_http_velvet_rope_ctx_t           *ctx;
+    ngx_http_velvet_rope_main_conf_t     *vmcf;
+    ngx_http_velvet_rope_check_revoke_t  *check;
+    ngx_str_t                            *rooms[8];
+
+    /* The undecided rooms to revoke in, each once: the location's, then the checks'. (A
+     * client request passes few auth checks: more than the array holds are followed in
+     * the rooms it admitted to only, and logged.) */
+    n = 0;
+    found = 0;
+
+    if (asked && vlcf != NULL && vlcf->room.len > 0) {
+        rooms[n++] = &vlcf->room;
+    }
+
+    for (cln = checks ? r->pool->cleanup : NULL; cln; cln = cln->next) {
+        if (cln->handler != ngx_http_velvet_rope_check_revoke_marker) {
+            continue;
+        }
+
+        check = cln->data;
+
+        if (!check->pending) {
+            continue;
+        }
+
+        check->pending = 0;
+        ngx_http_velvet_rope_check_revokes--;
+        found = 1;
+
+        if (check->checked->room.len == 0) {
+            continue;
+        }
+
+        for (i = 0; i < n; i++) {
+            if (rooms[i]->len == check->checked->room.len
+                && ngx_strncmp(rooms[i]->data, check->checked->room.data, rooms[i]->len)
+                   == 0)
+            {
+                break;
+            }
+        }
+
+        if (i < n) {
+            continue;
+        }
+
+        if (n == sizeof(rooms) / sizeof(rooms[0])) {
+            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                          "velvet_rope: room \"%V\": an auth check's revoke is not followed "
+                          "there: too many auth checks' rooms in one request",
+                          &check->checked->room);
+            continue;
+        }
+
+        rooms[n++] = &check->checked->room;
+    }
+
+    /* Some request of the worker has a check's command pending, not this one. */
+    if (!asked && !found) {
+        return NGX_OK;
+    }
 
     vmcf = ngx_http_get_module_main_conf(r, ngx_http_velvet_rope_module);
 
@@ -1003,10 +1152,13 @@ ngx_http_velvet_rope_origin_revokes(ngx_http_request_t *r,
         }
     }
 
-    if (vlcf != NULL && vlcf->room.len > 0
-        && ngx_http_velvet_rope_find_room(latest, &vlcf->room) == NULL)
-    {
-        return ngx_http_velvet_rope_revoke_in(r, vmcf, &vlcf->room, &cookie, ticket, NULL);
+    for (i = 0; i < n; i++) {
+        if (ngx_http_velvet_rope_find_room(latest, rooms[i]) == NULL
+            && ngx_http_velvet_rope_revoke_in(r, vmcf, rooms[i], &cookie, ticket, NULL)
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
     }
 
     return NGX_OK;

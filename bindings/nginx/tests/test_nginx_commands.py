@@ -9,9 +9,12 @@ the old ticket is refused by both workers from then on, and exactly one seat is 
 new visitor is admitted, the next one waits. The same holds for a ticket the request's own
 decision issued, a ticket sent as the Velvet-Rope-Ticket header (and the module's
 Velvet-Rope-Ticket response header is dropped), a decision remembered across an internal
-redirect, and a `return` nginx answers before the room decides. In a room without it, in a
-location without a room, and in a subrequest (auth_request), the header is taken off and
-the session goes on.
+redirect, a `return` nginx answers before the room decides, and an `auth_request` check
+whose answer carries the command (allowed or denied: the client response follows it, in
+the room of the location the check protects, even after an `error_page` moved the request
+elsewhere). In a room without it, in a location without a room, and in a subrequest the
+client response does not wait for (`mirror`), the header is taken off and the session
+goes on.
 
 Python standard library only; prints `N passed, M failed` last and exits 1 on any failure.
 """
@@ -59,7 +62,9 @@ id = 1
 secret = "{secret}"
 """ + (room("gate", GATE_LIMIT, REVOKE) + room("plain", 3) + room("fresh", 1, REVOKE)
        + room("mixed", 1, REVOKE) + room("redir", 1, REVOKE) + room("ret", 1, REVOKE)
-       + room("authed", 1, REVOKE) + room("api", 1, REVOKE + "\nticket_header = true"))
+       + room("authed", 1, REVOKE) + room("authdeny", 1, REVOKE) + room("mirrored", 1, REVOKE)
+       + room("authslow", 3, REVOKE)
+       + room("api", 1, REVOKE + "\nticket_header = true"))
 
 
 def nginx_config(prefix, port, origin_port):
@@ -101,9 +106,22 @@ http {{
             velvet_rope ret; add_header {COMMAND} revoke; return 200 "bye\\n";
         }}
         location /ret/    {{ velvet_rope ret; {origin} }}
-        # An auth subrequest whose answer carries the command.
-        location /authed/ {{ velvet_rope authed; auth_request /auth-check; {origin} }}
-        location = /auth-check {{ internal; proxy_pass http://127.0.0.1:{origin_port}/check/logout; }}
+        # An auth subrequest whose answer carries the command when the URI asks for it
+        # (the origin's /check/ routes), with a 401 for URIs ending in -denied, which an
+        # error_page sends to a location without a room.
+        location /authed/   {{ velvet_rope authed; auth_request /auth-check; {origin} }}
+        location /authdeny/ {{
+            velvet_rope authdeny; auth_request /auth-check; error_page 401 /please-log-in;
+            {origin}
+        }}
+        location /authslow/ {{ velvet_rope authslow; auth_request /auth-check; {origin} }}
+        location = /please-log-in {{ return 401 "log in\n"; }}
+        location = /auth-check {{
+            internal; proxy_pass http://127.0.0.1:{origin_port}/check$request_uri;
+        }}
+        # A mirror subrequest (background: the client response does not wait for it).
+        location /mirrored/ {{ velvet_rope mirrored; mirror /mirror-sink; {origin} }}
+        location = /mirror-sink {{ internal; proxy_pass http://127.0.0.1:{origin_port}/sink/logout; }}
         location = /vr-status {{ velvet_rope_status; }}
     }}
 }}
@@ -114,6 +132,16 @@ class Origin(http.server.BaseHTTPRequestHandler):
     """The origin: `/logout` routes end the session (and the origin's own cookie)."""
 
     def do_GET(self):
+        if self.path.startswith("/check/"):
+            # The auth check: allows (204) or denies (401), revoking for a `-by-auth` URI.
+            self.send_response(401 if self.path.endswith("-denied") else 204)
+            if "-by-auth" in self.path:
+                self.send_header(COMMAND, "revoke")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if "-slow" in self.path:
+            time.sleep(1.5)
         body = f"{tn.ORIGIN} {self.path}\n".encode()
         self.send_response(200)
         if self.path.endswith("/logout"):
@@ -347,14 +375,75 @@ class Suite:
         assert not cleared(r, "gate"), r.all("Set-Cookie")
         assert origin_page(get(self.port, "/gate/page", self.gate[2]))
 
-    def test_a_subrequests_command_is_taken_off_and_not_followed(self):
-        [jar] = self.fill("authed", 1)
-        r = get(self.port, "/authed/page", jar)
-        assert origin_page(r) and r.header(COMMAND) is None and not cleared(r, "authed"), r
-        assert origin_page(get(self.port, "/authed/page", jar))
-        st = self.stats("authed")
+    def test_a_background_subrequests_command_is_taken_off_and_not_followed(self):
+        # Every request here is mirrored to /sink/logout, whose answer revokes: the client
+        # response does not wait for it, so it is not about the client response.
+        [jar] = self.fill("mirrored", 1)
+        assert origin_page(get(self.port, "/mirrored/page", jar))
+        st = self.stats("mirrored")
         assert st["active_users"] == 1 and st["revocations"]["made"] == 0, st
-        assert "in a subrequest's response is ignored" in self.ngx.log()
+        assert tn.wait_until(
+            lambda: "in a subrequest's response is ignored" in self.ngx.log(), 3), \
+            "no notice in the error log"
+
+    # -- an auth_request check's answer --------------------------------------------------------
+
+    def test_an_auth_checks_revoke_ends_the_session_with_the_client_response(self):
+        [jar] = self.fill("authed", 1)
+        cookie = jar.header()
+        r = get(self.port, "/authed/page-by-auth", jar)
+        assert origin_page(r) and r.header(COMMAND) is None, r
+        assert len(cleared(r, "authed")) == 1 and not tickets_set(r, "authed"), \
+            r.all("Set-Cookie")
+        st = self.stats("authed")
+        assert st["active_users"] == 0 and st["revocations"]["made"] == 1, st
+        r = get(self.port, "/authed/page", headers={"Cookie": cookie})
+        assert origin_page(r), "the seat was free for the visitor arriving anew"
+        r = get(self.port, "/authed/page", headers={"Cookie": cookie})
+        assert r.status == 202 and r.waiting, f"a second visitor with the revoked ticket: {r}"
+
+    def test_a_denying_auth_checks_revoke_ends_the_session_in_its_locations_room(self):
+        # The check denies and revokes; error_page sends the 401 to a location without a
+        # room: the room of the location the check protected is the one revoked.
+        [jar] = self.fill("authdeny", 1)
+        cookie = jar.header()
+        r = get(self.port, "/authdeny/page-by-auth-denied", jar)
+        assert r.status == 401 and r.body == "log in\n" and r.header(COMMAND) is None, r
+        assert len(cleared(r, "authdeny")) == 1, r.all("Set-Cookie")
+        st = self.stats("authdeny")
+        assert st["active_users"] == 0 and st["revocations"]["made"] == 1, st
+        r = get(self.port, "/authdeny/page", headers={"Cookie": cookie})
+        assert origin_page(r), "the seat was free for the visitor arriving anew"
+        r = get(self.port, "/authdeny/page", headers={"Cookie": cookie})
+        assert r.status == 202, f"a second visitor with the revoked ticket: {r}"
+
+    def test_a_check_pending_for_one_request_revokes_nothing_for_others(self):
+        # While one request's check has answered `revoke` and its origin takes 1.5 s, the
+        # other requests its worker serves keep their sessions.
+        [jar] = self.fill("authslow", 1)
+        slow = {}
+
+        def logout():
+            slow["r"] = get(self.port, "/authslow/logout-by-auth-slow", Jar())
+
+        t = threading.Thread(target=logout)
+        t.start()
+        time.sleep(0.3)
+        for i in range(12):
+            r = get(self.port, f"/authslow/page-{i}", jar)
+            assert origin_page(r) and not cleared(r, "authslow"), r
+        t.join()
+        r = slow["r"]
+        assert origin_page(r) and len(cleared(r, "authslow")) == 1, r
+        st = self.stats("authslow")
+        assert st["active_users"] == 1 and st["revocations"]["made"] == 1, st
+
+    def test_an_auth_check_without_the_command_changes_nothing(self):
+        jar = Jar()
+        for _ in range(3):
+            r = get(self.port, "/authed/other-page", jar)
+        st = self.stats("authed")
+        assert st["revocations"]["made"] == 1, st
 
     def test_stops_cleanly(self):
         rc = self.ngx.stop()
@@ -377,7 +466,11 @@ ORDER = [
     "test_a_return_before_the_decision_revokes_in_the_locations_room",
     "test_a_room_without_origin_commands_keeps_the_session",
     "test_a_location_without_a_room_takes_the_command_off",
-    "test_a_subrequests_command_is_taken_off_and_not_followed",
+    "test_a_background_subrequests_command_is_taken_off_and_not_followed",
+    "test_an_auth_checks_revoke_ends_the_session_with_the_client_response",
+    "test_a_denying_auth_checks_revoke_ends_the_session_in_its_locations_room",
+    "test_a_check_pending_for_one_request_revokes_nothing_for_others",
+    "test_an_auth_check_without_the_command_changes_nothing",
     "test_stops_cleanly",
 ]
 

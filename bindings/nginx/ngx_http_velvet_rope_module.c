@@ -809,9 +809,22 @@ ngx_http_velvet_rope_header_filter(ngx_http_request_t *r)
         /* An auth_request check: the client request waits for its answer before anything
          * of its own response goes out (not a mirror's, which runs in the background). The
          * check speaks for the origin about the client request: the client response
-         * follows its command. */
-        if (revoke && r->waited && !r->background && !r->main->header_sent) {
-            if (ngx_http_velvet_rope_remember_check_revoke(r) != NGX_OK) {
+         * follows its command. (In nginx's own modules only auth_request makes such a
+         * subrequest; another module's waited subrequest made before the client response's
+         * header counts as a check of the location it was made from.) */
+        if (r->waited && !r->background && !r->main->header_sent) {
+            /* Also a command in the check's upstream response that nginx replaced (an
+             * intercepted error's error_page, an X-Accel-Redirect in the auth location). */
+            if (!revoke && r->upstream != NULL && r->upstream->cleanup == NULL
+#if (NGX_HTTP_CACHE)
+                && !r->cached
+#endif
+                && ngx_http_velvet_rope_take_command(&r->upstream->headers_in.headers))
+            {
+                revoke = 1;
+            }
+
+            if (revoke && ngx_http_velvet_rope_remember_check_revoke(r) != NGX_OK) {
                 return NGX_ERROR;
             }
 
@@ -1068,6 +1081,7 @@ ngx_http_velvet_rope_origin_revokes(ngx_http_request_t *r,
     ngx_http_velvet_rope_main_conf_t     *vmcf;
     ngx_http_velvet_rope_check_revoke_t  *check;
     ngx_str_t                            *rooms[8];
+    ngx_uint_t                            checked[8];
 
     /* The undecided rooms to revoke in, each once: the location's, then the checks'. (A
      * client request passes few auth checks: more than the array holds are followed in
@@ -1076,6 +1090,7 @@ ngx_http_velvet_rope_origin_revokes(ngx_http_request_t *r,
     found = 0;
 
     if (asked && vlcf != NULL && vlcf->room.len > 0) {
+        checked[n] = 0;
         rooms[n++] = &vlcf->room;
     }
 
@@ -1100,7 +1115,7 @@ ngx_http_velvet_rope_origin_revokes(ngx_http_request_t *r,
 
         for (i = 0; i < n; i++) {
             if (rooms[i]->len == check->checked->room.len
-                && ngx_strncmp(rooms[i]->data, check->checked->room.data, rooms[i]->len)
+                && ngx_memcmp(rooms[i]->data, check->checked->room.data, rooms[i]->len)
                    == 0)
             {
                 break;
@@ -1108,6 +1123,7 @@ ngx_http_velvet_rope_origin_revokes(ngx_http_request_t *r,
         }
 
         if (i < n) {
+            checked[i] = 1;
             continue;
         }
 
@@ -1119,6 +1135,7 @@ ngx_http_velvet_rope_origin_revokes(ngx_http_request_t *r,
             continue;
         }
 
+        checked[n] = 1;
         rooms[n++] = &check->checked->room;
     }
 
@@ -1153,9 +1170,19 @@ ngx_http_velvet_rope_origin_revokes(ngx_http_request_t *r,
     }
 
     for (i = 0; i < n; i++) {
-        if (ngx_http_velvet_rope_find_room(latest, rooms[i]) == NULL
-            && ngx_http_velvet_rope_revoke_in(r, vmcf, rooms[i], &cookie, ticket, NULL)
-               != NGX_OK)
+        ctx = ngx_http_velvet_rope_find_room(latest, rooms[i]);
+
+        /* Decided there: revoked above when admitted; a bypass is left untouched. A check
+         * answered before the room refused the request (a `reject` rule, a waiting page):
+         * the ticket the request brought is revoked all the same. */
+        if (ctx != NULL
+            && (!checked[i] || ctx->outcome == VR_OUTCOME_ADMIT || ctx->bypassed))
+        {
+            continue;
+        }
+
+        if (ngx_http_velvet_rope_revoke_in(r, vmcf, rooms[i], &cookie, ticket, NULL)
+            != NGX_OK)
         {
             return NGX_ERROR;
         }

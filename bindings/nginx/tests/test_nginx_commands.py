@@ -63,8 +63,13 @@ secret = "{secret}"
 """ + (room("gate", GATE_LIMIT, REVOKE) + room("plain", 3) + room("fresh", 1, REVOKE)
        + room("mixed", 1, REVOKE) + room("redir", 1, REVOKE) + room("ret", 1, REVOKE)
        + room("authed", 1, REVOKE) + room("authdeny", 1, REVOKE) + room("mirrored", 1, REVOKE)
-       + room("authslow", 3, REVOKE)
-       + room("api", 1, REVOKE + "\nticket_header = true"))
+       + room("authslow", 3, REVOKE) + room("authint", 1, REVOKE)
+       + room("authrej", 1, REVOKE + """
+[[rooms.rules]]
+name = "exports"
+action = "reject"
+paths = ["/authrej/export"]
+""") + room("api", 1, REVOKE + "\nticket_header = true"))
 
 
 def nginx_config(prefix, port, origin_port):
@@ -115,6 +120,15 @@ http {{
             {origin}
         }}
         location /authslow/ {{ velvet_rope authslow; auth_request /auth-check; {origin} }}
+        location /authrej/  {{ velvet_rope authrej; auth_request /auth-check; {origin} }}
+        # The check's 401 intercepted and answered by nginx: the command in the upstream
+        # response nginx replaced.
+        location /authint/  {{ velvet_rope authint; auth_request /auth-check-int; {origin} }}
+        location = /auth-check-int {{
+            internal; proxy_pass http://127.0.0.1:{origin_port}/check$request_uri;
+            proxy_intercept_errors on; error_page 401 = @auth-denied;
+        }}
+        location @auth-denied {{ return 401; }}
         location = /please-log-in {{ return 401 "log in\n"; }}
         location = /auth-check {{
             internal; proxy_pass http://127.0.0.1:{origin_port}/check$request_uri;
@@ -438,6 +452,29 @@ class Suite:
         st = self.stats("authslow")
         assert st["active_users"] == 1 and st["revocations"]["made"] == 1, st
 
+    def test_a_checks_revoke_holds_when_the_room_refuses_the_request(self):
+        # The check allows and revokes; the room's `reject` rule refuses the request (403):
+        # the ticket the request brought is revoked all the same.
+        [jar] = self.fill("authrej", 1)
+        cookie = jar.header()
+        r = get(self.port, "/authrej/export-by-auth", jar)
+        assert r.status == 403 and r.header(COMMAND) is None, r
+        assert len(cleared(r, "authrej")) == 1, r.all("Set-Cookie")
+        st = self.stats("authrej")
+        assert st["active_users"] == 0 and st["revocations"]["made"] == 1, st
+        r = get(self.port, "/authrej/page", headers={"Cookie": cookie})
+        assert origin_page(r), "the seat was free for the visitor arriving anew"
+        r = get(self.port, "/authrej/page", headers={"Cookie": cookie})
+        assert r.status == 202, f"a second visitor with the revoked ticket: {r}"
+
+    def test_a_checks_revoke_in_a_response_nginx_replaced_is_followed(self):
+        [jar] = self.fill("authint", 1)
+        r = get(self.port, "/authint/page-by-auth-denied", jar)
+        assert r.status == 401 and r.header(COMMAND) is None, r
+        assert len(cleared(r, "authint")) == 1, r.all("Set-Cookie")
+        st = self.stats("authint")
+        assert st["active_users"] == 0 and st["revocations"]["made"] == 1, st
+
     def test_an_auth_check_without_the_command_changes_nothing(self):
         jar = Jar()
         for _ in range(3):
@@ -470,6 +507,8 @@ ORDER = [
     "test_an_auth_checks_revoke_ends_the_session_with_the_client_response",
     "test_a_denying_auth_checks_revoke_ends_the_session_in_its_locations_room",
     "test_a_check_pending_for_one_request_revokes_nothing_for_others",
+    "test_a_checks_revoke_holds_when_the_room_refuses_the_request",
+    "test_a_checks_revoke_in_a_response_nginx_replaced_is_followed",
     "test_an_auth_check_without_the_command_changes_nothing",
     "test_stops_cleanly",
 ]

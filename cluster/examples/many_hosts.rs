@@ -15,7 +15,10 @@
 //! idle over as long just before) per second and per call (one room's sync), the commands it
 //! ran per second (the script's own included), and each host's delay from when its sync was
 //! due to its last answer (p50, p99: a server that cannot keep the pace shows as syncs
-//! answered late, not hidden in a queue of the driver's). A level whose calls cannot
+//! answered late, not hidden in a queue of the driver's), and where a call's time goes in the
+//! server (`INFO commandstats`): the script's whole run per room, and of it the commands the
+//! script runs (`redis.call`: HMGET, HSET, ZADD and the like); the rest is the script's own
+//! Lua (MessagePack, numbers turned into arguments, its arithmetic). A level whose calls cannot
 //! keep the pace says so (calls made of calls due); its hosts' leases then lapse, and the room
 //! knows more hosts than are present.
 //!
@@ -85,28 +88,53 @@ fn options() -> Options {
     o
 }
 
-/// The server's CPU seconds so far (system and user) and the commands it ran.
-fn server_counters(conn: &mut redis::Connection) -> (f64, u64) {
+/// What the server counted so far (`INFO all`).
+#[derive(Clone, Copy, Default)]
+struct Counters {
+    /// CPU seconds, system and user.
+    cpu: f64,
+    /// Commands run (the driver's own `INFO` aside).
+    ran: u64,
+    /// Microseconds in the sync script (`EVALSHA`, the commands it runs included).
+    script_us: u64,
+    /// Microseconds in the commands the script runs (every other command; the script's
+    /// `INFO replication` included, the driver's few `INFO` calls with it).
+    commands_us: u64,
+}
+
+/// One figure of an `INFO commandstats` line (`calls`, `usec`).
+fn cmdstat(line: &str, name: &str) -> u64 {
+    line.split(&format!("{name}="))
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// The server's counters so far.
+fn server_counters(conn: &mut redis::Connection) -> Counters {
     let info: String = redis::cmd("INFO").arg("all").query(conn).expect("INFO");
-    let mut cpu = 0.0;
-    let mut ran = 0;
+    let mut c = Counters::default();
     for line in info.lines() {
         if let Some(v) = line
             .strip_prefix("used_cpu_sys:")
             .or_else(|| line.strip_prefix("used_cpu_user:"))
         {
-            cpu += v.trim().parse::<f64>().unwrap_or(0.0);
+            c.cpu += v.trim().parse::<f64>().unwrap_or(0.0);
         }
-        if line.starts_with("cmdstat_") && !line.starts_with("cmdstat_info:") {
-            ran += line
-                .split("calls=")
-                .nth(1)
-                .and_then(|rest| rest.split(',').next())
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0);
+        if !line.starts_with("cmdstat_") {
+            continue;
+        }
+        if !line.starts_with("cmdstat_info:") {
+            c.ran += cmdstat(line, "calls");
+        }
+        if line.starts_with("cmdstat_evalsha:") {
+            c.script_us += cmdstat(line, "usec");
+        } else {
+            c.commands_us += cmdstat(line, "usec");
         }
     }
-    (cpu, ran)
+    c
 }
 
 fn now_ms() -> u64 {
@@ -217,6 +245,9 @@ struct Level {
     secs: f64,
     cpu: f64,
     ran: u64,
+    /// Microseconds in the script, and in the commands it ran.
+    script_us: u64,
+    commands_us: u64,
     latencies: Vec<u64>,
 }
 
@@ -230,9 +261,9 @@ fn level(o: &Options, hosts: usize) -> Level {
     let client = redis::Client::open(o.url.as_str()).expect("a Redis URL");
     let mut conn = client.get_connection().expect("redis-server reachable");
     // What the server spends idle (its own timers), taken off the level's figure.
-    let idle = server_counters(&mut conn).0;
+    let idle = server_counters(&mut conn).cpu;
     std::thread::sleep(Duration::from_secs(2));
-    let idle_per_sec = (server_counters(&mut conn).0 - idle) / 2.0;
+    let idle_per_sec = (server_counters(&mut conn).cpu - idle) / 2.0;
 
     // Every host's first sync, in turn (not measured): the store then knows them all.
     let registered = Arc::new(AtomicU64::new(0));
@@ -286,8 +317,10 @@ fn level(o: &Options, hosts: usize) -> Level {
         due: (pairs as u64) * o.secs,
         made,
         secs,
-        cpu: (after.0 - before.0 - idle_per_sec * secs).max(0.0),
-        ran: after.1 - before.1,
+        cpu: (after.cpu - before.cpu - idle_per_sec * secs).max(0.0),
+        ran: after.ran - before.ran,
+        script_us: after.script_us - before.script_us,
+        commands_us: after.commands_us.saturating_sub(before.commands_us),
         latencies,
     }
 }
@@ -371,7 +404,7 @@ fn main() {
         o.secs
     );
     println!(
-        "{:>6} {:>11} {:>17} {:>13} {:>16} {:>14} {:>13} {:>13}",
+        "{:>6} {:>11} {:>17} {:>13} {:>16} {:>14} {:>13} {:>13} {:>17}",
         "hosts",
         "registered",
         "calls (of due)",
@@ -379,13 +412,14 @@ fn main() {
         "CPU us per call",
         "commands/s",
         "p50 delay us",
-        "p99 delay us"
+        "p99 delay us",
+        "script us (cmds)"
     );
     for &hosts in &o.hosts {
         let l = level(&o, hosts);
         let pairs = (l.hosts * o.rooms) as u64;
         println!(
-            "{:>6} {:>11} {:>17} {:>13.1} {:>16.1} {:>14.0} {:>13} {:>13}",
+            "{:>6} {:>11} {:>17} {:>13.1} {:>16.1} {:>14.0} {:>13} {:>13} {:>17}",
             l.hosts,
             if l.registered == pairs {
                 "all".to_owned()
@@ -398,6 +432,11 @@ fn main() {
             l.ran as f64 / l.secs,
             percentile(&l.latencies, 0.50),
             percentile(&l.latencies, 0.99),
+            format!(
+                "{:.1} ({:.1})",
+                l.script_us as f64 / l.made.max(1) as f64,
+                l.commands_us as f64 / l.made.max(1) as f64
+            ),
         );
     }
 }

@@ -161,7 +161,8 @@ pub fn script_arg<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StoreError>
     rmp_serde::to_vec_named(value).map_err(|e| StoreError::Protocol(e.to_string()))
 }
 
-/// The sync script's answer (MessagePack).
+/// The sync script's answer (MessagePack: an array of the reply's fields in their order, `rc`
+/// and `rv` left off at the end when absent).
 pub fn script_reply(answer: &[u8]) -> Result<Reply, StoreError> {
     rmp_serde::from_slice(answer)
         .map_err(|e| StoreError::Protocol(format!("{e} in {:?}", String::from_utf8_lossy(answer))))
@@ -430,5 +431,56 @@ impl Store for RedisStore {
 
     fn commands(&self) -> u64 {
         self.commands
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sync script answers an array of the reply's fields in order, with `rc` and `rv` left
+    /// off at the end when it has none: every such shape reads back as the reply it holds.
+    #[test]
+    fn an_answer_is_read_from_its_fields_in_order() {
+        let reply = Reply {
+            seq: 1,
+            gt: 2,
+            b: 3,
+            gm0: 4,
+            gm1: 5,
+            frontier: 6,
+            behind: 7,
+            hosts: 8,
+            known: 9,
+            learning: 1,
+            free: 11,
+            queued: Some(12),
+            stale: 1,
+            rc: None,
+            rv: Vec::new(),
+        };
+        let fields: Vec<u64> = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 11, 12, 1];
+        let bare = rmp_serde::to_vec(&fields).unwrap();
+        assert_eq!(script_reply(&bare).unwrap(), reply);
+        let mut out = Vec::new();
+        rmp::encode::write_array_len(&mut out, 15).unwrap();
+        for f in &fields {
+            rmp::encode::write_uint(&mut out, *f).unwrap();
+        }
+        out.extend(rmp_serde::to_vec(&[70u64, 2]).unwrap());
+        out.extend(rmp_serde::to_vec(&["00000000000000ab"]).unwrap());
+        let with = Reply {
+            rc: Some([70, 2]),
+            rv: vec!["00000000000000ab".to_owned()],
+            ..reply.clone()
+        };
+        assert_eq!(script_reply(&out).unwrap(), with);
+        // A map of named fields (the form before) reads the same.
+        assert_eq!(
+            script_reply(&rmp_serde::to_vec_named(&with).unwrap()).unwrap(),
+            with
+        );
+        // Too few fields is an error, not a reply of zeros.
+        assert!(script_reply(&rmp_serde::to_vec(&fields[..5]).unwrap()).is_err());
     }
 }

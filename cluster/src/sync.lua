@@ -9,10 +9,15 @@
 -- A call costs the same however many hosts share the room: the room's sums over its hosts
 -- (`agg`) are kept in its hash, and each call takes the calling host's old entry out of them
 -- and puts its new one in; hosts whose lease or reservation ended are taken out a few per call
--- (at most LAPSES_PER_SYNC, soonest first, from a sorted set of deadlines). A lapse not
--- processed yet keeps counting what it would release, which can only lower grants. What it
--- reads, stores and answers is MessagePack (Redis's cmsgpack decodes it several times faster
--- than cjson does JSON).
+-- (at most LAPSES_PER_SYNC, soonest first, from a sorted set of deadlines; the set is read only
+-- once the clock passes the earliest deadline the sums remember). A lapse not processed yet
+-- keeps counting what it would release, which can only lower grants.
+--
+-- Most of a sync's time in the server is this script's own Lua, not the commands it runs
+-- (BENCHMARKS.md), so what it handles is kept cheap for Redis's Lua: reports and sums in
+-- MessagePack (cmsgpack decodes several times faster than cjson), each host's entry as a
+-- fixed record (`struct`), answers as MessagePack arrays, and numbers handed to commands as
+-- whole-number strings.
 --
 -- One script call syncs several rooms (one host's batch, or in a Redis Cluster the part of it
 -- in one hash slot): the server's identity and clock are read once, and every room's sync
@@ -20,7 +25,8 @@
 --
 -- Per room, three keys, in the order of the calls:
 --   1. the room's hash: fields `born`, `frontier`, `seq`, `clock`, `skew`, `run`, `ttl` (when
---      the keys' expiry was last pushed back), `agg` (the sums below) and `h:<host>` (entries)
+--      the keys' expiry was last pushed back), `agg` (the sums below) and `h:<host>` (entries,
+--      see `encode_entry`)
 --   2. the room's log of revocations (a stream; only read and written for reports with a
 --      cursor `rc`)
 --   3. the room's deadlines (a sorted set): `p:<host>` at the end of its lease while it counts
@@ -37,10 +43,12 @@
 --          syncs, no batch can be computed on a state that lost writes without knowing it.
 -- ARGV[3]  (tests only; absent in production) the identity to use instead
 -- ARGV[4]  (tests only; absent in production) the store's clock in ms, in place of TIME
--- Returns, per call, its reply (MessagePack: seq, gt, b, gm0, gm1, frontier, behind, hosts,
--- known, learning, free, queued, stale; rc and rv with a report's rc) or an error.
+-- Returns, per call, its reply (a MessagePack array: seq, gt, b, gm0, gm1, frontier, behind,
+-- hosts, known, learning, free, queued, stale; rc and rv with a report's rc) or an error.
 
 local LAPSES_PER_SYNC = 16
+-- Later than any deadline (`nd` of a set read to its end).
+local NO_DEADLINE = 2 ^ 53
 local max, min, floor, abs = math.max, math.min, math.floor, math.abs
 
 local raw
@@ -90,6 +98,56 @@ local function add(map, b, n)
       map[b] = v
     end
   end
+end
+
+-- A host's entry as stored (`h:<host>`): a fixed record (`struct`, little endian: a form byte,
+-- then doubles, which hold every count and time exactly), then its waiters by bucket. Several
+-- times cheaper to write and read than a MessagePack map in Redis's Lua.
+local ENTRY_FORM = 1
+local ENTRY = '<Bdddddddddddddddddd'
+local ENTRY_LEN = struct.size(ENTRY)
+
+local function encode_entry(e)
+  local r = e.report
+  local live = r.live
+  local out = struct.pack(ENTRY, ENTRY_FORM, r.seq, r.b, r.active, r.admitted, r.traffic,
+    r.demand, r.at, r.am0, r.am1, r.held, e.gt, e.gm0, e.gm1, e.prev, e.seq, e.exp, e.gone,
+    #live)
+  if #live == 0 then
+    return out
+  end
+  local parts = { out }
+  for i, w in ipairs(live) do
+    parts[i + 1] = struct.pack('<dd', w[1], w[2])
+  end
+  return table.concat(parts)
+end
+
+local function decode_entry(s)
+  if #s < ENTRY_LEN then
+    error({ err = 'ERR a host entry of another form' })
+  end
+  local form, seq, b, active, admitted, traffic, demand, at, am0, am1, held, gt, gm0, gm1,
+    prev, eseq, exp, gone, n, at_live = struct.unpack(ENTRY, s)
+  if form ~= ENTRY_FORM or #s ~= ENTRY_LEN + 16 * n then
+    error({ err = 'ERR a host entry of another form' })
+  end
+  local live = {}
+  for i = 1, n do
+    local wb, wn = struct.unpack('<dd', s, at_live + 16 * (i - 1))
+    live[i] = { wb, wn }
+  end
+  return {
+    report = { seq = seq, b = b, active = active, admitted = admitted, traffic = traffic,
+      demand = demand, at = at, am0 = am0, am1 = am1, live = live, held = held },
+    gt = gt, gm0 = gm0, gm1 = gm1, prev = prev, seq = eseq, exp = exp, gone = gone,
+  }
+end
+
+-- A whole number as a command's argument: Redis would format a Lua number with `%.17g`,
+-- which costs twice as much here.
+local function int(n)
+  return string.format('%d', n)
 end
 
 -- Adds (s = 1) or takes out (s = -1) what entry `e` counts for as a host the store holds.
@@ -209,7 +267,7 @@ local function sync_room(key, log, deadlines, call)
   local rebuild = members ~= agg.n + agg.np
   local mine = nil
   if state[8] then
-    mine = cmsgpack.unpack(state[8])
+    mine = decode_entry(state[8])
   end
   if rebuild then
     agg = { n = 0, rt = 0, act = 0, m = {}, np = 0, tr = 0, dm = 0, a = {}, c = {}, l = {}, u = {} }
@@ -217,7 +275,7 @@ local function sync_room(key, log, deadlines, call)
     for i = 1, #fields, 2 do
       local f = fields[i]
       if string.sub(f, 1, 2) == 'h:' and f ~= me then
-        local e = cmsgpack.unpack(fields[i + 1])
+        local e = decode_entry(fields[i + 1])
         if e.gone < now then
           table.insert(hdel, f)
         else
@@ -243,18 +301,39 @@ local function sync_room(key, log, deadlines, call)
     -- reservation's end (its entry goes). A lease ends before its reservation does: a `g:`
     -- member comes after its host's `p:`.
     -- (This host's own two members may be among them: read two more, skip them.)
-    local due = redis.call('ZRANGEBYSCORE', deadlines, '-inf', string.format('(%.0f', now),
-      'LIMIT', 0, LAPSES_PER_SYNC + 2)
+    -- `nd`, kept in the sums, is at most the set's earliest deadline: while the clock has not
+    -- passed it, nothing is due and the set is not read. Otherwise its first members by rank
+    -- are read with their deadlines: those due, and the earliest left after them (the new
+    -- `nd`; a member this call takes out only makes the true earliest later).
+    local due = {}
+    if agg.nd == nil or now > agg.nd then
+      local first = redis.call('ZRANGE', deadlines, 0, LAPSES_PER_SYNC + 2, 'WITHSCORES')
+      local nd = NO_DEADLINE
+      for i = 1, #first, 2 do
+        local score = tonumber(first[i + 1])
+        if score < now and #due < LAPSES_PER_SYNC + 2 then
+          due[#due + 1] = first[i]
+        else
+          nd = score
+          break
+        end
+      end
+      agg.nd = nd
+    end
     local ended, taken = {}, 0
     for _, member in ipairs(due) do
       local host = string.sub(member, 3)
+      if host ~= name and taken >= LAPSES_PER_SYNC then
+        -- Due and left for the next call: the set is read again then.
+        agg.nd = nil
+      end
       if host ~= name and taken < LAPSES_PER_SYNC then
         taken = taken + 1
         local field = 'h:' .. host
         table.insert(zrem, member)
         local raw_entry = redis.call('HGET', key, field)
         if raw_entry then
-          local e = cmsgpack.unpack(raw_entry)
+          local e = decode_entry(raw_entry)
           if string.sub(member, 1, 2) == 'p:' then
             count_present(e, -1)
             ended[host] = true
@@ -466,6 +545,9 @@ local function sync_room(key, log, deadlines, call)
   }
   count_known(entry, 1)
   count_present(entry, 1)
+  if agg.nd ~= nil then
+    agg.nd = min(agg.nd, entry.exp)
+  end
   local keep = 2 * (p.lease + p.hold + p.lease)
   -- The keys' expiry is pushed back once a lease (on the server's own clock): they outlive the
   -- last sync by at least `keep` less a lease, which is more than a lease and a hold longer
@@ -485,30 +567,31 @@ local function sync_room(key, log, deadlines, call)
     call_in_slices('ZREM', deadlines, zrem, 1000)
   end
   call_in_slices('HDEL', key, hdel, 1000)
-  local fields = { 'HSET', key, me, cmsgpack.pack(entry), 'frontier', frontier, 'born', born,
-    'seq', seq, 'clock', now, 'skew', skew, 'agg', cmsgpack.pack(agg) }
+  local fields = { 'HSET', key, me, encode_entry(entry), 'frontier', int(frontier),
+    'born', int(born), 'seq', int(seq), 'clock', int(now), 'skew', int(skew),
+    'agg', cmsgpack.pack(agg) }
   if run ~= '' then
     table.insert(fields, 'run')
     table.insert(fields, run)
   end
   if push then
     table.insert(fields, 'ttl')
-    table.insert(fields, raw)
+    table.insert(fields, int(raw))
   end
   redis.call(unpack(fields))
-  local deadline_args = { entry.exp, 'p:' .. name, entry.gone, 'g:' .. name }
+  local deadline_args = { int(entry.exp), 'p:' .. name, int(entry.gone), 'g:' .. name }
   if rebuild then
     -- Every entry's deadlines, from the hash as it now stands.
     local all = redis.call('HGETALL', key)
     for i = 1, #all, 2 do
       local f = all[i]
       if string.sub(f, 1, 2) == 'h:' and f ~= me then
-        local e = cmsgpack.unpack(all[i + 1])
+        local e = decode_entry(all[i + 1])
         local host = string.sub(f, 3)
-        table.insert(deadline_args, e.gone)
+        table.insert(deadline_args, int(e.gone))
         table.insert(deadline_args, 'g:' .. host)
         if e.exp >= now then
-          table.insert(deadline_args, e.exp)
+          table.insert(deadline_args, int(e.exp))
           table.insert(deadline_args, 'p:' .. host)
         end
       end
@@ -572,11 +655,11 @@ local function sync_room(key, log, deadlines, call)
     end
   end
 
+  -- The reply's fields in order (a MessagePack array: cheaper to pack than a map), `rc` and
+  -- `rv` last (absent without a cursor; `rv` only ever with `rc`).
   return {
-    seq = seq, gt = agt, b = r.b, gm0 = agm0, gm1 = agm1, frontier = frontier,
-    behind = behind - min(own_behind, behind) + uncovered, hosts = hosts, known = known,
-    learning = learning and 1 or 0, free = free, queued = queued, stale = stale ~= nil and 1 or 0,
-    rc = rc_out, rv = rv_out,
+    seq, agt, r.b, agm0, agm1, frontier, behind - min(own_behind, behind) + uncovered, hosts,
+    known, learning and 1 or 0, free, queued, stale ~= nil and 1 or 0, rc_out, rv_out,
   }
 end
 

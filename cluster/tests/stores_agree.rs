@@ -348,3 +348,64 @@ fn lapses_agree() {
         "one deadline per entry and one per present host"
     );
 }
+
+/// One more lapse due than a call processes, with the next deadline not yet due: the script
+/// reads its deadlines only once the clock passes the earliest it remembers, and must not
+/// remember one past a lapse it left for the next call (the allocator processes it then).
+#[test]
+fn a_lapse_left_for_the_next_call_is_processed_by_it() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let store = RedisStore::new(&redis.url(), "left", std::time::Duration::from_secs(2)).unwrap();
+    let script = redis::Script::new(SYNC_SCRIPT);
+    let params = Params {
+        total: 500,
+        minute: 400,
+        lease: 1000,
+        hold: 1500,
+        learn: 0,
+    };
+    let mut state = RoomState::default();
+    let mut seqs = std::collections::HashMap::<String, u64>::new();
+    let mut sync = |state: &mut RoomState, host: &str, clock: u64| {
+        let report = Report {
+            seq: seqs.get(host).copied().unwrap_or(0),
+            b: 1000,
+            active: 1,
+            at: 1,
+            am0: 1,
+            traffic: 1,
+            demand: 1,
+            ..Report::default()
+        };
+        let expected = allocate(state, host, &report, &params, clock, "");
+        let got = invoke(
+            &script,
+            &store,
+            &mut conn,
+            "r",
+            host,
+            &report,
+            &params,
+            "",
+            Some(clock),
+        );
+        assert_eq!(got, expected, "{host} at {clock}");
+        seqs.insert(host.to_owned(), got.seq);
+        got
+    };
+    let start = 1_000_000;
+    // The caller and one host more than a call processes sync together; one host later.
+    sync(&mut state, "caller", start);
+    let quiet: Vec<String> = (0..=LAPSES_PER_SYNC).map(|i| format!("h{i:02}")).collect();
+    for h in &quiet {
+        sync(&mut state, h, start);
+    }
+    sync(&mut state, "late", start + 500);
+    // Their leases have ended, the late host's has not: a call processes all but one.
+    let got = sync(&mut state, "caller", start + 1200);
+    assert_eq!(got.hosts, 3, "the caller, the late host and one lapse left");
+    // The next call, still before the late host's lease ends, processes the one left.
+    let got = sync(&mut state, "caller", start + 1300);
+    assert_eq!(got.hosts, 2, "the caller and the late host");
+}

@@ -475,6 +475,18 @@ mod tests {
             ..reply.clone()
         };
         assert_eq!(script_reply(&out).unwrap(), with);
+        // A cursor and no revocations: 14 fields.
+        let mut out = Vec::new();
+        rmp::encode::write_array_len(&mut out, 14).unwrap();
+        for f in &fields {
+            rmp::encode::write_uint(&mut out, *f).unwrap();
+        }
+        out.extend(rmp_serde::to_vec(&[70u64, 2]).unwrap());
+        let cursor = Reply {
+            rc: Some([70, 2]),
+            ..reply.clone()
+        };
+        assert_eq!(script_reply(&out).unwrap(), cursor);
         // A map of named fields (the form before) reads the same.
         assert_eq!(
             script_reply(&rmp_serde::to_vec_named(&with).unwrap()).unwrap(),

@@ -124,6 +124,17 @@ local function encode_entry(e)
 end
 
 local function decode_entry(s)
+  if string.byte(s, 1) ~= ENTRY_FORM then
+    -- The form before (a MessagePack map, as earlier builds wrote it): read as it was, so
+    -- that a room's state outlives the upgrade (its entries are written anew as they sync).
+    local ok, e = pcall(cmsgpack.unpack, s)
+    if not ok or type(e) ~= 'table' or type(e.report) ~= 'table'
+        or type(e.report.live) ~= 'table' then
+      error({ err = 'ERR a host entry of another form' })
+    end
+    e.report.held = e.report.held or 0
+    return e
+  end
   if #s < ENTRY_LEN then
     error({ err = 'ERR a host entry of another form' })
   end
@@ -318,7 +329,9 @@ local function sync_room(key, log, deadlines, call)
           break
         end
       end
-      agg.nd = nd
+      -- (At most a lease ahead: the set is read at least once a lease, whatever wrote the
+      -- sums or the set in between.)
+      agg.nd = min(nd, now + p.lease)
     end
     local ended, taken = {}, 0
     for _, member in ipairs(due) do

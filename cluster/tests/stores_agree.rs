@@ -409,3 +409,96 @@ fn a_lapse_left_for_the_next_call_is_processed_by_it() {
     let got = sync(&mut state, "caller", start + 1300);
     assert_eq!(got.hosts, 2, "the caller and the late host");
 }
+
+/// Entries in the form earlier builds wrote (a MessagePack map of the allocator's `Entry`)
+/// are read as they were: a host's own, one that lapses, and every one when the room is
+/// counted anew. The script answers as the allocator does throughout (an upgrade keeps the
+/// room's state).
+#[test]
+fn entries_of_the_form_before_are_read() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let store = RedisStore::new(&redis.url(), "form", std::time::Duration::from_secs(2)).unwrap();
+    let script = redis::Script::new(SYNC_SCRIPT);
+    let params = Params {
+        total: 500,
+        minute: 400,
+        lease: 1000,
+        hold: 1500,
+        learn: 0,
+    };
+    let mut state = RoomState::default();
+    let mut seqs = std::collections::HashMap::<String, u64>::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let mut sync = |state: &mut RoomState, conn: &mut redis::Connection, host: &str, clock| {
+        let mut report = random_report(&mut rng);
+        report.seq = seqs.get(host).copied().unwrap_or(0);
+        let expected = allocate(state, host, &report, &params, clock, "");
+        let got = invoke(
+            &script,
+            &store,
+            conn,
+            "r",
+            host,
+            &report,
+            &params,
+            "",
+            Some(clock),
+        );
+        assert_eq!(got, expected, "{host} at {clock}");
+        seqs.insert(host.to_owned(), got.seq);
+    };
+    let key = store.room_key("r");
+    let as_before = |state: &RoomState, conn: &mut redis::Connection, host: &str| {
+        let old = rmp_serde::to_vec_named(&state.entries[host]).unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(&key)
+            .arg(format!("h:{host}"))
+            .arg(old)
+            .query(conn)
+            .unwrap();
+    };
+    let t = 1_000_000;
+    for h in ["a", "b", "c"] {
+        sync(&mut state, &mut conn, h, t);
+    }
+    // Its own entry of the form before.
+    as_before(&state, &mut conn, "b");
+    sync(&mut state, &mut conn, "b", t + 100);
+    sync(&mut state, &mut conn, "c", t + 200);
+    // A lapse read from an entry of the form before.
+    as_before(&state, &mut conn, "a");
+    sync(&mut state, &mut conn, "c", t + 1050);
+    sync(&mut state, &mut conn, "b", t + 1090);
+    // The room counted anew (its deadlines lost) from entries of both forms.
+    as_before(&state, &mut conn, "c");
+    let _: () = redis::cmd("DEL")
+        .arg(store.deadlines_key("r"))
+        .query(&mut conn)
+        .unwrap();
+    sync(&mut state, &mut conn, "b", t + 1150);
+    sync(&mut state, &mut conn, "c", t + 1200);
+    // Garbage is still refused, with its own error.
+    let _: () = redis::cmd("HSET")
+        .arg(&key)
+        .arg("h:b")
+        .arg(&b"\x07not an entry"[..])
+        .query(&mut conn)
+        .unwrap();
+    let [k, log, deadlines] = store.script_keys("r");
+    let report = script_arg(&Report::default()).unwrap();
+    let terms = script_arg(&params).unwrap();
+    let answer: redis::RedisResult<Vec<redis::Value>> = redis::Script::new(SYNC_SCRIPT)
+        .key(k)
+        .key(log)
+        .key(deadlines)
+        .arg(script_calls(&[("b", &report, &terms)]))
+        .arg("")
+        .arg("")
+        .arg(t + 1300)
+        .invoke(&mut conn);
+    assert!(
+        format!("{answer:?}").contains("a host entry of another form"),
+        "{answer:?}"
+    );
+}

@@ -240,22 +240,30 @@ fn revocations_relay_alike() {
     }
 }
 
+/// Short leases, for rooms whose hosts lapse within a test.
+const SHORT_LEASES: Params = Params {
+    total: 500,
+    minute: 400,
+    lease: 1000,
+    hold: 1500,
+    learn: 0,
+};
+
+/// A redis-server, a connection to it, a store of keys under `prefix` and the sync script.
+fn started(prefix: &str) -> (RedisServer, redis::Connection, RedisStore, redis::Script) {
+    let redis = RedisServer::start();
+    let conn = redis.connection();
+    let store = RedisStore::new(&redis.url(), prefix, std::time::Duration::from_secs(2)).unwrap();
+    (redis, conn, store, redis::Script::new(SYNC_SCRIPT))
+}
+
 /// Hosts come and go on short leases, many lapsing at once (more than one call processes), on
 /// a clock both stores are given: the script's sums kept call by call answer as the
 /// allocator's recount does, and end holding what the allocator's state holds.
 #[test]
 fn lapses_agree() {
-    let redis = RedisServer::start();
-    let mut conn = redis.connection();
-    let store = RedisStore::new(&redis.url(), "lapse", std::time::Duration::from_secs(2)).unwrap();
-    let script = redis::Script::new(SYNC_SCRIPT);
-    let params = Params {
-        total: 500,
-        minute: 400,
-        lease: 1000,
-        hold: 1500,
-        learn: 0,
-    };
+    let (_redis, mut conn, store, script) = started("lapse");
+    let params = SHORT_LEASES;
     let mut state = RoomState::default();
     let mut rng = rand::rngs::StdRng::seed_from_u64(23);
     let hosts: Vec<String> = (0..40).map(|i| format!("h{i:02}")).collect();
@@ -354,17 +362,8 @@ fn lapses_agree() {
 /// remember one past a lapse it left for the next call (the allocator processes it then).
 #[test]
 fn a_lapse_left_for_the_next_call_is_processed_by_it() {
-    let redis = RedisServer::start();
-    let mut conn = redis.connection();
-    let store = RedisStore::new(&redis.url(), "left", std::time::Duration::from_secs(2)).unwrap();
-    let script = redis::Script::new(SYNC_SCRIPT);
-    let params = Params {
-        total: 500,
-        minute: 400,
-        lease: 1000,
-        hold: 1500,
-        learn: 0,
-    };
+    let (_redis, mut conn, store, script) = started("left");
+    let params = SHORT_LEASES;
     let mut state = RoomState::default();
     let mut seqs = std::collections::HashMap::<String, u64>::new();
     let mut sync = |state: &mut RoomState, host: &str, clock: u64| {
@@ -416,17 +415,8 @@ fn a_lapse_left_for_the_next_call_is_processed_by_it() {
 /// room's state).
 #[test]
 fn entries_of_the_form_before_are_read() {
-    let redis = RedisServer::start();
-    let mut conn = redis.connection();
-    let store = RedisStore::new(&redis.url(), "form", std::time::Duration::from_secs(2)).unwrap();
-    let script = redis::Script::new(SYNC_SCRIPT);
-    let params = Params {
-        total: 500,
-        minute: 400,
-        lease: 1000,
-        hold: 1500,
-        learn: 0,
-    };
+    let (_redis, mut conn, store, script) = started("form");
+    let params = SHORT_LEASES;
     let mut state = RoomState::default();
     let mut seqs = std::collections::HashMap::<String, u64>::new();
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);

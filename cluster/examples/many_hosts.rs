@@ -319,7 +319,7 @@ fn level(o: &Options, hosts: usize) -> Level {
         secs,
         cpu: (after.cpu - before.cpu - idle_per_sec * secs).max(0.0),
         ran: after.ran - before.ran,
-        script_us: after.script_us - before.script_us,
+        script_us: after.script_us.saturating_sub(before.script_us),
         commands_us: after.commands_us.saturating_sub(before.commands_us),
         latencies,
     }

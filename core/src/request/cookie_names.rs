@@ -13,9 +13,9 @@
 //!   those: for a header holding a `,` it answers nothing and the caller searches name by
 //!   name (browsers never send one: `,` is not a cookie-octet; joined `Cookie` lines are).
 
+use crate::admission::cookie_finder::value_at_start;
 #[cfg(doc)]
 use crate::admission::cookie_finder::CookieFinder;
-use crate::admission::cookie_finder::{separator, value_at_start};
 
 /// Most distinct cookie names read in one pass; a rule set reading more searches for each.
 pub(crate) const MAX_COOKIE_NAMES: usize = 16;
@@ -59,43 +59,79 @@ impl CookieNames {
     /// Each name's value in `header` (as [`CookieFinder::find`] finds it), or `None` when
     /// a `,` comes before every name was found, and the names must be searched for one at a
     /// time (a `,` after them changes nothing: a cookie after `;` comes first).
+    ///
+    /// One search for the bytes that matter (`;`, `,`, `=`; see [`next_special`]), not a
+    /// loop over every byte: a ticket's long value is crossed in a few steps.
     #[inline]
     pub(crate) fn read<'h>(&self, header: &'h [u8]) -> Option<CookieValues<'h>> {
         let mut values = [None; MAX_COOKIE_NAMES];
         let mut missing: u32 = (1 << self.names.len()) - 1;
-        let mut at = 0;
-        while missing != 0 {
-            // Blanks after `;` (or at the start), as `CookieFinder` skips them.
-            while at < header.len() && matches!(header[at], b' ' | b'\t') {
-                at += 1;
-            }
-            // The cookie runs to the next `;` (searched for: a ticket's value is long).
-            let end = match separator(&header[at..]) {
-                Some(len) if header[at + len] == b',' => return None,
-                Some(len) => at + len,
-                None => header.len(),
-            };
-            // Its name runs to the first `=` (short: read a byte at a time).
-            if let Some(eq) = header[at..end].iter().position(|&b| b == b'=') {
-                let name = &header[at..at + eq];
-                let mut candidates = u32::from(self.by_len[name.len().min(63)]) & missing;
-                while candidates != 0 {
-                    let j = candidates.trailing_zeros() as usize;
-                    if *self.names[j] == *name {
-                        values[j] = Some(value_at_start(&header[at + eq + 1..]));
-                        missing &= !(1 << j);
-                        break;
-                    }
-                    candidates &= candidates - 1;
+        // The piece being read starts at `start`; its first `=`, if seen yet.
+        let (mut start, mut eq) = (0, None);
+        let mut from = 0;
+        while let Some(at) = next_special(header, from) {
+            from = at + 1;
+            match header[at] {
+                b'=' => {
+                    eq = eq.or(Some(at));
+                    continue;
                 }
+                b',' => return None,
+                _ => {}
             }
-            if end == header.len() {
-                break;
+            self.take(header, start, eq, &mut values, &mut missing);
+            if missing == 0 {
+                return Some(values);
             }
-            at = end + 1;
+            (start, eq) = (at + 1, None);
         }
+        self.take(header, start, eq, &mut values, &mut missing);
         Some(values)
     }
+
+    /// The piece of `header` from `start` (its first `=` at `eq`): its value, when its name
+    /// (after blanks, as `CookieFinder` skips them) is a missing one.
+    #[inline(always)]
+    fn take<'h>(
+        &self,
+        header: &'h [u8],
+        start: usize,
+        eq: Option<usize>,
+        values: &mut CookieValues<'h>,
+        missing: &mut u32,
+    ) {
+        let Some(eq) = eq else {
+            return;
+        };
+        let mut at = start;
+        while matches!(header[at], b' ' | b'\t') {
+            at += 1;
+        }
+        let name = &header[at..eq];
+        let mut candidates = u32::from(self.by_len[name.len().min(63)]) & *missing;
+        while candidates != 0 {
+            let j = candidates.trailing_zeros() as usize;
+            if *self.names[j] == *name {
+                values[j] = Some(value_at_start(&header[eq + 1..]));
+                *missing &= !(1 << j);
+                return;
+            }
+            candidates &= candidates - 1;
+        }
+    }
+}
+
+/// The first `;`, `,` or `=` in `header` from `from` on: memchr's SSE2 searcher called
+/// directly on x86_64 (inlined, as `CookieFinder` calls it: the dispatch of `memchr3` costs
+/// more than the search on a header's short pieces), its portable one elsewhere.
+#[inline(always)]
+fn next_special(header: &[u8], from: usize) -> Option<usize> {
+    let rest = &header[from..];
+    #[cfg(target_arch = "x86_64")]
+    if let Some(three) = memchr::arch::x86_64::sse2::memchr::Three::new(b';', b',', b'=') {
+        return three.find(rest).map(|i| from + i);
+    }
+    memchr::memchr3(b';', b',', b'=', rest).map(|i| from + i)
 }
 
 #[cfg(all(test, not(velvet_rope_loom)))]

@@ -50,6 +50,7 @@ pub(crate) mod clients;
 pub(crate) mod cookie_names;
 pub(crate) mod glob;
 pub(crate) mod host;
+pub(crate) mod query;
 pub(crate) mod routes;
 pub(crate) mod rule;
 

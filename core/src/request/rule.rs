@@ -17,30 +17,12 @@ use crate::request::clients::{AddressKey, CidrSet};
 use crate::request::cookie_names::{CookieNames, CookieValues};
 use crate::request::glob::Glob;
 use crate::request::host::{HostPattern, HostSeen};
+use crate::request::query::{Params, QueryTerm};
 use crate::request::Prepared;
 use crate::routing::{CaseRule, Route, Router};
 
 /// Most rules one room may hold.
 pub const MAX_RULES: usize = 256;
-
-/// One query condition: a parameter's name, and its value when one is required, both
-/// percent-decoded (`+` as a space) once, when the rule compiles.
-#[derive(Debug)]
-struct QueryTerm {
-    name: Box<[u8]>,
-    value: Option<Box<[u8]>>,
-}
-
-impl QueryTerm {
-    /// The term for `name` and `value` as written in the configuration.
-    fn new(name: &[u8], value: Option<&[u8]>) -> Self {
-        let decode = |raw: &[u8]| -> Box<[u8]> { Decoded { bytes: raw, at: 0 }.collect() };
-        Self {
-            name: decode(name),
-            value: value.map(decode),
-        }
-    }
-}
 
 /// One compiled rule.
 pub(crate) struct Rule {
@@ -136,6 +118,8 @@ struct Seen<'h> {
     /// The values of the rules' cookies in the request's one `Cookie` header; `None` when
     /// the pass cannot answer (several headers, or a `,` in one): search name by name.
     cookies: OnceCell<Option<CookieValues<'h>>>,
+    /// The query's parameters, split once for every query rule.
+    query: OnceCell<Params<'h>>,
 }
 
 /// Which of a request's headers carry each name a rule set reads.
@@ -305,6 +289,7 @@ impl RuleSet {
                 .map_or(0, |i| 1 << i),
             client: req.client.map(AddressKey::of),
             cookies: OnceCell::new(),
+            query: OnceCell::new(),
         };
         let (i, rule) = self
             .rules
@@ -528,8 +513,10 @@ impl Rule {
             if loose && target.fragment_before_query() {
                 return false;
             }
-            let query = target.query().unwrap_or_default();
-            if !self.query.iter().any(|t| query_has(query, t, loose)) {
+            let query = seen
+                .query
+                .get_or_init(|| Params::split(target.query().unwrap_or_default()));
+            if !self.query.iter().any(|t| query.has(t, loose)) {
                 return false;
             }
         }
@@ -581,134 +568,9 @@ impl Rule {
     }
 }
 
-/// Whether the query string `query` has the parameter `term` (both sides percent-decoded,
-/// `+` read as a space, as forms encode it). With `every` (a rule that lets pass), a term
-/// with a value holds only when every occurrence of its name has that value: applications
-/// disagree on which of `?k=no&k=yes` they read (the first, the last, all).
-fn query_has(query: &[u8], term: &QueryTerm, every: bool) -> bool {
-    let mut seen = false;
-    let mut at = 0;
-    while at <= query.len() {
-        // One parameter, `&` to `&`, and where its `=` is: one byte loop (parameters are
-        // short: no vectorised search's set-up).
-        let start = at;
-        let mut eq = None;
-        while at < query.len() && query[at] != b'&' {
-            if query[at] == b'=' && eq.is_none() {
-                eq = Some(at);
-            }
-            at += 1;
-        }
-        let piece_end = at;
-        at += 1;
-        let (name, value) = match eq {
-            Some(e) => (&query[start..e], Some(&query[e + 1..piece_end])),
-            None => (&query[start..piece_end], None),
-        };
-        if !decoded_eq(name, &term.name) {
-            continue;
-        }
-        let hit = match &term.value {
-            None => true,
-            Some(want) => value.is_some_and(|v| decoded_eq(v, want)),
-        };
-        if hit && !every {
-            return true;
-        }
-        if !hit && every {
-            return false;
-        }
-        seen |= hit;
-    }
-    seen
-}
-
-/// Whether `raw`, percent-decoded (and `+` as a space), equals `want` (decoded already).
-///
-/// Decoding never lengthens: a `raw` shorter than `want` differs, and one of the same length
-/// equals only byte for byte, with `+` as a space and no `%` starting an escape (an escape
-/// would shorten it), which is settled without decoding. Only a longer `raw` is decoded.
-#[inline]
-fn decoded_eq(raw: &[u8], want: &[u8]) -> bool {
-    if raw.len() < want.len() {
-        return false;
-    }
-    if raw.len() == want.len() {
-        return raw
-            .iter()
-            .zip(want)
-            .enumerate()
-            .all(|(i, (&r, &w))| match r {
-                b'+' => w == b' ',
-                b'%' => w == b'%' && !escape_at(raw, i),
-                r => r == w,
-            });
-    }
-    Decoded { bytes: raw, at: 0 }.eq(want.iter().copied())
-}
-
-/// Whether the `%` at `at` starts an escape (two hex digits follow it).
-fn escape_at(raw: &[u8], at: usize) -> bool {
-    raw.get(at + 1..at + 3)
-        .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
-}
-
-/// Bytes percent-decoded one at a time (a `%` not followed by two hex digits is itself).
-struct Decoded<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl Iterator for Decoded<'_> {
-    type Item = u8;
-
-    fn next(&mut self) -> Option<u8> {
-        let b = *self.bytes.get(self.at)?;
-        self.at += 1;
-        match b {
-            b'+' => Some(b' '),
-            b'%' => {
-                let hex = |c: u8| (c as char).to_digit(16);
-                match (
-                    self.bytes.get(self.at).copied().and_then(hex),
-                    self.bytes.get(self.at + 1).copied().and_then(hex),
-                ) {
-                    (Some(h), Some(l)) => {
-                        self.at += 2;
-                        Some((h * 16 + l) as u8)
-                    }
-                    _ => Some(b'%'),
-                }
-            }
-            b => Some(b),
-        }
-    }
-}
-
 #[cfg(all(test, not(velvet_rope_loom)))]
 mod tests {
     use super::*;
-
-    fn query_has_any(query: &[u8], term: &QueryTerm) -> bool {
-        query_has(query, term, false)
-    }
-
-    #[test]
-    fn query_terms_compare_decoded() {
-        let t = |n: &str, v: Option<&str>| QueryTerm::new(n.as_bytes(), v.map(str::as_bytes));
-        assert!(query_has_any(b"a=1&preview", &t("preview", None)));
-        assert!(query_has_any(b"a=1&preview=", &t("preview", None)));
-        assert!(query_has_any(b"%70review=1", &t("preview", Some("1"))));
-        assert!(query_has_any(b"q=a+b", &t("q", Some("a b"))));
-        assert!(query_has_any(b"q=a%20b", &t("q", Some("a+b"))));
-        assert!(!query_has_any(b"q=ab", &t("q", Some("a b"))));
-        assert!(!query_has_any(b"previewx=1", &t("preview", None)));
-        assert!(!query_has_any(b"", &t("preview", None)));
-        assert!(query_has_any(b"x=%zz", &t("x", Some("%zz"))));
-        assert!(query_has_any(b"x=%4", &t("x", Some("%4"))));
-        assert!(!query_has_any(b"x=%41", &t("x", Some("%41x"))));
-        assert!(query_has_any(b"x=%41", &t("x", Some("A"))));
-    }
 
     proptest::proptest! {
         /// Header names compare as `eq_ignore_ascii_case` with the lowered name does.
@@ -720,45 +582,6 @@ mod tests {
             );
         }
 
-        /// The one-loop parameter reading agrees with splitting on `&` then on the first `=`.
-        #[test]
-        fn query_has_agrees_with_splitting(
-            query in "[ab=&%+]{0,12}",
-            name in "[ab]{0,2}",
-            value in proptest::option::of("[ab=]{0,2}"),
-            every in proptest::prelude::any::<bool>(),
-        ) {
-            let term = QueryTerm::new(name.as_bytes(), value.as_deref().map(str::as_bytes));
-            let decode = |raw: &[u8]| -> Vec<u8> { Decoded { bytes: raw, at: 0 }.collect() };
-            let results: Vec<bool> = query
-                .as_bytes()
-                .split(|&b| b == b'&')
-                .filter_map(|piece| {
-                    let (n, v) = match piece.iter().position(|&b| b == b'=') {
-                        Some(at) => (&piece[..at], Some(&piece[at + 1..])),
-                        None => (piece, None),
-                    };
-                    (decode(n) == *term.name).then(|| match &term.value {
-                        None => true,
-                        Some(want) => v.is_some_and(|v| decode(v) == **want),
-                    })
-                })
-                .collect();
-            let want = if every {
-                !results.is_empty() && results.iter().all(|&h| h)
-            } else {
-                results.iter().any(|&h| h)
-            };
-            proptest::prop_assert_eq!(query_has(query.as_bytes(), &term, every), want);
-        }
-
-        /// The shortcut agrees with decoding both sides.
-        #[test]
-        fn decoded_eq_agrees_with_decoding(raw in "[a%4+ 1f]{0,8}", want in "[a%4+ 1f]{0,8}") {
-            let want: Vec<u8> = Decoded { bytes: want.as_bytes(), at: 0 }.collect();
-            let slow = Decoded { bytes: raw.as_bytes(), at: 0 }.eq(want.iter().copied());
-            proptest::prop_assert_eq!(decoded_eq(raw.as_bytes(), &want), slow);
-        }
     }
 
     /// Cookie conditions past the names one pass reads, and headers the pass cannot

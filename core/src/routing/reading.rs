@@ -94,21 +94,115 @@ static CLASSES: [u8; 256] = {
     t
 };
 
-/// One pass over the target up to its first `?`: what it contains (see [`Features`]).
-/// Branch-free per byte: the common case is a short plain path.
-pub(super) fn scan(target: &[u8]) -> Features {
-    let (mut seen, mut slash_then, mut prev_slash) = (0u8, 0u8, 0u8);
-    let mut path = target;
-    for (i, &b) in target.iter().enumerate() {
+/// What the bytes of a target read so far hold (see [`scan`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Classes {
+    /// The class bits seen.
+    seen: u8,
+    /// 1: a `/` followed by a `/` or a `.` seen.
+    slash_then: u8,
+    /// 1: the last byte read is a `/`.
+    prev_slash: u8,
+    /// Bytes read.
+    read: usize,
+    /// Whether a `?` ended the path (at `read`).
+    ended: bool,
+}
+
+/// [`Classes`] of the bytes from `c.read` on, one at a time (branch-free per byte).
+#[inline]
+fn classes_bytewise(target: &[u8], mut c: Classes) -> Classes {
+    for &b in &target[c.read..] {
         let class = CLASSES[usize::from(b)];
         if class == QUERY {
-            path = &target[..i];
-            break;
+            c.ended = true;
+            return c;
         }
-        seen |= class;
-        slash_then |= prev_slash & (class >> 6);
-        prev_slash = class >> 7;
+        c.seen |= class;
+        c.slash_then |= c.prev_slash & (class >> 6);
+        c.prev_slash = class >> 7;
+        c.read += 1;
     }
+    c
+}
+
+/// [`Classes`] of the target's whole 16-byte blocks, 16 bytes at a time (SSE2, which every
+/// x86_64 has), up to a `?`: the same answer as [`classes_bytewise`] over those bytes, in
+/// about a tenth of the instructions.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+#[inline]
+fn classes_by_block(target: &[u8]) -> Classes {
+    use std::arch::x86_64::{
+        _mm_cmpeq_epi8, _mm_cmplt_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
+    };
+    let flag = |mask: u32, class: u8| if mask != 0 { class } else { 0 };
+    let mut c = Classes::default();
+    while c.read + 16 <= target.len() {
+        // SAFETY: `read + 16 <= target.len()`: the 16 bytes loaded lie in `target`, and
+        // `_mm_loadu_si128` needs no alignment.
+        let v = unsafe { _mm_loadu_si128(target.as_ptr().add(c.read).cast()) };
+        let is = |b: u8| _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b as i8))) as u32;
+        let query = is(b'?');
+        // The bytes before the first `?`, if any.
+        let path = if query != 0 {
+            (1u32 << query.trailing_zeros()) - 1
+        } else {
+            0xffff
+        };
+        // Bytes from 0x80 up are negative to the signed compare: kept out of the controls.
+        let high = _mm_movemask_epi8(v) as u32;
+        let below_space = _mm_movemask_epi8(_mm_cmplt_epi8(v, _mm_set1_epi8(0x20))) as u32;
+        let control = ((below_space & !high) | is(0x7f)) & path;
+        let slash = is(b'/') & path;
+        let after_slash = (is(b'.') | slash) & path;
+        c.seen |= flag(is(b'%') & path, PERCENT)
+            | flag(is(b'\\') & path, BACKSLASH)
+            | flag(is(b'#') & path, HASH)
+            | flag(is(b';') & path, SEMICOLON)
+            | flag(control, CONTROL)
+            | flag(high & path, HIGH)
+            | flag(slash, SLASH)
+            | flag(after_slash, AFTER_SLASH);
+        c.slash_then |= u8::from(((slash << 1) | u32::from(c.prev_slash)) & after_slash != 0);
+        if query != 0 {
+            let at = query.trailing_zeros();
+            if at > 0 {
+                c.prev_slash = u8::from(slash & (1 << (at - 1)) != 0);
+            }
+            c.read += at as usize;
+            c.ended = true;
+            return c;
+        }
+        c.prev_slash = u8::from(slash & 0x8000 != 0);
+        c.read += 16;
+    }
+    c
+}
+
+/// The target's [`Classes`] up to its first `?`.
+#[inline]
+fn classes(target: &[u8]) -> Classes {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE2 is part of x86_64's baseline: every x86_64 processor has it.
+    let c = unsafe { classes_by_block(target) };
+    #[cfg(not(target_arch = "x86_64"))]
+    let c = Classes::default();
+    if c.ended {
+        return c;
+    }
+    classes_bytewise(target, c)
+}
+
+/// One pass over the target up to its first `?`: what it contains (see [`Features`]).
+pub(super) fn scan(target: &[u8]) -> Features {
+    let Classes {
+        seen,
+        slash_then,
+        read,
+        ..
+    } = classes(target);
+    let path = &target[..read];
     let mut f = Features {
         percent: seen & PERCENT != 0,
         backslash: seen & BACKSLASH != 0,
@@ -567,6 +661,38 @@ mod tests {
     fn uri_decoding_keeps_reserved_escapes() {
         let u = Reading::new(Decode::Uri, Dots::Keep);
         assert_eq!(read(&u, "/%73hop/a%2Fb%3F%25%41"), "/shop/a%2Fb%3F%25A");
+    }
+
+    #[test]
+    fn classes_by_block_agree_with_bytewise() {
+        // Every byte value, at each place of a block and after a `/`, and a `?` ending
+        // the path inside a block or at its edge.
+        for b in 0..=255u8 {
+            for at in 0..40 {
+                let mut t = vec![b'a'; 40];
+                t[at] = b;
+                if at > 0 {
+                    t[at - 1] = b'/';
+                }
+                assert_eq!(
+                    classes(&t),
+                    classes_bytewise(&t, Classes::default()),
+                    "{b} at {at}"
+                );
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Whole targets made of the bytes that matter read alike either way.
+        #[test]
+        fn classes_agree(target in proptest::collection::vec(
+            proptest::sample::select(b"/./?%\\#;a\x00\x7f\x80\xff\t".to_vec()), 0..70)) {
+            proptest::prop_assert_eq!(
+                classes(&target),
+                classes_bytewise(&target, Classes::default())
+            );
+        }
     }
 
     #[test]

@@ -161,6 +161,10 @@ mod tests {
         assert_eq!(n.read(b"").unwrap()[0], None);
         assert_eq!(n.read(b"staff").unwrap()[0], None);
         assert_eq!(n.read(b"staff=").unwrap()[0], Some(&b""[..]));
+        // A `,` in the last piece read, or after every name was found.
+        let ab = names(&["a", "b"]);
+        assert_eq!(ab.read(b"a=1; b=2,c"), None);
+        assert!(ab.read(b"b=1; a=2; x,y").is_some());
     }
 
     proptest::proptest! {

@@ -289,6 +289,22 @@ mod tests {
         }
     }
 
+    /// Where the parameters split once end and the rest begins: a trailing `&` after them
+    /// (one more, empty, parameter), and a query too long to split at all.
+    #[test]
+    fn the_rest_of_a_query_is_read() {
+        let t = |n: &str, v: Option<&str>| QueryTerm::new(n.as_bytes(), v.map(str::as_bytes));
+        assert!(query_has(b"a&a&a&a&a&a&a&a&", &t("", None), false));
+        assert!(!query_has(b"a&a&a&a&a&a&a&a", &t("", None), false));
+        assert!(query_has(b"a&a&a&a&a&a&a&a&k=1", &t("k", Some("1")), true));
+        let mut long = vec![b'&'; 65_534];
+        long.extend_from_slice(b"k=1");
+        assert!(query_has(&long, &t("k", Some("1")), false));
+        assert!(query_has(&long, &t("k", Some("1")), true));
+        long.extend_from_slice(b"&k=2");
+        assert!(!query_has(&long, &t("k", Some("1")), true));
+    }
+
     proptest::proptest! {
         /// Past the parameters split once, the rest is split as it is read, alike.
         #[test]

@@ -14,19 +14,22 @@
 -- keeps counting what it would release, which can only lower grants.
 --
 -- Most of a sync's time in the server is this script's own Lua, not the commands it runs
--- (BENCHMARKS.md), so what it handles is kept cheap for Redis's Lua: reports and sums in
--- MessagePack (cmsgpack decodes several times faster than cjson), each host's entry as a
--- fixed record (`struct`), answers as MessagePack arrays, and numbers handed to commands as
--- whole-number strings.
+-- (BENCHMARKS.md), so what it handles is kept cheap for Redis's Lua: reports in MessagePack
+-- (cmsgpack decodes several times faster than cjson), each host's entry and the room's state
+-- as fixed records (`struct`), answers as MessagePack arrays, and numbers handed to commands
+-- as whole-number strings. (Variants are compared by the instructions the server spends:
+-- `cluster/bench/sync_instructions.py`.)
 --
 -- One script call syncs several rooms (one host's batch, or in a Redis Cluster the part of it
 -- in one hash slot): the server's identity and clock are read once, and every room's sync
 -- is its own (one that fails writes nothing and answers an error; the others go on).
 --
 -- Per room, three keys, in the order of the calls:
---   1. the room's hash: fields `born`, `frontier`, `seq`, `clock`, `skew`, `run`, `ttl` (when
---      the keys' expiry was last pushed back), `agg` (the sums below) and `h:<host>` (entries,
---      see `encode_entry`)
+--   1. the room's hash: fields `st` (the room's state: its effective clock and skew, the last
+--      grant's number `seq`, when it was `born`, the `frontier`, when the keys' expiry was last
+--      pushed back `ttl`, and the sums below; see `encode_state`), `run` and `h:<host>`
+--      (entries, see `encode_entry`). (Earlier builds kept the state's parts in fields of
+--      their own, `agg` the sums in MessagePack: read when `st` is absent, then dropped.)
 --   2. the room's log of revocations (a stream; only read and written for reports with a
 --      cursor `rc`)
 --   3. the room's deadlines (a sorted set): `p:<host>` at the end of its lease while it counts
@@ -155,6 +158,88 @@ local function decode_entry(s)
   }
 end
 
+-- The room's state as stored (`st`): a fixed record (`struct`, little endian: a form byte,
+-- then doubles: clock, skew, seq, born, frontier, ttl, the sums' n, np, rt, act, tr, dm, nd
+-- (-1: none), and the sizes of the sums' maps m, a, c, l, u), then those maps' (bucket, value)
+-- pairs in that order. Cheaper in Redis's Lua than the sums as a MessagePack map and the
+-- parts as fields of their own (4.7 % of a sync's instructions, BENCHMARKS.md), as long as
+-- it is packed and unpacked in one `struct` call each.
+local STATE_FORM = 1
+local STATE = '<Bdddddddddddddddddd'
+local STATE_LEN = struct.size(STATE)
+local MAPS = { 'm', 'a', 'c', 'l', 'u' }
+-- (Values packed or unpacked by one `struct` call at most: Lua passes a few thousand at once.)
+local SLICE = 1000
+
+-- `vals[from..to]` as little-endian doubles.
+local function pack_doubles(vals, from, to)
+  local parts = {}
+  for i = from, to, SLICE do
+    local j = min(i + SLICE - 1, to)
+    parts[#parts + 1] = struct.pack('<' .. string.rep('d', j - i + 1), unpack(vals, i, j))
+  end
+  return table.concat(parts)
+end
+
+local function encode_state(clock, skew, seq, born, frontier, ttl)
+  local vals = { clock, skew, seq, born, frontier, ttl, agg.n, agg.np, agg.rt, agg.act, agg.tr,
+    agg.dm, agg.nd or -1, 0, 0, 0, 0, 0 }
+  for i, k in ipairs(MAPS) do
+    local count = 0
+    for b, v in pairs(agg[k]) do
+      vals[#vals + 1] = b
+      vals[#vals + 1] = v
+      count = count + 1
+    end
+    vals[13 + i] = count
+  end
+  if #vals <= SLICE then
+    return struct.pack('<B' .. string.rep('d', #vals), STATE_FORM, unpack(vals))
+  end
+  return string.char(STATE_FORM) .. pack_doubles(vals, 1, #vals)
+end
+
+-- The state `s` (see `encode_state`): clock, skew, seq, born, frontier, ttl and the sums.
+local function decode_state(s)
+  if #s < STATE_LEN or string.byte(s, 1) ~= STATE_FORM then
+    error({ err = 'ERR a room state of another form' })
+  end
+  local _, clock, skew, seq, born, frontier, ttl, n, np, rt, act, tr, dm, nd, cm, ca, cc, cl,
+    cu, at = struct.unpack(STATE, s)
+  local counts = { cm, ca, cc, cl, cu }
+  local values = 2 * (cm + ca + cc + cl + cu)
+  if #s ~= STATE_LEN + 8 * values then
+    error({ err = 'ERR a room state of another form' })
+  end
+  local got = {}
+  for i = 1, values, SLICE do
+    local take = min(SLICE, values - i + 1)
+    if i == 1 and take == values then
+      got = { struct.unpack('<' .. string.rep('d', take), s, at) }
+    else
+      local slice = { struct.unpack('<' .. string.rep('d', take), s, at) }
+      for j = 1, take do
+        got[i + j - 1] = slice[j]
+      end
+      at = slice[take + 1]
+    end
+  end
+  local sums = { n = n, np = np, rt = rt, act = act, tr = tr, dm = dm }
+  if nd >= 0 then
+    sums.nd = nd
+  end
+  local i = 1
+  for j, k in ipairs(MAPS) do
+    local map = {}
+    for _ = 1, counts[j] do
+      map[got[i]] = got[i + 1]
+      i = i + 2
+    end
+    sums[k] = map
+  end
+  return clock, skew, seq, born, frontier, ttl, sums
+end
+
 -- A whole number as a command's argument: Redis would format a Lua number with `%.17g`,
 -- which costs twice as much here.
 local function int(n)
@@ -226,19 +311,41 @@ local function sync_room(key, log, deadlines, call)
     end
   end
 
-  local state = redis.call('HMGET', key, 'clock', 'skew', 'run', 'seq', 'born', 'frontier', 'agg', me,
-    'ttl')
+  local state = redis.call('HMGET', key, 'st', 'run', me)
+  local seen_run, mine_raw = state[2], state[3]
+  -- The state's parts (`last` false and `born` nil for a room without one yet), and the
+  -- sums (nil: none kept).
+  local last, skew, room_seq, born_at, frontier, ttl_at, sums
+  -- Whether the fields an earlier build kept are to be dropped.
+  local legacy = false
+  if state[1] then
+    last, skew, room_seq, born_at, frontier, ttl_at, sums = decode_state(state[1])
+  else
+    local old = redis.call('HMGET', key, 'clock', 'skew', 'seq', 'born', 'frontier', 'agg',
+      'ttl')
+    last = old[1] and tonumber(old[1])
+    skew = tonumber(old[2] or '0')
+    room_seq = tonumber(old[3] or '0')
+    born_at = old[4] and tonumber(old[4])
+    frontier = tonumber(old[5] or '0')
+    ttl_at = tonumber(old[7] or '0')
+    if old[6] then
+      sums = cmsgpack.unpack(old[6])
+      -- (State a development build wrote before `dm` was kept: counted from 0.)
+      sums.dm = sums.dm or 0
+    end
+    for i = 1, 7 do
+      legacy = legacy or old[i] ~= false
+    end
+  end
 
   -- The effective clock: never back, never forward by more than a lease between two calls
   -- (see allocator.rs).
-  local last = state[1]
-  local skew = tonumber(state[2] or '0')
   local now
-  if last == false then
+  if last == false or last == nil then
     skew = 0
     now = raw
   else
-    last = tonumber(last)
     local eff = raw - skew
     if eff < last then
       skew = raw - last
@@ -258,10 +365,8 @@ local function sync_room(key, log, deadlines, call)
   -- `c`, their live waiters by arrival bucket `l`, and `u`: by bucket, how much each bucket's
   -- waiters add to what their hosts' unused allowance does not cover (summed over buckets
   -- before `j`, the waiters older than `j` that no allowance covers).
-  if state[7] then
-    agg = cmsgpack.unpack(state[7])
-    -- (State a development build wrote before `dm` was kept: counted from 0.)
-    agg.dm = agg.dm or 0
+  if sums then
+    agg = sums
   else
     agg = { n = 0, rt = 0, act = 0, m = {}, np = 0, tr = 0, dm = 0, a = {}, c = {}, l = {}, u = {} }
   end
@@ -277,8 +382,8 @@ local function sync_room(key, log, deadlines, call)
   local members = redis.call('ZCARD', deadlines)
   local rebuild = members ~= agg.n + agg.np
   local mine = nil
-  if state[8] then
-    mine = decode_entry(state[8])
+  if mine_raw then
+    mine = decode_entry(mine_raw)
   end
   if rebuild then
     agg = { n = 0, rt = 0, act = 0, m = {}, np = 0, tr = 0, dm = 0, a = {}, c = {}, l = {}, u = {} }
@@ -366,15 +471,13 @@ local function sync_room(key, log, deadlines, call)
   -- Writes the store lost: another server than the one that wrote the state, a grant newer
   -- than its record, or a reservation it does not hold.
   local run = identity
-  local seen_run = state[3]
-  local room_seq = tonumber(state[4] or '0')
   local lost = r.seq > room_seq or (run ~= '' and seen_run ~= false and seen_run ~= run)
   if mine ~= nil then
     lost = lost or r.seq > (mine.seq or 0)
   else
     lost = lost or r.held ~= 0
   end
-  local born = tonumber(state[5] or now)
+  local born = born_at or now
   if lost then
     born = now
   end
@@ -394,7 +497,6 @@ local function sync_room(key, log, deadlines, call)
   elseif mine ~= nil then
     prev = reserved_minute(mine, r.b - 1)
   end
-  local frontier = tonumber(state[6] or '0')
 
   -- The other hosts, from the sums.
   local others = agg.rt
@@ -566,7 +668,6 @@ local function sync_room(key, log, deadlines, call)
   -- last sync by at least `keep` less a lease, which is more than a lease and a hold longer
   -- than any host's reservation. A set made anew (emptied here, or counted anew) gets its
   -- expiry at once.
-  local ttl_at = tonumber(state[9] or '0')
   local push = abs(raw - ttl_at) >= p.lease
   -- (A command's arguments go in slices: Lua unpacks at most a few thousand values at once.)
   local function call_in_slices(command, target, args, step)
@@ -579,19 +680,18 @@ local function sync_room(key, log, deadlines, call)
   else
     call_in_slices('ZREM', deadlines, zrem, 1000)
   end
+  if legacy then
+    for _, f in ipairs({ 'clock', 'skew', 'seq', 'born', 'frontier', 'agg', 'ttl' }) do
+      hdel[#hdel + 1] = f
+    end
+  end
   call_in_slices('HDEL', key, hdel, 1000)
-  local fields = { 'HSET', key, me, encode_entry(entry), 'frontier', int(frontier),
-    'born', int(born), 'seq', int(seq), 'clock', int(now), 'skew', int(skew),
-    'agg', cmsgpack.pack(agg) }
+  local st = encode_state(now, skew, seq, born, frontier, push and raw or ttl_at)
   if run ~= '' then
-    table.insert(fields, 'run')
-    table.insert(fields, run)
+    redis.call('HSET', key, me, encode_entry(entry), 'st', st, 'run', run)
+  else
+    redis.call('HSET', key, me, encode_entry(entry), 'st', st)
   end
-  if push then
-    table.insert(fields, 'ttl')
-    table.insert(fields, int(raw))
-  end
-  redis.call(unpack(fields))
   local deadline_args = { int(entry.exp), 'p:' .. name, int(entry.gone), 'g:' .. name }
   if rebuild then
     -- Every entry's deadlines, from the hash as it now stands.

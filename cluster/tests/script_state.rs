@@ -12,7 +12,7 @@ use velvet_rope_cluster::{
     Store, StoreError, SyncCall, SYNC_SCRIPT,
 };
 
-use common::RedisServer;
+use common::{RedisServer, Sums};
 
 const PARAMS: Params = Params {
     total: 100,
@@ -96,22 +96,8 @@ fn batch<'a>(
         .collect()
 }
 
-#[derive(serde::Deserialize, Debug, PartialEq)]
-struct Sums {
-    n: u64,
-    np: u64,
-    rt: u64,
-    act: u64,
-    tr: u64,
-}
-
 fn sums(conn: &mut redis::Connection, store: &RedisStore) -> Sums {
-    let agg: Vec<u8> = redis::cmd("HGET")
-        .arg(store.room_key("r"))
-        .arg("agg")
-        .query(conn)
-        .unwrap();
-    rmp_serde::from_slice(&agg).unwrap()
+    common::room_sums(conn, &store.room_key("r"))
 }
 
 fn members(conn: &mut redis::Connection, store: &RedisStore) -> u64 {

@@ -324,17 +324,7 @@ fn lapses_agree() {
     assert!(learning < 3000 && granted > 0, "past learning, grants made");
     // The script's sums are what the allocator's state counts.
     let key = store.room_key("r");
-    #[derive(serde::Deserialize)]
-    struct Sums {
-        n: u64,
-        np: u64,
-    }
-    let agg: Vec<u8> = redis::cmd("HGET")
-        .arg(&key)
-        .arg("agg")
-        .query(&mut conn)
-        .unwrap();
-    let agg: Sums = rmp_serde::from_slice(&agg).unwrap();
+    let agg = common::room_sums(&mut conn, &key);
     assert_eq!(agg.n, state.entries.len() as u64);
     assert_eq!(
         agg.np,
@@ -491,4 +481,192 @@ fn entries_of_the_form_before_are_read() {
         format!("{answer:?}").contains("a host entry of another form"),
         "{answer:?}"
     );
+}
+
+/// The room's state record turned back into the fields earlier builds kept (`clock`, `skew`,
+/// `seq`, `born`, `frontier`, `ttl` as numbers, `agg` the sums as a MessagePack map), as a
+/// room synced by such a build holds it.
+fn state_as_before(conn: &mut redis::Connection, key: &str) {
+    use std::collections::BTreeMap;
+    let st: Vec<u8> = redis::cmd("HGET").arg(key).arg("st").query(conn).unwrap();
+    let mut at = 1;
+    let mut double = || {
+        let d = f64::from_le_bytes(st[at..at + 8].try_into().unwrap());
+        at += 8;
+        d as i64
+    };
+    let parts: Vec<i64> = (0..6).map(|_| double()).collect();
+    let sums: Vec<i64> = (0..7).map(|_| double()).collect();
+    let counts: Vec<i64> = (0..5).map(|_| double()).collect();
+    let maps: Vec<BTreeMap<i64, i64>> = counts
+        .iter()
+        .map(|&count| (0..count).map(|_| (double(), double())).collect())
+        .collect();
+    #[derive(serde::Serialize)]
+    struct Agg {
+        n: i64,
+        np: i64,
+        rt: i64,
+        act: i64,
+        tr: i64,
+        dm: i64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        nd: Option<i64>,
+        m: BTreeMap<i64, i64>,
+        a: BTreeMap<i64, i64>,
+        c: BTreeMap<i64, i64>,
+        l: BTreeMap<i64, i64>,
+        u: BTreeMap<i64, i64>,
+    }
+    let mut maps = maps.into_iter();
+    let mut next = || maps.next().unwrap();
+    let agg = Agg {
+        n: sums[0],
+        np: sums[1],
+        rt: sums[2],
+        act: sums[3],
+        tr: sums[4],
+        dm: sums[5],
+        nd: (sums[6] >= 0).then_some(sums[6]),
+        m: next(),
+        a: next(),
+        c: next(),
+        l: next(),
+        u: next(),
+    };
+    let mut hset = redis::cmd("HSET");
+    hset.arg(key);
+    for (name, v) in ["clock", "skew", "seq", "born", "frontier", "ttl"]
+        .iter()
+        .zip(&parts)
+    {
+        hset.arg(*name).arg(v);
+    }
+    hset.arg("agg").arg(rmp_serde::to_vec_named(&agg).unwrap());
+    let _: () = hset.query(conn).unwrap();
+    let _: () = redis::cmd("HDEL").arg(key).arg("st").query(conn).unwrap();
+}
+
+/// A room's state in the fields an earlier build kept (the sums a MessagePack map) is read as
+/// it was: the script answers as the allocator does, writes the state as one record and drops
+/// the old fields. A record of another form is refused, and nothing written.
+#[test]
+fn a_room_state_of_the_form_before_is_read() {
+    let (_redis, mut conn, store, script) = started("state");
+    let params = SHORT_LEASES;
+    let mut state = RoomState::default();
+    let mut seqs = std::collections::HashMap::<String, u64>::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    let key = store.room_key("r");
+    let t = 1_000_000;
+    let mut old_forms = 0;
+    for step in 0..60u64 {
+        let host = ["a", "b", "c", "d"][rng.gen_range(0..4)];
+        let clock = t + 90 * step;
+        if step % 7 == 3 {
+            state_as_before(&mut conn, &key);
+            old_forms += 1;
+        }
+        let mut report = random_report(&mut rng);
+        report.seq = seqs.get(host).copied().unwrap_or(0);
+        let expected = allocate(&mut state, host, &report, &params, clock, "");
+        let got = invoke(
+            &script,
+            &store,
+            &mut conn,
+            "r",
+            host,
+            &report,
+            &params,
+            "",
+            Some(clock),
+        );
+        assert_eq!(got, expected, "{host} at {clock}");
+        seqs.insert(host.to_owned(), got.seq);
+        let fields: Vec<String> = redis::cmd("HKEYS").arg(&key).query(&mut conn).unwrap();
+        let mut kept: Vec<&str> = fields
+            .iter()
+            .map(String::as_str)
+            .filter(|f| !f.starts_with("h:"))
+            .collect();
+        kept.sort();
+        assert_eq!(kept, ["st"], "step {step}");
+    }
+    assert!(old_forms >= 8);
+    // A record of another form: refused, nothing written.
+    let _: () = redis::cmd("HSET")
+        .arg(&key)
+        .arg("st")
+        .arg(&b"\x01short"[..])
+        .query(&mut conn)
+        .unwrap();
+    let before: Vec<Vec<u8>> = redis::cmd("HGETALL").arg(&key).query(&mut conn).unwrap();
+    let [k, log, deadlines] = store.script_keys("r");
+    let answer: redis::RedisResult<Vec<redis::Value>> = redis::Script::new(SYNC_SCRIPT)
+        .key(k)
+        .key(log)
+        .key(deadlines)
+        .arg(script_calls(&[(
+            "a",
+            &script_arg(&Report::default()).unwrap(),
+            &script_arg(&params).unwrap(),
+        )]))
+        .arg("")
+        .arg("")
+        .arg(t + 9000)
+        .invoke(&mut conn);
+    assert!(
+        format!("{answer:?}").contains("a room state of another form"),
+        "{answer:?}"
+    );
+    let after: Vec<Vec<u8>> = redis::cmd("HGETALL").arg(&key).query(&mut conn).unwrap();
+    assert_eq!(after, before);
+}
+
+/// A room whose sums hold more values than one `struct` call packs (waiters in 700 arrival
+/// buckets: the sums' maps `l` and `u` hold about 1,400 pairs): written and read back in
+/// slices, with the allocator's answers throughout.
+#[test]
+fn a_state_of_many_buckets_is_kept() {
+    let (_redis, mut conn, store, script) = started("wide");
+    let params = SHORT_LEASES;
+    let mut state = RoomState::default();
+    let mut seqs = std::collections::HashMap::<String, u64>::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let t = 1_000_000;
+    for step in 0..12u64 {
+        let host = ["a", "b", "c"][(step % 3) as usize];
+        let clock = t + 100 * step;
+        let mut report = random_report(&mut rng);
+        report.seq = seqs.get(host).copied().unwrap_or(0);
+        report.live = (report.b - 700..=report.b)
+            .map(|k| (k, rng.gen_range(1..4)))
+            .collect();
+        let expected = allocate(&mut state, host, &report, &params, clock, "");
+        let got = invoke(
+            &script,
+            &store,
+            &mut conn,
+            "r",
+            host,
+            &report,
+            &params,
+            "",
+            Some(clock),
+        );
+        assert_eq!(got, expected, "{host} at {clock}");
+        seqs.insert(host.to_owned(), got.seq);
+    }
+    let st: Vec<u8> = redis::cmd("HGET")
+        .arg(store.room_key("r"))
+        .arg("st")
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        st.len() > 145 + 8 * 2000,
+        "{} bytes: past one slice",
+        st.len()
+    );
+    let sums = common::room_sums(&mut conn, &store.room_key("r"));
+    assert_eq!(sums.n, state.entries.len() as u64);
 }

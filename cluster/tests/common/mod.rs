@@ -317,3 +317,31 @@ pub fn set_role(server: &RedisServer, master: Option<u16>) {
         }
     }
 }
+
+/// A room's sums as the sync script keeps them, in its state record (field `st`; see
+/// `encode_state` in sync.lua): hosts held `n`, those present `np`, reserved totals `rt`,
+/// active visitors `act`, traffic `tr`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Sums {
+    pub n: u64,
+    pub np: u64,
+    pub rt: u64,
+    pub act: u64,
+    pub tr: u64,
+}
+
+/// The sums of the room whose hash is `key` (see [`Sums`]).
+pub fn room_sums(conn: &mut redis::Connection, key: &str) -> Sums {
+    let st: Vec<u8> = redis::cmd("HGET").arg(key).arg("st").query(conn).unwrap();
+    assert_eq!(st.first(), Some(&1), "a state record of the first form");
+    // After the form byte, doubles: clock, skew, seq, born, frontier, ttl, then the sums
+    // (see `encode_state`).
+    let double = |i: usize| f64::from_le_bytes(st[1 + 8 * i..9 + 8 * i].try_into().unwrap()) as u64;
+    Sums {
+        n: double(6),
+        np: double(7),
+        rt: double(8),
+        act: double(9),
+        tr: double(10),
+    }
+}

@@ -29,7 +29,8 @@
 --      grant's number `seq`, when it was `born`, the `frontier`, when the keys' expiry was last
 --      pushed back `ttl`, and the sums below; see `encode_state`), `run` and `h:<host>`
 --      (entries, see `encode_entry`). (Earlier builds kept the state's parts in fields of
---      their own, `agg` the sums in MessagePack: read when `st` is absent, then dropped.)
+--      their own, `agg` the sums in MessagePack: read when `st` is absent or `clock` present,
+--      then dropped.)
 --   2. the room's log of revocations (a stream; only read and written for reports with a
 --      cursor `rc`)
 --   3. the room's deadlines (a sorted set): `p:<host>` at the end of its lease while it counts
@@ -120,7 +121,8 @@ local function encode_entry(e)
     return out
   end
   local parts = { out }
-  for i, w in ipairs(live) do
+  for i = 1, #live do
+    local w = live[i]
     parts[i + 1] = struct.pack('<dd', w[1], w[2])
   end
   return table.concat(parts)
@@ -162,7 +164,7 @@ end
 -- then doubles: clock, skew, seq, born, frontier, ttl, the sums' n, np, rt, act, tr, dm, nd
 -- (-1: none), and the sizes of the sums' maps m, a, c, l, u), then those maps' (bucket, value)
 -- pairs in that order. Cheaper in Redis's Lua than the sums as a MessagePack map and the
--- parts as fields of their own (4.7 % of a sync's instructions, BENCHMARKS.md), as long as
+-- parts as fields of their own (4.8 % of a sync's instructions, BENCHMARKS.md), as long as
 -- it is packed and unpacked in one `struct` call each.
 local STATE_FORM = 1
 local STATE = '<Bdddddddddddddddddd'
@@ -184,7 +186,8 @@ end
 local function encode_state(clock, skew, seq, born, frontier, ttl)
   local vals = { clock, skew, seq, born, frontier, ttl, agg.n, agg.np, agg.rt, agg.act, agg.tr,
     agg.dm, agg.nd or -1, 0, 0, 0, 0, 0 }
-  for i, k in ipairs(MAPS) do
+  for i = 1, #MAPS do
+    local k = MAPS[i]
     local count = 0
     for b, v in pairs(agg[k]) do
       vals[#vals + 1] = b
@@ -207,6 +210,10 @@ local function decode_state(s)
   local _, clock, skew, seq, born, frontier, ttl, n, np, rt, act, tr, dm, nd, cm, ca, cc, cl,
     cu, at = struct.unpack(STATE, s)
   local counts = { cm, ca, cc, cl, cu }
+  if not (cm >= 0 and ca >= 0 and cc >= 0 and cl >= 0 and cu >= 0 and cm % 1 == 0
+      and ca % 1 == 0 and cc % 1 == 0 and cl % 1 == 0 and cu % 1 == 0) then
+    error({ err = 'ERR a room state of another form' })
+  end
   local values = 2 * (cm + ca + cc + cl + cu)
   if #s ~= STATE_LEN + 8 * values then
     error({ err = 'ERR a room state of another form' })
@@ -229,7 +236,8 @@ local function decode_state(s)
     sums.nd = nd
   end
   local i = 1
-  for j, k in ipairs(MAPS) do
+  for j = 1, #MAPS do
+    local k = MAPS[j]
     local map = {}
     for _ = 1, counts[j] do
       map[got[i]] = got[i + 1]
@@ -271,18 +279,55 @@ local function count_present(e, s)
   local live = er.live
   if #live > 1 then
     live = {}
-    for i, w in ipairs(er.live) do
+    for i = 1, #er.live do
+      local w = er.live[i]
       live[i] = w
     end
     table.sort(live, by_bucket)
   end
   local older = 0
-  for _, w in ipairs(live) do
+  for i = 1, #live do
+    local w = live[i]
     add(agg.l, w[1], s * w[2])
     local uncovered = max(0, older - headroom)
     older = older + w[2]
     add(agg.u, w[1], s * (max(0, older - headroom) - uncovered))
   end
+end
+
+-- (Helpers of `sync_room` at the top level, and loops over arrays by index, not `ipairs`:
+-- in Redis's Lua a closure made per call and an iterator called per element cost more than
+-- the work they do, BENCHMARKS.md.)
+
+-- `n * of / whole`, rounded down (`whole` at least 1).
+local function ratio(n, of, whole)
+  return floor(n * of / max(whole, 1))
+end
+
+-- (A command's arguments go in slices: Lua unpacks at most a few thousand values at once.)
+local function call_in_slices(command, target, args, step)
+  for i = 1, #args, step do
+    redis.call(command, target, unpack(args, i, min(i + step - 1, #args)))
+  end
+end
+
+-- The sum in `u_sums` up to the last bucket of `u_buckets` (in order) before `j`: waiters
+-- older than `j` that their own host's allowance does not cover.
+local function uncovered_before(u_buckets, u_sums, j)
+  -- The last bucket before `j` (binary search).
+  local lo, hi = 0, #u_buckets
+  while lo < hi do
+    local mid = floor((lo + hi + 1) / 2)
+    if u_buckets[mid] < j then
+      lo = mid
+    else
+      hi = mid - 1
+    end
+  end
+  if lo == 0 then
+    return 0
+  end
+  return u_sums[lo]
 end
 
 -- One room's sync: `key`, `log` and `deadlines` its keys, `call` its [host, report, terms]
@@ -311,14 +356,16 @@ local function sync_room(key, log, deadlines, call)
     end
   end
 
-  local state = redis.call('HMGET', key, 'st', 'run', me)
+  local state = redis.call('HMGET', key, 'st', 'run', me, 'clock')
   local seen_run, mine_raw = state[2], state[3]
   -- The state's parts (`last` false and `born` nil for a room without one yet), and the
   -- sums (nil: none kept).
   local last, skew, room_seq, born_at, frontier, ttl_at, sums
   -- Whether the fields an earlier build kept are to be dropped.
   local legacy = false
-  if state[1] then
+  -- (Fields of an earlier build beside a record: written by that build after this one's last
+  -- call, as when a host ran it again for a while. They are the newer state.)
+  if state[1] and not state[4] then
     last, skew, room_seq, born_at, frontier, ttl_at, sums = decode_state(state[1])
   else
     local old = redis.call('HMGET', key, 'clock', 'skew', 'seq', 'born', 'frontier', 'agg',
@@ -439,7 +486,8 @@ local function sync_room(key, log, deadlines, call)
       agg.nd = min(nd, now + p.lease)
     end
     local ended, taken = {}, 0
-    for _, member in ipairs(due) do
+    for i = 1, #due do
+      local member = due[i]
       local host = string.sub(member, 3)
       if host ~= name and taken >= LAPSES_PER_SYNC then
         -- Due and left for the next call: the set is read again then.
@@ -513,7 +561,8 @@ local function sync_room(key, log, deadlines, call)
   for b, n in pairs(agg.l) do
     live[b] = n
   end
-  for _, w in ipairs(r.live) do
+  for i = 1, #r.live do
+    local w = r.live[i]
     if w[2] ~= 0 then
       live[w[1]] = (live[w[1]] or 0) + w[2]
     end
@@ -533,7 +582,8 @@ local function sync_room(key, log, deadlines, call)
     end
   end
   table.sort(buckets)
-  for _, b in ipairs(buckets) do
+  for i = 1, #buckets do
+    local b = buckets[i]
     if b > frontier then
       if ready >= free then
         break
@@ -547,7 +597,8 @@ local function sync_room(key, log, deadlines, call)
   end
   local behind = queued - min(ready, queued)
   local own_ready, own_queued = 0, 0
-  for _, w in ipairs(r.live) do
+  for i = 1, #r.live do
+    local w = r.live[i]
     own_queued = own_queued + w[2]
     if w[1] <= frontier then
       own_ready = own_ready + w[2]
@@ -563,25 +614,10 @@ local function sync_room(key, log, deadlines, call)
   table.sort(u_buckets)
   local u_sums = {}
   local uncovered = 0
-  for i, b in ipairs(u_buckets) do
+  for i = 1, #u_buckets do
+    local b = u_buckets[i]
     uncovered = uncovered + agg.u[b]
     u_sums[i] = uncovered
-  end
-  local function uncovered_before(j)
-    -- The last bucket before `j` (binary search).
-    local lo, hi = 0, #u_buckets
-    while lo < hi do
-      local mid = floor((lo + hi + 1) / 2)
-      if u_buckets[mid] < j then
-        lo = mid
-      else
-        hi = mid - 1
-      end
-    end
-    if lo == 0 then
-      return 0
-    end
-    return u_sums[lo]
   end
   local room_total = max(0, p.total - others - r.active)
 
@@ -589,18 +625,16 @@ local function sync_room(key, log, deadlines, call)
   -- elsewhere; then its chunk and share of what is free for new arrivals (below). One headroom
   -- per bucket, within both limits.
   local ready_head = 0
-  for _, w in ipairs(r.live) do
+  for i = 1, #r.live do
+    local w = r.live[i]
     if w[1] <= frontier then
-      local room = max(0, room_total - uncovered_before(w[1]) - ready_head)
+      local room = max(0, room_total - uncovered_before(u_buckets, u_sums, w[1]) - ready_head)
       ready_head = ready_head + min(w[2], room)
     end
   end
   -- The free slots are handed out once on paper: the waiters' first, then every present host's
   -- chunk (scaled down when they ask for more than is left), then the rest, half evenly (a
   -- quiet host is not starved) and half by traffic (evenly when nobody had any).
-  local function ratio(n, of, whole)
-    return floor(n * of / max(whole, 1))
-  end
   local demand = r.demand + agg.dm
   local spare = max(0, free - queued)
   local share, chunk
@@ -669,12 +703,9 @@ local function sync_room(key, log, deadlines, call)
   -- than any host's reservation. A set made anew (emptied here, or counted anew) gets its
   -- expiry at once.
   local push = abs(raw - ttl_at) >= p.lease
-  -- (A command's arguments go in slices: Lua unpacks at most a few thousand values at once.)
-  local function call_in_slices(command, target, args, step)
-    for i = 1, #args, step do
-      redis.call(command, target, unpack(args, i, min(i + step - 1, #args)))
-    end
-  end
+  -- (Encoded before anything is written: one that fails leaves the room as it was.)
+  local st = encode_state(now, skew, seq, born, frontier, push and raw or ttl_at)
+  local record = encode_entry(entry)
   if rebuild then
     redis.call('DEL', deadlines)
   else
@@ -686,11 +717,10 @@ local function sync_room(key, log, deadlines, call)
     end
   end
   call_in_slices('HDEL', key, hdel, 1000)
-  local st = encode_state(now, skew, seq, born, frontier, push and raw or ttl_at)
   if run ~= '' then
-    redis.call('HSET', key, me, encode_entry(entry), 'st', st, 'run', run)
+    redis.call('HSET', key, me, record, 'st', st, 'run', run)
   else
-    redis.call('HSET', key, me, encode_entry(entry), 'st', st)
+    redis.call('HSET', key, me, record, 'st', st)
   end
   local deadline_args = { int(entry.exp), 'p:' .. name, int(entry.gone), 'g:' .. name }
   if rebuild then
@@ -726,7 +756,8 @@ local function sync_room(key, log, deadlines, call)
   local rv_out = nil
   if rev_cursor ~= nil and log ~= nil then
     if rev_ids ~= nil then
-      for _, id in ipairs(rev_ids) do
+      for i = 1, #rev_ids do
+        local id = rev_ids[i]
         redis.call('XADD', log, 'MINID', '~', string.format('%.0f', max(raw - keep, 0)), '*',
           'i', id, 'h', name)
       end
@@ -749,7 +780,8 @@ local function sync_room(key, log, deadlines, call)
     local got = redis.call('XRANGE', log, from, '+', 'COUNT', 4096)
     rc_out = rev_cursor
     local ids = {}
-    for _, e in ipairs(got) do
+    for i = 1, #got do
+      local e = got[i]
       local ms, sq = string.match(e[1], '^(%d+)-(%d+)$')
       rc_out = { tonumber(ms), tonumber(sq) }
       local f = {}
@@ -778,7 +810,8 @@ end
 
 local calls = cmsgpack.unpack(ARGV[1])
 local answers = {}
-for i, c in ipairs(calls) do
+for i = 1, #calls do
+  local c = calls[i]
   local k = 3 * (i - 1)
   local ok, answer = pcall(sync_room, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], c)
   if ok then

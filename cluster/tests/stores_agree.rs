@@ -483,10 +483,22 @@ fn entries_of_the_form_before_are_read() {
     );
 }
 
+/// How [`state_as_before`] leaves the record.
+#[derive(Clone, Copy, PartialEq)]
+enum Record<'a> {
+    /// Dropped, as a room an earlier build synced holds it.
+    Dropped,
+    /// This stale record kept beside the fields: a room an earlier build synced after this
+    /// one (a host ran it again for a while).
+    Stale(&'a [u8]),
+    /// Dropped, and a value the script cannot pack put among the sums (a bucket far from any
+    /// host's, whose value is a string).
+    Unpackable,
+}
+
 /// The room's state record turned back into the fields earlier builds kept (`clock`, `skew`,
-/// `seq`, `born`, `frontier`, `ttl` as numbers, `agg` the sums as a MessagePack map), as a
-/// room synced by such a build holds it.
-fn state_as_before(conn: &mut redis::Connection, key: &str) {
+/// `seq`, `born`, `frontier`, `ttl` as numbers, `agg` the sums as a MessagePack map).
+fn state_as_before(conn: &mut redis::Connection, key: &str, record: Record<'_>) {
     use std::collections::BTreeMap;
     let st: Vec<u8> = redis::cmd("HGET").arg(key).arg("st").query(conn).unwrap();
     let mut at = 1;
@@ -498,10 +510,24 @@ fn state_as_before(conn: &mut redis::Connection, key: &str) {
     let parts: Vec<i64> = (0..6).map(|_| double()).collect();
     let sums: Vec<i64> = (0..7).map(|_| double()).collect();
     let counts: Vec<i64> = (0..5).map(|_| double()).collect();
-    let maps: Vec<BTreeMap<i64, i64>> = counts
+    /// A sum's value: a number, or (`Record::Unpackable`) a string.
+    #[derive(serde::Serialize)]
+    #[serde(untagged)]
+    enum Value {
+        Number(i64),
+        Text(&'static str),
+    }
+    let mut maps: Vec<BTreeMap<i64, Value>> = counts
         .iter()
-        .map(|&count| (0..count).map(|_| (double(), double())).collect())
+        .map(|&count| {
+            (0..count)
+                .map(|_| (double(), Value::Number(double())))
+                .collect()
+        })
         .collect();
+    if record == Record::Unpackable {
+        maps[0].insert(5, Value::Text("x"));
+    }
     #[derive(serde::Serialize)]
     struct Agg {
         n: i64,
@@ -512,11 +538,11 @@ fn state_as_before(conn: &mut redis::Connection, key: &str) {
         dm: i64,
         #[serde(skip_serializing_if = "Option::is_none")]
         nd: Option<i64>,
-        m: BTreeMap<i64, i64>,
-        a: BTreeMap<i64, i64>,
-        c: BTreeMap<i64, i64>,
-        l: BTreeMap<i64, i64>,
-        u: BTreeMap<i64, i64>,
+        m: BTreeMap<i64, Value>,
+        a: BTreeMap<i64, Value>,
+        c: BTreeMap<i64, Value>,
+        l: BTreeMap<i64, Value>,
+        u: BTreeMap<i64, Value>,
     }
     let mut maps = maps.into_iter();
     let mut next = || maps.next().unwrap();
@@ -544,12 +570,17 @@ fn state_as_before(conn: &mut redis::Connection, key: &str) {
     }
     hset.arg("agg").arg(rmp_serde::to_vec_named(&agg).unwrap());
     let _: () = hset.query(conn).unwrap();
-    let _: () = redis::cmd("HDEL").arg(key).arg("st").query(conn).unwrap();
+    let _: () = match record {
+        Record::Stale(stale) => redis::cmd("HSET").arg(key).arg("st").arg(stale).query(conn),
+        _ => redis::cmd("HDEL").arg(key).arg("st").query(conn),
+    }
+    .unwrap();
 }
 
 /// A room's state in the fields an earlier build kept (the sums a MessagePack map) is read as
-/// it was: the script answers as the allocator does, writes the state as one record and drops
-/// the old fields. A record of another form is refused, and nothing written.
+/// it was, also beside a stale record (that build synced the room after this one): the script
+/// answers as the allocator does, writes the state as one record and drops the old fields. A
+/// record of another form, or a state that cannot be packed, is refused, and nothing written.
 #[test]
 fn a_room_state_of_the_form_before_is_read() {
     let (_redis, mut conn, store, script) = started("state");
@@ -559,13 +590,24 @@ fn a_room_state_of_the_form_before_is_read() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
     let key = store.room_key("r");
     let t = 1_000_000;
-    let mut old_forms = 0;
+    let (mut old_forms, mut beside) = (0, 0);
+    let mut stale: Vec<u8> = Vec::new();
     for step in 0..60u64 {
         let host = ["a", "b", "c", "d"][rng.gen_range(0..4)];
         let clock = t + 90 * step;
+        if step % 11 == 2 {
+            stale = redis::cmd("HGET")
+                .arg(&key)
+                .arg("st")
+                .query(&mut conn)
+                .unwrap();
+        }
         if step % 7 == 3 {
-            state_as_before(&mut conn, &key);
+            state_as_before(&mut conn, &key, Record::Dropped);
             old_forms += 1;
+        } else if step % 11 == 6 && !stale.is_empty() {
+            state_as_before(&mut conn, &key, Record::Stale(&stale));
+            beside += 1;
         }
         let mut report = random_report(&mut rng);
         report.seq = seqs.get(host).copied().unwrap_or(0);
@@ -592,35 +634,85 @@ fn a_room_state_of_the_form_before_is_read() {
         kept.sort();
         assert_eq!(kept, ["st"], "step {step}");
     }
-    assert!(old_forms >= 8);
-    // A record of another form: refused, nothing written.
-    let _: () = redis::cmd("HSET")
-        .arg(&key)
-        .arg("st")
-        .arg(&b"\x01short"[..])
-        .query(&mut conn)
-        .unwrap();
-    let before: Vec<Vec<u8>> = redis::cmd("HGETALL").arg(&key).query(&mut conn).unwrap();
+    assert!(old_forms >= 8 && beside >= 4, "{old_forms} {beside}");
+    refused_alike(
+        &mut conn,
+        &store,
+        &params,
+        t + 9000,
+        |conn| state_as_before(conn, &key, Record::Unpackable),
+        "bad argument",
+    );
+    // Records of another form: too short; maps' sizes that are not whole numbers.
+    let mut halves = vec![1u8];
+    for d in [1.0f64; 13].iter().chain(&[0.5, 0.5, 0.0, 0.0, 0.0]) {
+        halves.extend_from_slice(&d.to_le_bytes());
+    }
+    halves.extend_from_slice(&[0; 16]);
+    for garbage in [&b"\x01short"[..], &halves] {
+        refused_alike(
+            &mut conn,
+            &store,
+            &params,
+            t + 9000,
+            |conn| {
+                // (The old fields the refusal above left go: the record is read alone.)
+                let _: () = redis::cmd("HDEL")
+                    .arg(&key)
+                    .arg(&["clock", "skew", "seq", "born", "frontier", "ttl", "agg"])
+                    .query(conn)
+                    .unwrap();
+                let _: () = redis::cmd("HSET")
+                    .arg(&key)
+                    .arg("st")
+                    .arg(garbage)
+                    .query(conn)
+                    .unwrap();
+            },
+            "a room state of another form",
+        );
+    }
+}
+
+/// After `spoil`, a call is refused with `error`, and the room's keys are as they were.
+fn refused_alike(
+    conn: &mut redis::Connection,
+    store: &RedisStore,
+    params: &Params,
+    clock: u64,
+    spoil: impl FnOnce(&mut redis::Connection),
+    error: &str,
+) {
+    spoil(conn);
     let [k, log, deadlines] = store.script_keys("r");
+    let dump = |conn: &mut redis::Connection| -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+        (
+            redis::cmd("HGETALL").arg(&k).query(conn).unwrap(),
+            redis::cmd("ZRANGE")
+                .arg(&deadlines)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query(conn)
+                .unwrap(),
+        )
+    };
+    let before = dump(conn);
     let answer: redis::RedisResult<Vec<redis::Value>> = redis::Script::new(SYNC_SCRIPT)
-        .key(k)
-        .key(log)
-        .key(deadlines)
+        .key(&k)
+        .key(&log)
+        .key(&deadlines)
         .arg(script_calls(&[(
             "a",
             &script_arg(&Report::default()).unwrap(),
-            &script_arg(&params).unwrap(),
+            &script_arg(params).unwrap(),
         )]))
         .arg("")
         .arg("")
-        .arg(t + 9000)
-        .invoke(&mut conn);
-    assert!(
-        format!("{answer:?}").contains("a room state of another form"),
-        "{answer:?}"
-    );
-    let after: Vec<Vec<u8>> = redis::cmd("HGETALL").arg(&key).query(&mut conn).unwrap();
-    assert_eq!(after, before);
+        .arg(clock)
+        .invoke(conn);
+    assert!(format!("{answer:?}").contains(error), "{answer:?}");
+    assert_eq!(dump(conn), before, "nothing written");
 }
 
 /// A room whose sums hold more values than one `struct` call packs (waiters in 700 arrival

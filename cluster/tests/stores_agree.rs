@@ -407,30 +407,15 @@ fn a_lapse_left_for_the_next_call_is_processed_by_it() {
 fn entries_of_the_form_before_are_read() {
     let (_redis, mut conn, store, script) = started("form");
     let params = SHORT_LEASES;
-    let mut state = RoomState::default();
-    let mut seqs = std::collections::HashMap::<String, u64>::new();
+    let mut side = SideBySide::default();
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
-    let mut sync = |state: &mut RoomState, conn: &mut redis::Connection, host: &str, clock| {
-        let mut report = random_report(&mut rng);
-        report.seq = seqs.get(host).copied().unwrap_or(0);
-        let expected = allocate(state, host, &report, &params, clock, "");
-        let got = invoke(
-            &script,
-            &store,
-            conn,
-            "r",
-            host,
-            &report,
-            &params,
-            "",
-            Some(clock),
-        );
-        assert_eq!(got, expected, "{host} at {clock}");
-        seqs.insert(host.to_owned(), got.seq);
+    let mut sync = |side: &mut SideBySide, conn: &mut redis::Connection, host: &str, clock| {
+        let report = random_report(&mut rng);
+        side.sync(&script, &store, conn, host, report, &params, clock);
     };
     let key = store.room_key("r");
-    let as_before = |state: &RoomState, conn: &mut redis::Connection, host: &str| {
-        let old = rmp_serde::to_vec_named(&state.entries[host]).unwrap();
+    let as_before = |side: &SideBySide, conn: &mut redis::Connection, host: &str| {
+        let old = rmp_serde::to_vec_named(&side.state.entries[host]).unwrap();
         let _: () = redis::cmd("HSET")
             .arg(&key)
             .arg(format!("h:{host}"))
@@ -440,47 +425,83 @@ fn entries_of_the_form_before_are_read() {
     };
     let t = 1_000_000;
     for h in ["a", "b", "c"] {
-        sync(&mut state, &mut conn, h, t);
+        sync(&mut side, &mut conn, h, t);
     }
     // Its own entry of the form before.
-    as_before(&state, &mut conn, "b");
-    sync(&mut state, &mut conn, "b", t + 100);
-    sync(&mut state, &mut conn, "c", t + 200);
+    as_before(&side, &mut conn, "b");
+    sync(&mut side, &mut conn, "b", t + 100);
+    sync(&mut side, &mut conn, "c", t + 200);
     // A lapse read from an entry of the form before.
-    as_before(&state, &mut conn, "a");
-    sync(&mut state, &mut conn, "c", t + 1050);
-    sync(&mut state, &mut conn, "b", t + 1090);
+    as_before(&side, &mut conn, "a");
+    sync(&mut side, &mut conn, "c", t + 1050);
+    sync(&mut side, &mut conn, "b", t + 1090);
     // The room counted anew (its deadlines lost) from entries of both forms.
-    as_before(&state, &mut conn, "c");
+    as_before(&side, &mut conn, "c");
     let _: () = redis::cmd("DEL")
         .arg(store.deadlines_key("r"))
         .query(&mut conn)
         .unwrap();
-    sync(&mut state, &mut conn, "b", t + 1150);
-    sync(&mut state, &mut conn, "c", t + 1200);
-    // Garbage is still refused, with its own error.
-    let _: () = redis::cmd("HSET")
-        .arg(&key)
-        .arg("h:b")
-        .arg(&b"\x07not an entry"[..])
-        .query(&mut conn)
-        .unwrap();
-    let [k, log, deadlines] = store.script_keys("r");
-    let report = script_arg(&Report::default()).unwrap();
-    let terms = script_arg(&params).unwrap();
-    let answer: redis::RedisResult<Vec<redis::Value>> = redis::Script::new(SYNC_SCRIPT)
-        .key(k)
-        .key(log)
-        .key(deadlines)
-        .arg(script_calls(&[("b", &report, &terms)]))
-        .arg("")
-        .arg("")
-        .arg(t + 1300)
-        .invoke(&mut conn);
-    assert!(
-        format!("{answer:?}").contains("a host entry of another form"),
-        "{answer:?}"
+    sync(&mut side, &mut conn, "b", t + 1150);
+    sync(&mut side, &mut conn, "c", t + 1200);
+    // Garbage is still refused, with its own error, and nothing written.
+    refused_alike(
+        &mut conn,
+        &store,
+        "b",
+        &params,
+        t + 1300,
+        |conn| {
+            let _: () = redis::cmd("HSET")
+                .arg(&key)
+                .arg("h:b")
+                .arg(&b"\x07not an entry"[..])
+                .query(conn)
+                .unwrap();
+        },
+        "a host entry of another form",
     );
+}
+
+/// A room synced by the script and by the allocator side by side.
+#[derive(Default)]
+struct SideBySide {
+    /// The allocator's state of the room.
+    state: RoomState,
+    /// Each host's last grant number, which its next report carries.
+    seqs: std::collections::HashMap<String, u64>,
+}
+
+impl SideBySide {
+    /// `host`'s call with `report` (its `seq` set to the host's last grant number) at store
+    /// time `clock`, by the script on room `r` and by the allocator: the same answer.
+    #[allow(clippy::too_many_arguments)]
+    fn sync(
+        &mut self,
+        script: &redis::Script,
+        store: &RedisStore,
+        conn: &mut redis::Connection,
+        host: &str,
+        mut report: Report,
+        params: &Params,
+        clock: u64,
+    ) -> Reply {
+        report.seq = self.seqs.get(host).copied().unwrap_or(0);
+        let expected = allocate(&mut self.state, host, &report, params, clock, "");
+        let got = invoke(
+            script,
+            store,
+            conn,
+            "r",
+            host,
+            &report,
+            params,
+            "",
+            Some(clock),
+        );
+        assert_eq!(got, expected, "{host} at {clock}");
+        self.seqs.insert(host.to_owned(), got.seq);
+        got
+    }
 }
 
 /// How [`state_as_before`] leaves the record.
@@ -585,8 +606,7 @@ fn state_as_before(conn: &mut redis::Connection, key: &str, record: Record<'_>) 
 fn a_room_state_of_the_form_before_is_read() {
     let (_redis, mut conn, store, script) = started("state");
     let params = SHORT_LEASES;
-    let mut state = RoomState::default();
-    let mut seqs = std::collections::HashMap::<String, u64>::new();
+    let mut side = SideBySide::default();
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
     let key = store.room_key("r");
     let t = 1_000_000;
@@ -609,22 +629,8 @@ fn a_room_state_of_the_form_before_is_read() {
             state_as_before(&mut conn, &key, Record::Stale(&stale));
             beside += 1;
         }
-        let mut report = random_report(&mut rng);
-        report.seq = seqs.get(host).copied().unwrap_or(0);
-        let expected = allocate(&mut state, host, &report, &params, clock, "");
-        let got = invoke(
-            &script,
-            &store,
-            &mut conn,
-            "r",
-            host,
-            &report,
-            &params,
-            "",
-            Some(clock),
-        );
-        assert_eq!(got, expected, "{host} at {clock}");
-        seqs.insert(host.to_owned(), got.seq);
+        let report = random_report(&mut rng);
+        side.sync(&script, &store, &mut conn, host, report, &params, clock);
         let fields: Vec<String> = redis::cmd("HKEYS").arg(&key).query(&mut conn).unwrap();
         let mut kept: Vec<&str> = fields
             .iter()
@@ -638,6 +644,7 @@ fn a_room_state_of_the_form_before_is_read() {
     refused_alike(
         &mut conn,
         &store,
+        "a",
         &params,
         t + 9000,
         |conn| state_as_before(conn, &key, Record::Unpackable),
@@ -653,6 +660,7 @@ fn a_room_state_of_the_form_before_is_read() {
         refused_alike(
             &mut conn,
             &store,
+            "a",
             &params,
             t + 9000,
             |conn| {
@@ -674,10 +682,11 @@ fn a_room_state_of_the_form_before_is_read() {
     }
 }
 
-/// After `spoil`, a call is refused with `error`, and the room's keys are as they were.
+/// After `spoil`, `host`'s call is refused with `error`, and the room's keys are as they were.
 fn refused_alike(
     conn: &mut redis::Connection,
     store: &RedisStore,
+    host: &str,
     params: &Params,
     clock: u64,
     spoil: impl FnOnce(&mut redis::Connection),
@@ -703,7 +712,7 @@ fn refused_alike(
         .key(&log)
         .key(&deadlines)
         .arg(script_calls(&[(
-            "a",
+            host,
             &script_arg(&Report::default()).unwrap(),
             &script_arg(params).unwrap(),
         )]))
@@ -722,32 +731,17 @@ fn refused_alike(
 fn a_state_of_many_buckets_is_kept() {
     let (_redis, mut conn, store, script) = started("wide");
     let params = SHORT_LEASES;
-    let mut state = RoomState::default();
-    let mut seqs = std::collections::HashMap::<String, u64>::new();
+    let mut side = SideBySide::default();
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     let t = 1_000_000;
     for step in 0..12u64 {
         let host = ["a", "b", "c"][(step % 3) as usize];
         let clock = t + 100 * step;
         let mut report = random_report(&mut rng);
-        report.seq = seqs.get(host).copied().unwrap_or(0);
         report.live = (report.b - 700..=report.b)
             .map(|k| (k, rng.gen_range(1..4)))
             .collect();
-        let expected = allocate(&mut state, host, &report, &params, clock, "");
-        let got = invoke(
-            &script,
-            &store,
-            &mut conn,
-            "r",
-            host,
-            &report,
-            &params,
-            "",
-            Some(clock),
-        );
-        assert_eq!(got, expected, "{host} at {clock}");
-        seqs.insert(host.to_owned(), got.seq);
+        side.sync(&script, &store, &mut conn, host, report, &params, clock);
     }
     let st: Vec<u8> = redis::cmd("HGET")
         .arg(store.room_key("r"))
@@ -760,5 +754,5 @@ fn a_state_of_many_buckets_is_kept() {
         st.len()
     );
     let sums = common::room_sums(&mut conn, &store.room_key("r"));
-    assert_eq!(sums.n, state.entries.len() as u64);
+    assert_eq!(sums.n, side.state.entries.len() as u64);
 }

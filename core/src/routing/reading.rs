@@ -128,7 +128,7 @@ fn classes_bytewise(target: &[u8], mut c: Classes) -> Classes {
 
 /// [`Classes`] of the target's whole 16-byte blocks, 16 bytes at a time (SSE2, enabled on
 /// every x86_64 target), up to a `?`: the same answer as [`classes_bytewise`] over those
-/// bytes, in about a tenth of the instructions. (No `#[target_feature]`: the intrinsics are
+/// bytes, in about a third of the instructions. (No `#[target_feature]`: the intrinsics are
 /// called in `unsafe` blocks, which builds alike on the oldest supported compiler and on
 /// those where the intrinsics are safe functions.)
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]

@@ -462,13 +462,20 @@ mod tests {
         let fields: Vec<u64> = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 11, 12, 1];
         let bare = rmp_serde::to_vec(&fields).unwrap();
         assert_eq!(script_reply(&bare).unwrap(), reply);
-        let mut out = Vec::new();
-        rmp::encode::write_array_len(&mut out, 15).unwrap();
-        for f in &fields {
-            rmp::encode::write_uint(&mut out, *f).unwrap();
-        }
-        out.extend(rmp_serde::to_vec(&[70u64, 2]).unwrap());
-        out.extend(rmp_serde::to_vec(&["00000000000000ab"]).unwrap());
+        // The 13 fields, then a cursor, then (`ids`) the revocations.
+        let with_cursor = |ids: Option<&[&str]>| {
+            let mut out = Vec::new();
+            rmp::encode::write_array_len(&mut out, if ids.is_some() { 15 } else { 14 }).unwrap();
+            for f in &fields {
+                rmp::encode::write_uint(&mut out, *f).unwrap();
+            }
+            out.extend(rmp_serde::to_vec(&[70u64, 2]).unwrap());
+            if let Some(ids) = ids {
+                out.extend(rmp_serde::to_vec(ids).unwrap());
+            }
+            out
+        };
+        let out = with_cursor(Some(&["00000000000000ab"]));
         let with = Reply {
             rc: Some([70, 2]),
             rv: vec!["00000000000000ab".to_owned()],
@@ -476,12 +483,7 @@ mod tests {
         };
         assert_eq!(script_reply(&out).unwrap(), with);
         // A cursor and no revocations: 14 fields.
-        let mut out = Vec::new();
-        rmp::encode::write_array_len(&mut out, 14).unwrap();
-        for f in &fields {
-            rmp::encode::write_uint(&mut out, *f).unwrap();
-        }
-        out.extend(rmp_serde::to_vec(&[70u64, 2]).unwrap());
+        let out = with_cursor(None);
         let cursor = Reply {
             rc: Some([70, 2]),
             ..reply.clone()

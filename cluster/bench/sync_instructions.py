@@ -14,7 +14,8 @@ Usage (needs valgrind and the Python packages `redis` and `msgpack`):
     python3 cluster/bench/sync_instructions.py [SCRIPT] [--hosts 100] [--rooms 10] [--rounds 3]
 
 SCRIPT defaults to the repository's `cluster/src/sync.lua`. Prints the total and the
-instructions per room's sync.
+instructions per room's sync; with KEEP_CG=1 in the environment, keeps callgrind's output
+(where the instructions go, by function) and prints its path.
 """
 
 from __future__ import annotations
@@ -97,8 +98,10 @@ def main() -> None:
             pass
         server.wait()
     text = open(out).read()
-    if not os.environ.get("KEEP_CG"): os.unlink(out)
-    else: print("callgrind output:", out)
+    if os.environ.get("KEEP_CG"):
+        print("callgrind output (for callgrind_annotate):", out)
+    else:
+        os.unlink(out)
     total = int(re.search(r"^(?:summary|totals): (\d+)", text, re.M).group(1))
     print(f"{a.script}: {total:,} instructions in EVALSHA, {syncs:,} room syncs: "
           f"{total / syncs:,.0f} per room's sync ({a.hosts} hosts x {a.rooms} rooms)")

@@ -136,13 +136,16 @@ screenshots: browser-env
 		browser/tests -k "screenshot or cloudflare_template or visitors_language"
 
 # Python benchmarks: calls against limits and pyrate-limiter (pytest-benchmark), the
-# middleware's own cost per request, and uvicorn requests/s with it and without (and A/A).
+# middleware's own cost per request (timed, and counted in instructions under callgrind),
+# and uvicorn requests/s with it and without (and A/A).
 bench-python: python-env
 	@command -v wrk >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q wrk)
 	$(PY) -m pip install -q -r python/bench/requirements.txt
 	cd python && ../$(PY) -m pytest -q -p no:cacheprovider bench/test_bench.py \
 		--benchmark-columns=median,iqr,ops --benchmark-sort=name
 	cd python/bench && ../../$(PY) asgi_overhead.py
+	@command -v valgrind >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q valgrind)
+	cd python/bench && ../../$(PY) asgi_instructions.py
 	cd python/bench && ../../$(PY) asgi_bench.py
 	cd python/bench && CONTROL=1 ../../$(PY) asgi_bench.py
 

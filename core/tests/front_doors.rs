@@ -597,3 +597,68 @@ fn decide_request_in_a_named_room_applies_its_rules() {
     assert_eq!(d.outcome, Outcome::Admit);
     assert!(engine.decide_request_in(b"nope", &get("/"), NOW).is_err());
 }
+
+/// `admit_plain_header_bytes` decides as `admit_header_bytes` in a room that reads only the
+/// `Cookie` header (a dry run's pass too), and decides nothing (no seat taken) in one that
+/// reads more: rules, or header tickets.
+#[test]
+fn the_plain_admit_decides_only_in_rooms_that_read_the_cookie_alone() {
+    for extra in ["", "mode = \"dry_run\""] {
+        let plain = engine(extra);
+        let twin = engine(extra);
+        let cookie = |d: &Decision| {
+            d.set_cookie
+                .as_deref()
+                .map(|c| c.split(';').next().unwrap().to_owned())
+        };
+        let mut cookies = Vec::new();
+        for i in 0..4 {
+            let a = plain.admit_plain_header_bytes(b"shop", None, NOW).unwrap();
+            let b = twin.admit_header_bytes(b"shop", None, NOW).unwrap();
+            let a = a.expect("a room without rules decides");
+            assert_eq!(
+                (a.outcome, a.would_have, a.set_cookie.is_some()),
+                (b.outcome, b.would_have, b.set_cookie.is_some()),
+                "{extra:?}: visitor {i}"
+            );
+            cookies.push((cookie(&a).unwrap(), cookie(&b).unwrap()));
+        }
+        // Returning visitors (two admitted, two waiting), then the counts, alike.
+        for (i, (a, b)) in cookies.iter().enumerate() {
+            let a = plain
+                .admit_plain_header_bytes(b"shop", Some(a.as_bytes()), NOW + 1)
+                .unwrap()
+                .unwrap();
+            let b = twin
+                .admit_header_bytes(b"shop", Some(b.as_bytes()), NOW + 1)
+                .unwrap();
+            assert_eq!(
+                (a.outcome, a.would_have, a.position),
+                (b.outcome, b.would_have, b.position),
+                "{extra:?}: returning visitor {i}"
+            );
+        }
+        plain.tick(NOW + 1000);
+        twin.tick(NOW + 1000);
+        assert_eq!(stats(&plain), stats(&twin), "{extra:?}");
+    }
+    let rules = "[[rooms.rules]]\nname = \"health\"\naction = \"bypass\"\npaths = [\"/health\"]\n";
+    for extra in [rules, "ticket_header = true"] {
+        let reads = engine(extra);
+        for _ in 0..3 {
+            assert!(reads
+                .admit_plain_header_bytes(b"shop", None, NOW)
+                .unwrap()
+                .is_none());
+        }
+        reads.tick(NOW + 1000);
+        assert_eq!(
+            stats(&reads)["active_users"],
+            0,
+            "{extra:?}: nothing decided"
+        );
+    }
+    assert!(engine("")
+        .admit_plain_header_bytes(b"nope", None, NOW)
+        .is_err());
+}

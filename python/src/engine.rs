@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 use velvet_rope::fork_safe_lock::ForkSafeLock;
 use velvet_rope::{Config, Outcome};
 use velvet_rope_cluster::Syncer;
@@ -67,20 +67,40 @@ pub struct Engine {
     /// The process that started the sync loop: another one is a forked child.
     sync_pid: AtomicU32,
     /// The steady answer (admit, nothing to set), shared: the common case allocates nothing.
+    /// This one while no room accepts origin commands (see `steady_admit`), the next while
+    /// one does.
     admit_steady: Py<Decision>,
+    admit_steady_watched: Py<Decision>,
 }
 
 /// A header value as servers hold it: `str` or `bytes`.
 fn header_bytes<'a>(v: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
-    if let Ok(s) = v.cast::<PyString>() {
-        return s.to_str().map(str::as_bytes);
-    }
+    // `bytes` first: ASGI's headers are.
     if let Ok(b) = v.cast::<PyBytes>() {
         return Ok(b.as_bytes());
+    }
+    if let Ok(s) = v.cast::<PyString>() {
+        return s.to_str().map(str::as_bytes);
     }
     Err(pyo3::exceptions::PyTypeError::new_err(
         "a header value must be str or bytes",
     ))
+}
+
+/// A header's `(name, value)`: ASGI's pairs are tuples; a list of two (from JSON, say) does
+/// as well.
+fn header_pair<'py>(pair: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let not_a_pair =
+        || pyo3::exceptions::PyTypeError::new_err("each header must be a (name, value) pair");
+    if let Ok(t) = pair.cast::<PyTuple>() {
+        if t.len() == 2 {
+            return Ok((t.get_item(0)?, t.get_item(1)?));
+        }
+        return Err(not_a_pair());
+    }
+    let items: Vec<Bound<'py, PyAny>> = pair.extract().map_err(|_| not_a_pair())?;
+    let [name, value]: [Bound<'py, PyAny>; 2] = items.try_into().map_err(|_| not_a_pair())?;
+    Ok((name, value))
 }
 
 /// A header value as text; one that is not UTF-8 counts as absent.
@@ -126,7 +146,12 @@ impl Engine {
             && d.rule.is_none()
             && d.would_have.is_none();
         if steady {
-            return Ok(self.admit_steady.clone_ref(py));
+            let shared = if self.inner.accepts_origin_commands() {
+                &self.admit_steady_watched
+            } else {
+                &self.admit_steady
+            };
+            return Ok(shared.clone_ref(py));
         }
         Py::new(py, Decision::from(d))
     }
@@ -161,6 +186,10 @@ impl Engine {
             sync_pid: AtomicU32::new(std::process::id()),
             inner,
             admit_steady: Py::new(py, Decision::from(velvet_rope::Decision::admit_steady()))?,
+            admit_steady_watched: Py::new(
+                py,
+                Decision::from(velvet_rope::Decision::admit_steady()),
+            )?,
         })
     }
 
@@ -214,24 +243,7 @@ impl Engine {
         };
         let mut held = Vec::new();
         for pair in headers.try_iter()? {
-            let pair = pair?;
-            // ASGI's pairs are tuples; a list of two (from JSON, say) does as well.
-            let (name, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = match pair.extract() {
-                Ok(t) => t,
-                Err(_) => {
-                    let items: Vec<Bound<'_, PyAny>> = pair.extract().map_err(|_| {
-                        pyo3::exceptions::PyTypeError::new_err(
-                            "each header must be a (name, value) pair",
-                        )
-                    })?;
-                    let [name, value]: [Bound<'_, PyAny>; 2] = items.try_into().map_err(|_| {
-                        pyo3::exceptions::PyTypeError::new_err(
-                            "each header must be a (name, value) pair",
-                        )
-                    })?;
-                    (name, value)
-                }
-            };
+            let (name, value) = header_pair(&pair?)?;
             if cookies_only && !header_bytes(&name)?.eq_ignore_ascii_case(b"cookie") {
                 continue;
             }
@@ -291,14 +303,90 @@ impl Engine {
         cookie: Option<&Bound<'_, PyAny>>,
         now_ms: Option<u64>,
     ) -> PyResult<Option<Py<Decision>>> {
-        if self
+        let header = cookie.map(header_bytes).transpose()?;
+        let d = self
             .inner
-            .room_reads_request(room.as_bytes())
-            .map_err(to_py)?
-        {
-            return Ok(None);
+            .admit_plain_header_bytes(room.as_bytes(), header, or_now(now_ms)?)
+            .map_err(to_py)?;
+        d.map(|d| self.wrap(py, d)).transpose()
+    }
+
+    /// `admit_plain` given every request header as `(name, value)` pairs (`str` or `bytes`;
+    /// ASGI's `scope["headers"]` as is) instead of the `Cookie` header: the `Cookie` lines
+    /// among them are read (several joined with `; `, as HTTP/2 may split them), the others
+    /// only looked at. What the ASGI middleware calls first, so that finding the `Cookie`
+    /// header costs it no Python.
+    #[pyo3(signature = (room, headers, now_ms = None))]
+    fn admit_plain_headers<'py>(
+        &self,
+        py: Python<'py>,
+        room: &str,
+        headers: &Bound<'py, PyAny>,
+        now_ms: Option<u64>,
+    ) -> PyResult<Option<Py<Decision>>> {
+        let now = or_now(now_ms)?;
+        // The first `Cookie` line, and any more (rare: only those allocate).
+        let mut first: Option<Bound<'py, PyAny>> = None;
+        let mut more: Vec<Bound<'py, PyAny>> = Vec::new();
+        let mut take = |pair: &Bound<'py, PyAny>| -> PyResult<()> {
+            // ASGI's common case (a tuple whose name is `bytes`) with as few calls into Python
+            // as can be: the value is taken from the `Cookie` pairs only.
+            // (Exact types are a pointer compare; a subclass's check is a call into Python.)
+            let value = match pair.cast_exact::<PyTuple>() {
+                Ok(t) if t.len() == 2 => {
+                    let name = t.get_borrowed_item(0)?;
+                    let is_cookie = match name.cast_exact::<PyBytes>() {
+                        Ok(b) => b.as_bytes().eq_ignore_ascii_case(b"cookie"),
+                        Err(_) => header_bytes(&name)?.eq_ignore_ascii_case(b"cookie"),
+                    };
+                    if !is_cookie {
+                        return Ok(());
+                    }
+                    t.get_item(1)?
+                }
+                _ => {
+                    let (name, value) = header_pair(pair)?;
+                    if !header_bytes(&name)?.eq_ignore_ascii_case(b"cookie") {
+                        return Ok(());
+                    }
+                    value
+                }
+            };
+            match first {
+                None => first = Some(value),
+                Some(_) => more.push(value),
+            }
+            Ok(())
+        };
+        // A list (ASGI's) is read in place; any other iterable through an iterator.
+        if let Ok(list) = headers.cast::<PyList>() {
+            for pair in list.iter() {
+                take(&pair)?;
+            }
+        } else {
+            for pair in headers.try_iter()? {
+                take(&pair?)?;
+            }
         }
-        self.admit(py, room, cookie, now_ms).map(Some)
+        let joined;
+        let header = match &first {
+            None => None,
+            Some(one) if more.is_empty() => Some(header_bytes(one)?),
+            Some(one) => {
+                let mut all = header_bytes(one)?.to_vec();
+                for c in &more {
+                    all.extend_from_slice(b"; ");
+                    all.extend_from_slice(header_bytes(c)?);
+                }
+                joined = all;
+                Some(joined.as_slice())
+            }
+        };
+        let d = self
+            .inner
+            .admit_plain_header_bytes(room.as_bytes(), header, now)
+            .map_err(to_py)?;
+        d.map(|d| self.wrap(py, d)).transpose()
     }
 
     /// Whether deciding in `room` reads more of a request than its `Cookie` header (the room
@@ -315,6 +403,16 @@ impl Engine {
     #[getter]
     fn accepts_origin_commands(&self) -> bool {
         self.inner.accepts_origin_commands()
+    }
+
+    /// The decision object returned, shared, for a visitor admitted with nothing to add to
+    /// the response (no ticket to set, no rule matched, no dry run's verdict) while no room
+    /// accepts origin commands: a front door that finds `decision is engine.steady_admit`
+    /// passes the request on as it is, reading none of its fields. (While a room accepts
+    /// origin commands, such a visitor gets another shared object, equal in every field.)
+    #[getter]
+    fn steady_admit(&self, py: Python<'_>) -> Py<Decision> {
+        self.admit_steady.clone_ref(py)
     }
 
     /// Whether any room has `routes` (else `decide_request` without `room` places nothing).

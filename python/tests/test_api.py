@@ -86,6 +86,73 @@ def test_admission_flow_and_decisions() -> None:
         e.admit("shop", 42, now_ms=T0)  # type: ignore[arg-type]
 
 
+def test_the_plain_admits_read_the_cookie_lines_among_the_headers() -> None:
+    """`admit_plain_headers` answers what `admit_plain` answers for the same request's
+    `Cookie` lines (joined with `; `), and `None` in a room that reads more."""
+    rules = '[[rooms.rules]]\nname = "health"\naction = "bypass"\npaths = ["/health"]\n'
+    e = Engine(room(total=1) + room("ruled", extra=rules), now_ms=T0)
+    cookie = value(e.admit("shop", now_ms=T0)).encode()
+    other = [(b"host", b"example.com"), (b"accept", b"*/*")]
+    requests: list[list[tuple[bytes | str, bytes | str]]] = [
+        other,
+        [*other, (b"cookie", cookie)],
+        [(b"cookie", b"a=1"), *other, (b"cookie", cookie)],
+        [(b"cookie", cookie), (b"cookie", b"a=1; b=2")],
+        [("Cookie", cookie.decode()), ("accept", "*/*")],
+        [(b"cookie", b"a=" + cookie[:20])],
+    ]
+    for headers in requests:
+        lines = [v if isinstance(v, bytes) else v.encode() for n, v in headers
+                 if (n if isinstance(n, bytes) else n.encode()).lower() == b"cookie"]
+        joined = b"; ".join(lines) if lines else None
+        for when in (T0 + 1, T0 + 2):
+            want = e.admit_plain("shop", joined, now_ms=when)
+            got = e.admit_plain_headers("shop", headers, now_ms=when)
+            assert want is not None and got is not None
+            assert (got.outcome, got.set_cookie is None, got.ticket_error) == (
+                want.outcome, want.set_cookie is None, want.ticket_error), headers
+    # The steady visitor is admitted, the cookie-less one queued (a room of one).
+    assert e.admit_plain_headers("shop", [(b"cookie", cookie)], now_ms=T0 + 3).admitted
+    assert not e.admit_plain_headers("shop", other, now_ms=T0 + 3).admitted
+    assert e.admit_plain_headers("shop", [[b"cookie", cookie]], now_ms=T0 + 3).admitted, "lists"
+    assert e.admit_plain_headers("shop", (), now_ms=T0 + 3) is not None
+    assert e.admit_plain_headers("ruled", [(b"cookie", cookie)], now_ms=T0) is None
+    assert e.admit_plain("ruled", cookie, now_ms=T0) is None
+    for bad in ([(b"cookie",)], [b"cookie"], [(b"cookie", 42)], 7):
+        with pytest.raises(TypeError):
+            e.admit_plain_headers("shop", bad, now_ms=T0)  # type: ignore[arg-type]
+    with pytest.raises(UnknownRoomError):
+        e.admit_plain_headers("nope", other, now_ms=T0)
+
+
+def test_the_steady_admit_is_one_shared_object_while_no_room_looks_at_responses() -> None:
+    """`decision is engine.steady_admit` means: admitted, nothing to add to the response, and
+    no room accepts origin commands (the middleware then passes the request on as is)."""
+    e = Engine(room(total=2), now_ms=T0)
+    first = e.admit("shop", now_ms=T0)
+    assert first is not e.steady_admit, "a new ticket to set"
+    cookie = value(first)
+    for d in (
+        e.admit("shop", cookie, now_ms=T0 + 1),
+        e.admit_plain("shop", cookie, now_ms=T0 + 1),
+        e.admit_plain_headers("shop", [(b"cookie", cookie.encode())], now_ms=T0 + 1),
+    ):
+        assert d is e.steady_admit
+    assert e.admit("shop", "__vr_shop=forged", now_ms=T0 + 1) is not e.steady_admit
+    steady = e.steady_admit
+    assert steady.admitted and steady.set_cookie is None and steady.ticket_error is None
+    e.reload(room(total=3))
+    assert e.admit("shop", cookie, now_ms=T0 + 2) is steady is e.steady_admit, "reloaded"
+    # While a room (any room) accepts origin commands: the same answer, another object.
+    w = Engine(room(extra='enabled_origin_commands = ["revoke"]') + room("plain"), now_ms=T0)
+    assert w.accepts_origin_commands
+    for name in ("shop", "plain"):
+        c = value(w.admit(name, now_ms=T0))
+        watched = w.admit(name, c, now_ms=T0 + 1)
+        assert watched is not w.steady_admit, name
+        assert (watched.outcome, watched.set_cookie, watched.ticket_error) == ("admit", None, None)
+
+
 def test_pages_and_their_headers() -> None:
     e = Engine(room(total=1), now_ms=T0)
     admitted = e.admit("shop", now_ms=T0)

@@ -88,19 +88,35 @@ impl Engine {
     /// hand may call [`Engine::admit_header_bytes`] for the others).
     pub fn room_reads_request(&self, room: &[u8]) -> Result<bool> {
         let snap = self.current.load();
-        let cfg = &snap.room_bytes(room)?.room.cfg;
-        Ok(!cfg.rules.is_empty() || cfg.ticket_header)
+        Ok(reads_request(snap.room_bytes(room)?))
+    }
+
+    /// [`Engine::admit_header_bytes`] in a room that reads only the `Cookie` header; `None`,
+    /// having decided nothing, in a room that reads more of a request (see
+    /// [`Engine::room_reads_request`]; decide it with [`Engine::decide_request_in`]). Both
+    /// questions from one snapshot and one lookup of the room, for a front door that asks
+    /// them of every request.
+    pub fn admit_plain_header_bytes(
+        &self,
+        room: &[u8],
+        cookie_header: Option<&[u8]>,
+        now: Millis,
+    ) -> Result<Option<Decision>> {
+        let snap = self.current.load();
+        let view = snap.room_bytes(room)?;
+        if reads_request(view) {
+            return Ok(None);
+        }
+        let ticket = cookie_header.and_then(|h| view.room.cookie_finder.find_ticket(h));
+        let d = snap.decide(view, ticket, now.min(MAX_NOW_MS));
+        Ok(Some(carried_out(&view.room, d)))
     }
 
     /// Whether any room accepts origin commands (`enabled_origin_commands`): a front door
     /// whose every response would otherwise be looked at for `Velvet-Rope-Command` may skip
     /// that (and its cost) when none does.
     pub fn accepts_origin_commands(&self) -> bool {
-        self.current
-            .load()
-            .rooms
-            .iter()
-            .any(|v| v.room.cfg.revocable())
+        self.current.load().accepts_origin_commands
     }
 
     /// Whether any room has routes (else [`Engine::decide_request`] places nothing).
@@ -177,6 +193,12 @@ impl Snapshot {
         }
         d
     }
+}
+
+/// Whether deciding in `view`'s room reads more of a request than its `Cookie` header: it
+/// has rules, or takes tickets from a header.
+fn reads_request(view: &RoomView) -> bool {
+    !view.room.cfg.rules.is_empty() || view.room.cfg.ticket_header
 }
 
 /// `d` as the room carries it out: in a dry run, a queue or reject decision passed instead

@@ -114,6 +114,8 @@ pub(crate) struct Snapshot {
     pub(crate) by_name: FxHashMap<Box<[u8]>, usize>,
     /// The rooms' routes and the trusted proxies, compiled with the configuration.
     pub(crate) front: Arc<FrontDoor>,
+    /// Whether any room accepts origin commands (asked by front doors on every request).
+    pub(crate) accepts_origin_commands: bool,
 }
 
 impl Snapshot {
@@ -129,6 +131,7 @@ impl Snapshot {
             .enumerate()
             .map(|(i, v)| (v.room.cfg.name.as_bytes().into(), i))
             .collect();
+        let accepts_origin_commands = rooms.iter().any(|v| v.room.cfg.revocable());
         Self {
             keyring,
             skew_secs: config.settings.max_clock_skew_secs,
@@ -136,6 +139,7 @@ impl Snapshot {
             rooms,
             by_name,
             front,
+            accepts_origin_commands,
         }
     }
 

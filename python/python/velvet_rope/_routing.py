@@ -42,7 +42,9 @@ class RoomRouter:
                     f"{', '.join(sorted(known)) or 'none'})"
                 )
         self._router = Router(pairs, room, list(bypass), case_sensitive)
-        self._every = room if self._router.every_path else None
+        #: The room of every path, when one room decides them all (no prefixes, no bypass):
+        #: what `room_for` answers whatever the path, read by the middleware without a call.
+        self.every = room if self._router.every_path else None
 
     @classmethod
     def for_middleware(
@@ -66,14 +68,14 @@ class RoomRouter:
             )
         router = cls.__new__(cls)
         router._router = Router([], ROUTES, list(bypass), case_sensitive)
-        router._every = ROUTES if router._router.every_path else None
+        router.every = ROUTES if router._router.every_path else None
         return router
 
     def room_for(self, path: str | bytes) -> str | None:
         """The room deciding the request with `path` (or its whole request-target), or `None`
         when the request passes untouched."""
-        if self._every is not None:
-            return self._every
+        if self.every is not None:
+            return self.every
         return self._router.route(path)
 
 

@@ -181,11 +181,22 @@ class LoopTicker:
         self._engine = engine
         self._interval = interval
         self._task: asyncio.Task[None] | None = None
+        #: Whether the task was started and has not ended (it is cleared when the task ends,
+        #: or is stopped): what the middleware reads on every request, an attribute instead
+        #: of a call to `ensure_started`.
+        self.live = False
 
     def ensure_started(self) -> None:
         """Starts the task on the running loop unless it runs already."""
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            task = asyncio.get_running_loop().create_task(self._run())
+            self._task = task
+            self.live = True
+            task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if task is self._task:
+            self.live = False
 
     async def _run(self) -> None:
         failed = [False]
@@ -196,6 +207,7 @@ class LoopTicker:
     async def stop(self) -> None:
         """Cancels the task and waits for it."""
         task, self._task = self._task, None
+        self.live = False
         if task is not None and not task.done():
             task.cancel()
             try:

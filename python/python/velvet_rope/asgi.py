@@ -298,26 +298,38 @@ class WaitingRoom:
         self.engine = engine
         self.router = RoomRouter.for_middleware(engine, room, rooms, bypass, case_sensitive)
         self.ticker = LoopTicker(engine) if tick else None
+        #: The engine's shared steady decision (see `Engine.steady_admit`).
+        self.steady = engine.steady_admit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
             await self._lifespan(scope, receive, send)
             return
-        if self.ticker is not None:
-            self.ticker.ensure_started()
+        ticker = self.ticker
+        if ticker is not None and not ticker.live:
+            ticker.ensure_started()
         if kind != "http":
             strip = kind == "websocket" and self.engine.accepts_origin_commands
             await self.app(scope, receive, stripping(scope, send) if strip else send)
             return
-        room = self.router.room_for(scope["path"])
-        # Responses are looked at for origin commands only when a room accepts them.
-        commands = self.engine.accepts_origin_commands
+        router = self.router
+        room = router.every if router.every is not None else router.room_for(scope["path"])
         if room is None:
+            # Responses are looked at for origin commands only when a room accepts them.
+            commands = self.engine.accepts_origin_commands
             await self.app(scope, receive, stripping(scope, send) if commands else send)
             return
-        # No rules, no header tickets: the `Cookie` header is all the room reads (one call).
-        decision = None if room == ROUTES else self.engine.admit_plain(room, _cookie(scope))
+        # No rules, no header tickets: the `Cookie` lines are all the room reads (one call,
+        # which finds them among the headers).
+        decision = None if room == ROUTES else self.engine.admit_plain_headers(
+            room, scope.get("headers", ())
+        )
+        # Admitted with nothing to add, and no room looks at responses: on to the app as is.
+        if decision is self.steady:
+            await self.app(scope, receive, send)
+            return
+        commands = self.engine.accepts_origin_commands
         if decision is None:
             placed = self.engine.decide_request(
                 scope["method"],

@@ -96,6 +96,10 @@ def _decide(engine: Engine, room: str, request: Request) -> Decision:
     """The room's decision on the whole request (its rules, its ticket from the cookies or
     the `Velvet-Rope-Ticket` header)."""
     scope = request.scope
+    # No rules, no header tickets: the `Cookie` lines are all the room reads (one call).
+    decision = engine.admit_plain_headers(room, scope["headers"])
+    if decision is not None:
+        return decision
     placed = engine.decide_request(
         scope["method"], target_of(scope), scope["headers"], peer=peer_of(scope), room=room
     )

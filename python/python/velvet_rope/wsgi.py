@@ -168,12 +168,15 @@ class WaitingRoom:
         self.ticker = ThreadTicker(engine) if tick else None
         if self.ticker is not None:
             self.ticker.start()
+        #: The engine's shared steady decision (see `Engine.steady_admit`).
+        self.steady = engine.steady_admit
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        room = self.router.room_for(_path_bytes(environ))
-        # Responses are looked at for origin commands only when a room accepts them.
-        commands = self.engine.accepts_origin_commands
+        router = self.router
+        room = router.every if router.every is not None else router.room_for(_path_bytes(environ))
         if room is None:
+            # Responses are looked at for origin commands only when a room accepts them.
+            commands = self.engine.accepts_origin_commands
             return self.app(
                 environ, _stripping(environ, start_response) if commands else start_response
             )
@@ -181,6 +184,10 @@ class WaitingRoom:
         decision = None if room == ROUTES else self.engine.admit_plain(
             room, environ.get("HTTP_COOKIE")
         )
+        # Admitted with nothing to add, and no room looks at responses: on to the app as is.
+        if decision is self.steady:
+            return self.app(environ, start_response)
+        commands = self.engine.accepts_origin_commands
         if decision is None:
             placed = self.engine.decide_request(
                 environ.get("REQUEST_METHOD", "GET"),

@@ -662,3 +662,55 @@ fn the_plain_admit_decides_only_in_rooms_that_read_the_cookie_alone() {
         .admit_plain_header_bytes(b"nope", None, NOW)
         .is_err());
 }
+
+/// Several `Cookie` lines are read as their join with `; ` (HTTP/2's crumbs; servers join
+/// repeated lines so): a cookie of the ticket's name after a `,` in an earlier line (another
+/// cookie's unquoted value) does not shadow the visitor's ticket starting a later line. The
+/// whole-request path and the `Cookie`-header path agree.
+#[test]
+fn a_ticket_in_a_later_cookie_line_is_not_shadowed() {
+    let engine = engine("");
+    let first = engine.admit_header_bytes(b"shop", None, NOW).unwrap();
+    let cookie = first
+        .set_cookie
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let name = cookie.split('=').next().unwrap().to_owned();
+    // The room (two seats) fills.
+    engine.admit_header_bytes(b"shop", None, NOW).unwrap();
+    let planted = format!(
+        "pref=x,{name}={}",
+        "A".repeat(velvet_rope::ticket::ENCODED_LEN)
+    );
+    let headers: [(&[u8], &[u8]); 2] = [
+        (b"cookie", planted.as_bytes()),
+        (b"cookie", cookie.as_bytes()),
+    ];
+    let request = Request {
+        headers: &headers,
+        ..get("/")
+    };
+    let d = engine
+        .decide_request_in(b"shop", &request, NOW + 1)
+        .unwrap();
+    assert_eq!((d.outcome, d.ticket_error), (Outcome::Admit, None));
+    let joined = format!("{planted}; {cookie}");
+    let d = engine
+        .admit_header_bytes(b"shop", Some(joined.as_bytes()), NOW + 1)
+        .unwrap();
+    assert_eq!((d.outcome, d.ticket_error), (Outcome::Admit, None));
+    // The planted value alone is taken (and refused): a new visitor, and the room is full.
+    let alone: [(&[u8], &[u8]); 1] = [(b"cookie", planted.as_bytes())];
+    let request = Request {
+        headers: &alone,
+        ..get("/")
+    };
+    let d = engine
+        .decide_request_in(b"shop", &request, NOW + 1)
+        .unwrap();
+    assert_eq!(d.outcome, Outcome::Queue);
+    assert!(d.ticket_error.is_some());
+}

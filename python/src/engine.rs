@@ -98,6 +98,10 @@ fn header_pair<'py>(pair: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny>, Bo
         }
         return Err(not_a_pair());
     }
+    // (`bytes` and `str` are sequences too, but never a pair.)
+    if pair.is_instance_of::<PyBytes>() || pair.is_instance_of::<PyString>() {
+        return Err(not_a_pair());
+    }
     let items: Vec<Bound<'py, PyAny>> = pair.extract().map_err(|_| not_a_pair())?;
     let [name, value]: [Bound<'py, PyAny>; 2] = items.try_into().map_err(|_| not_a_pair())?;
     Ok((name, value))

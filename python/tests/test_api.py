@@ -125,6 +125,26 @@ def test_the_plain_admits_read_the_cookie_lines_among_the_headers() -> None:
         e.admit_plain_headers("nope", other, now_ms=T0)
 
 
+def test_a_ticket_in_a_later_cookie_line_is_read_alike_by_every_path() -> None:
+    """HTTP/2's cookie crumbs, the first holding a cookie of the ticket's name after a `,`
+    (another cookie's unquoted value): every path reads the lines as their join, where the
+    real ticket after `; ` comes first. Before, the whole-request path searched line by line
+    and took the planted value (queued, `bad_encoding`), while the plain path admitted."""
+    rules = '[[rooms.rules]]\nname = "health"\naction = "bypass"\npaths = ["/health"]\n'
+    e = Engine(room(total=1) + room("ruled", total=1, extra=rules), now_ms=T0)
+    for name in ("shop", "ruled"):
+        cookie = value(e.admit(name, now_ms=T0)).encode()
+        planted = b"pref=x," + cookie.split(b"=", 1)[0] + b"=" + b"A" * 94
+        headers = [(b"cookie", planted), (b"cookie", cookie)]
+        placed = e.decide_request("GET", "/", headers, room=name, now_ms=T0 + 1)
+        assert placed is not None
+        d = placed[1]
+        assert (d.outcome, d.ticket_error) == ("admit", None), name
+        if name == "shop":
+            d2 = e.admit_plain_headers(name, headers, now_ms=T0 + 1)
+            assert d2 is not None and (d2.outcome, d2.ticket_error) == ("admit", None)
+
+
 def test_the_steady_admit_is_one_shared_object_while_no_room_looks_at_responses() -> None:
     """`decision is engine.steady_admit` means: admitted, nothing to add to the response, and
     no room accepts origin commands (the middleware then passes the request on as is)."""

@@ -97,6 +97,76 @@ def test_asgi_bytearray_header_names_are_commands_too() -> None:
     assert e.revoke("r", held) == "already_revoked"
 
 
+def test_asgi_a_cookie_header_named_in_capitals_is_revoked_too() -> None:
+    """A request whose `Cookie` header's name is not lower case (a server or an inner
+    middleware that keeps the case): the ticket is read from it, so the command must revoke
+    that ticket too. Before, admission read it but the revocation looked for `b"cookie"`
+    only: the command was removed and the session kept."""
+    e = Engine(CONFIG)
+    for name in (b"Cookie", b"COOKIE", "cookie"):
+        held = e.admit("r", None, velvet_rope.now_ms()).ticket
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"velvet-rope-command", b"revoke")]})
+            await send({"type": "http.response.body", "body": b"origin"})
+
+        value: Any = f"__vr_r={held}" if isinstance(name, str) else f"__vr_r={held}".encode()
+        sent = run(AsgiRoom(app, e, room="r", tick=False), [(name, value)])
+        cleared = [v for n, v in sent[0]["headers"] if bytes(n).lower() == b"set-cookie"]
+        assert cleared and b"Max-Age=0" in cleared[0], (name, sent[0]["headers"])
+        assert e.revoke("r", held) == "already_revoked", f"{name!r}: not revoked"
+
+
+def test_headers_given_as_a_one_shot_iterable_are_read_by_every_call() -> None:
+    """ASGI allows any iterable of headers: a room with rules reads them after the first
+    call (which reads only `Cookie` lines and finds the room reads more) has looked; a
+    one-shot iterator must not be used up by then. A bypass rule on a header, in a full
+    room: the monitor passes, through the middleware and FastAPI's dependency alike."""
+    from velvet_rope.fastapi import _decide
+
+    config = (
+        '[[rooms]]\nname = "r"\ntotal_active_users = 1\nnew_users_per_minute = 1000\n'
+        '[[rooms.rules]]\nname = "monitor"\naction = "bypass"\n'
+        'headers = { "X-Monitor-Token" = "s3cret" }\n[rooms.cookie]\nsecure = false\n'
+    )
+    e = Engine(config)
+    e.admit("r", None)  # the one seat
+
+    def scope(headers: Any) -> dict[str, Any]:
+        return {"type": "http", "method": "GET", "path": "/", "raw_path": b"/",
+                "query_string": b"", "headers": headers, "client": ("1.2.3.4", 1)}
+
+    monitor = [(b"host", b"x"), (b"x-monitor-token", b"s3cret")]
+
+    class Request:
+        def __init__(self, headers: Any) -> None:
+            self.scope = scope(headers)
+
+    for headers in (list(monitor), iter(monitor), (h for h in monitor)):
+        assert _decide(e, "r", Request(headers)).bypassed  # type: ignore[arg-type]
+    for headers in (list(monitor), iter(monitor)):
+        seen: list[Any] = []
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            seen.append(scope)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"origin"})
+
+        room = AsgiRoom(app, e, room="r", tick=False)
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        asyncio.run(room(scope(headers), receive, send))
+        assert sent[0]["status"] == 200 and seen, "the monitor was queued"
+        assert list(seen[0]["headers"]) == monitor, "the app reads the headers too"
+
+
 def trailing(headers: list[tuple[Any, Any]]) -> Any:
     """An ASGI app answering 200 with `headers` as its HTTP trailers (the
     `http.response.trailers` extension)."""

@@ -76,23 +76,8 @@ impl CookieFinder {
         short: usize,
         long: usize,
     ) -> Option<&'h [u8]> {
-        debug_assert!(short < long);
-        let rest = self.find_rest(header)?;
-        let ends_at = |len: usize| match rest.get(len) {
-            Some(b';' | b',') => true,
-            Some(_) => false,
-            None => rest.len() == len,
-        };
-        let starts_plainly = rest.first().is_some_and(|&b| !delimits(b));
-        Some(
-            if starts_plainly && ends_at(long) && !delimits(rest[short]) {
-                &rest[..long]
-            } else if starts_plainly && ends_at(short) {
-                &rest[..short]
-            } else {
-                value_at_start(rest)
-            },
-        )
+        self.find_rest(header)
+            .map(|rest| exact_value(rest, short, long))
     }
 
     /// The ticket cookie's value, for opening: [`CookieFinder::find_exact`] at the lengths of
@@ -108,17 +93,43 @@ impl CookieFinder {
         )
     }
 
+    /// [`CookieFinder::find_ticket`] in a request's several `Cookie` lines, read as their
+    /// join with `; ` (how servers join them, and HTTP/2's `cookie` crumbs), without joining
+    /// them: a ticket that starts a line or follows a `;` in any line comes before one that
+    /// follows a `,` in an earlier line, as it would in the join.
+    pub(crate) fn find_ticket_in_lines<'h>(
+        &self,
+        lines: impl Iterator<Item = &'h [u8]>,
+    ) -> Option<&'h [u8]> {
+        let mut after_comma = None;
+        for line in lines {
+            match self.find_ranked(line) {
+                Some((rest, false)) => return Some(ticket_value(rest)),
+                Some((rest, true)) if after_comma.is_none() => after_comma = Some(rest),
+                _ => {}
+            }
+        }
+        after_comma.map(ticket_value)
+    }
+
     /// What follows `name=` in the first cookie of the name: the first that starts the
     /// header or follows a `;`, else the first that follows a `,` outside a quoted value.
     #[inline]
     fn find_rest<'h>(&self, header: &'h [u8]) -> Option<&'h [u8]> {
+        self.find_ranked(header).map(|(rest, _)| rest)
+    }
+
+    /// [`CookieFinder::find_rest`], and whether the cookie found follows a `,` (there is no
+    /// cookie of the name that starts the header or follows a `;`).
+    #[inline]
+    fn find_ranked<'h>(&self, header: &'h [u8]) -> Option<(&'h [u8], bool)> {
         let mut from = 0;
         let mut after_comma = None;
         while let Some(pos) = self.needle.find(&header[from..]) {
             let at = from + pos;
             match boundary(header, at) {
                 Boundary::Start | Boundary::Semicolon => {
-                    return Some(&header[at + self.needle.bytes().len()..]);
+                    return Some((&header[at + self.needle.bytes().len()..], false));
                 }
                 Boundary::Comma(comma) => {
                     if after_comma.is_none() && !in_quotes(header, comma) {
@@ -130,8 +141,37 @@ impl CookieFinder {
             }
             from = at + 1;
         }
-        after_comma.map(|at| &header[at + self.needle.bytes().len()..])
+        after_comma.map(|at| (&header[at + self.needle.bytes().len()..], true))
     }
+}
+
+/// The value at the start of `rest` (what follows `name=`) for a cookie whose valid values
+/// are exactly `short` or `long` bytes (see [`CookieFinder::find_exact`]).
+#[inline]
+fn exact_value(rest: &[u8], short: usize, long: usize) -> &[u8] {
+    debug_assert!(short < long);
+    let ends_at = |len: usize| match rest.get(len) {
+        Some(b';' | b',') => true,
+        Some(_) => false,
+        None => rest.len() == len,
+    };
+    let starts_plainly = rest.first().is_some_and(|&b| !delimits(b));
+    if starts_plainly && ends_at(long) && !delimits(rest[short]) {
+        &rest[..long]
+    } else if starts_plainly && ends_at(short) {
+        &rest[..short]
+    } else {
+        value_at_start(rest)
+    }
+}
+
+/// [`exact_value`] at a ticket's lengths (see [`CookieFinder::find_ticket`]).
+fn ticket_value(rest: &[u8]) -> &[u8] {
+    exact_value(
+        rest,
+        crate::ticket::LEGACY_ENCODED_LEN,
+        crate::ticket::ENCODED_LEN,
+    )
 }
 
 /// What comes before a match of `name=`.
@@ -445,6 +485,30 @@ mod tests {
         assert_eq!(general.is_some(), exact.is_some());
     }
 
+    /// A ticket after a `,` in one `Cookie` line (another cookie's unquoted value, or a
+    /// gunicorn-style join) does not shadow the real ticket starting the next line, as it
+    /// would not in their join; alone, it is taken.
+    #[test]
+    fn a_ticket_starting_a_later_line_comes_before_one_after_a_comma() {
+        let finder = CookieFinder::new("__vr_shop");
+        let real = "R".repeat(crate::ticket::ENCODED_LEN);
+        let planted = format!(
+            "pref=x,__vr_shop={}",
+            "P".repeat(crate::ticket::ENCODED_LEN)
+        );
+        let real_line = format!("__vr_shop={real}");
+        let lines = [planted.as_bytes(), real_line.as_bytes()];
+        assert_eq!(
+            finder.find_ticket_in_lines(lines.into_iter()),
+            Some(real.as_bytes())
+        );
+        assert_eq!(
+            finder.find_ticket_in_lines([planted.as_bytes(), b"a=1"].into_iter()),
+            Some("P".repeat(crate::ticket::ENCODED_LEN).as_bytes())
+        );
+        assert_eq!(finder.find_ticket_in_lines(std::iter::empty()), None);
+    }
+
     /// A ticket of the previous format followed by a cookie that puts a `;` where a current
     /// ticket would end is read whole, not at the current length; a current ticket is read
     /// whole however it is followed.
@@ -502,6 +566,61 @@ mod tests {
             ),
         ) {
             check_exact(&CookieFinder::new("__vr_shop"), pieces.concat().as_bytes(), [12, 14]);
+        }
+
+        /// Several `Cookie` lines read as their join with `; `: the same ticket value (or
+        /// none) as the join gives, on random lines of the cookie's name, tickets of both
+        /// formats' lengths and other lengths, separators, blanks and quotes.
+        #[test]
+        fn several_lines_read_as_their_join(
+            lines in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::sample::select(vec![
+                        "__vr_shop=", "pref=x,", "p=\"x,", "\"", ";", "; ", ",", ", ", " ",
+                        "a=1", "=", "T", "TT", "__vr_sh",
+                    ]),
+                    0..12,
+                ),
+                0..5,
+            ),
+            tickets in proptest::collection::vec(0usize..4, 0..5),
+        ) {
+            let finder = CookieFinder::new("__vr_shop");
+            let sizes = [
+                crate::ticket::ENCODED_LEN,
+                crate::ticket::LEGACY_ENCODED_LEN,
+                crate::ticket::ENCODED_LEN - 1,
+                crate::ticket::ENCODED_LEN + 1,
+            ];
+            let lines: Vec<Vec<u8>> = lines
+                .iter()
+                .enumerate()
+                .map(|(i, pieces)| {
+                    let mut line = pieces.concat().into_bytes();
+                    // Some lines end with a ticket-sized value after the name.
+                    if let Some(&k) = tickets.get(i) {
+                        line.extend_from_slice(b"__vr_shop=");
+                        line.extend(std::iter::repeat_n(b'A' + i as u8, sizes[k]));
+                    }
+                    line
+                })
+                .collect();
+            let joined = lines.join(&b"; "[..]);
+            let want = if lines.is_empty() { None } else { finder.find_ticket(&joined) };
+            let got = finder.find_ticket_in_lines(lines.iter().map(Vec::as_slice));
+            // As with one header (`check_exact`), the exact-length read may differ only where
+            // neither answer could be a ticket (a delimiter in it): both are refused alike.
+            let lens = [crate::ticket::LEGACY_ENCODED_LEN, crate::ticket::ENCODED_LEN];
+            let could_be = |v: Option<&[u8]>| v.is_some_and(|v| plausible(v, lens));
+            if could_be(got) || could_be(want) {
+                proptest::prop_assert_eq!(
+                    got,
+                    want,
+                    "{:?}",
+                    lines.iter().map(|l| String::from_utf8_lossy(l)).collect::<Vec<_>>()
+                );
+            }
+            proptest::prop_assert_eq!(got.is_some(), want.is_some());
         }
 
         /// Random headers of up to 60 pieces (the cookie's name and its parts, separators,

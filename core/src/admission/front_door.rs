@@ -170,9 +170,9 @@ impl Snapshot {
             }
         }
         let req = request.request;
-        let mut ticket = req
-            .cookie_headers()
-            .find_map(|h| room.cookie_finder.find_ticket(h));
+        let mut ticket = room
+            .cookie_finder
+            .find_ticket_in_lines(req.cookie_headers());
         if ticket.is_none() && room.cfg.ticket_header {
             ticket = req
                 .header(crate::request::TICKET_HEADER)

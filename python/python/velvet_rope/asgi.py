@@ -58,6 +58,7 @@ __all__ = [
     "WaitingRoom",
     "admitted_start",
     "admitted_trailers",
+    "headers_of",
     "peer_of",
     "stripping",
     "target_of",
@@ -80,12 +81,35 @@ TRAILERS = "http.response.trailers"
 _WEBSOCKET_HEADERS = ("websocket.accept", "websocket.http.response.start")
 
 
+def _as_bytes(value: Any) -> bytes:
+    """A header's name or value as bytes (ASGI's are; `str` is taken as UTF-8, as the engine's
+    calls take it)."""
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
 def _cookie(scope: Scope) -> bytes | None:
-    """The request's `Cookie` header (several joined with `; `, as HTTP/2 may split them)."""
-    cookies = [value for name, value in scope.get("headers", ()) if name == b"cookie"]
+    """The request's `Cookie` header (several joined with `; `, as HTTP/2 may split them),
+    its lines found as `Engine.admit_plain_headers` finds them (the name in any case)."""
+    cookies = [
+        _as_bytes(value)
+        for name, value in scope.get("headers", ())
+        if _as_bytes(name).lower() == b"cookie"
+    ]
     if len(cookies) == 1:
-        return bytes(cookies[0])
+        return cookies[0]
     return b"; ".join(cookies) if cookies else None
+
+
+def headers_of(scope: Scope) -> list[Any] | tuple[Any, ...]:
+    """The request's headers as a list or tuple (ASGI's are a list): any other iterable is
+    made a list, kept in the scope, so that a room's first call and the whole-request call
+    after it read the same headers."""
+    headers = scope.get("headers", ())
+    if type(headers) is list or isinstance(headers, (list, tuple)):
+        return headers
+    listed = list(headers)
+    scope["headers"] = listed
+    return listed
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -322,9 +346,10 @@ class WaitingRoom:
             return
         # No rules, no header tickets: the `Cookie` lines are all the room reads (one call,
         # which finds them among the headers).
-        decision = None if room == ROUTES else self.engine.admit_plain_headers(
-            room, scope.get("headers", ())
-        )
+        headers = scope.get("headers", ())
+        if type(headers) is not list:  # (ASGI servers give a list: no call for it)
+            headers = headers_of(scope)
+        decision = None if room == ROUTES else self.engine.admit_plain_headers(room, headers)
         # Admitted with nothing to add, and no room looks at responses: on to the app as is.
         if decision is self.steady:
             await self.app(scope, receive, send)

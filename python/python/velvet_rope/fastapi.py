@@ -63,6 +63,7 @@ from .asgi import (
     TRAILERS,
     admitted_start,
     admitted_trailers,
+    headers_of,
     peer_of,
     stripping,
     target_of,
@@ -97,7 +98,7 @@ def _decide(engine: Engine, room: str, request: Request) -> Decision:
     the `Velvet-Rope-Ticket` header)."""
     scope = request.scope
     # No rules, no header tickets: the `Cookie` lines are all the room reads (one call).
-    decision = engine.admit_plain_headers(room, scope["headers"])
+    decision = engine.admit_plain_headers(room, headers_of(scope))
     if decision is not None:
         return decision
     placed = engine.decide_request(

@@ -118,6 +118,70 @@ def test_asgi_a_cookie_header_named_in_capitals_is_revoked_too() -> None:
         assert e.revoke("r", held) == "already_revoked", f"{name!r}: not revoked"
 
 
+def test_request_header_names_in_any_case_are_revoked_in_every_front_door() -> None:
+    """The engine reads request headers in any case, so the revocation must find the ticket
+    as admission did: the `Cookie` header and, in a room taking header tickets,
+    `Velvet-Rope-Ticket`, through the ASGI middleware and FastAPI's `waiting_room` alike.
+    Before, both looked for lower-case names only: the command was removed and the session
+    kept."""
+    config = CONFIG.replace("[rooms.cookie]", "ticket_header = true\n[rooms.cookie]")
+
+    async def origin(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"velvet-rope-command", b"revoke")]})
+        await send({"type": "http.response.body", "body": b"origin"})
+
+    for name, prefix in ((b"Velvet-Rope-Ticket", ""), (b"Cookie", "__vr_r=")):
+        e = Engine(config)
+        held = e.admit("r", None, velvet_rope.now_ms()).ticket
+        sent = run(AsgiRoom(origin, e, room="r", tick=False), [(name, f"{prefix}{held}".encode())])
+        assert sent[0]["status"] == 200
+        assert e.revoke("r", held) == "already_revoked", f"ASGI, {name!r}: not revoked"
+
+        e = Engine(config)
+        app = FastAPI()
+
+        @app.get("/logout")
+        @waiting_room(e, "r", tick=False)
+        async def logout() -> None:
+            raise HTTPException(status_code=403, detail="banned",
+                                headers={"Velvet-Rope-Command": "revoke"})
+
+        held = e.admit("r", None, velvet_rope.now_ms()).ticket
+        status, _, _ = call(app, "/logout", [(name, f"{prefix}{held}".encode())])
+        assert status == 403
+        assert e.revoke("r", held) == "already_revoked", f"FastAPI, {name!r}: not revoked"
+
+
+def test_a_scope_without_headers_is_decided_in_a_room_with_rules() -> None:
+    """A scope with no `headers` (a hand-made one: ASGI servers always give them) is a
+    request without headers in every room, not a `KeyError` in rooms with rules."""
+    config = CONFIG.replace(
+        "[rooms.cookie]",
+        '[[rooms.rules]]\nname = "health"\naction = "bypass"\npaths = ["/health"]\n'
+        "[rooms.cookie]",
+    )
+    e = Engine(config)
+
+    async def origin(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"origin"})
+
+    scope = {"type": "http", "method": "GET", "path": "/", "raw_path": b"/",
+             "query_string": b"", "client": ("127.0.0.1", 1)}
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    asyncio.run(AsgiRoom(origin, e, room="r", tick=False)(scope, receive, send))
+    assert sent[0]["status"] == 200
+    assert any(bytes(n).lower() == b"set-cookie" for n, _ in sent[0]["headers"])
+
+
 def test_headers_given_as_a_one_shot_iterable_are_read_by_every_call() -> None:
     """ASGI allows any iterable of headers: a room with rules reads them after the first
     call (which reads only `Cookie` lines and finds the room reads more) has looked; a

@@ -58,6 +58,8 @@ __all__ = [
     "WaitingRoom",
     "admitted_start",
     "admitted_trailers",
+    "cookie_of",
+    "header_of",
     "headers_of",
     "peer_of",
     "stripping",
@@ -100,6 +102,16 @@ def _cookie(scope: Scope) -> bytes | None:
     return b"; ".join(cookies) if cookies else None
 
 
+def cookie_of(scope: Scope) -> bytes | None:
+    """The request's `Cookie` lines joined with `; ` (their names in any case), if any."""
+    return _cookie(scope)
+
+
+def header_of(scope: Scope, name: bytes) -> bytes | None:
+    """The request's first `name` header (`name` in lower case; the request's in any case)."""
+    return _header(scope, name)
+
+
 def headers_of(scope: Scope) -> list[Any] | tuple[Any, ...]:
     """The request's headers as a list or tuple (ASGI's are a list): any other iterable is
     made a list, kept in the scope, so that a room's first call and the whole-request call
@@ -113,11 +125,12 @@ def headers_of(scope: Scope) -> list[Any] | tuple[Any, ...]:
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
-    """The request's first `name` header (lower case), if any: for the waiting page only, so
-    the scan stays off the admitted path."""
+    """The request's first `name` header (`name` in lower case; the request's in any case,
+    as the engine reads headers), if any: for the waiting page and revocations only, so the
+    scan stays off the admitted path."""
     for key, value in scope.get("headers", ()):
-        if key == name:
-            return bytes(value)
+        if _as_bytes(key).lower() == name:
+            return _as_bytes(value)
     return None
 
 
@@ -359,7 +372,7 @@ class WaitingRoom:
             placed = self.engine.decide_request(
                 scope["method"],
                 target_of(scope),
-                scope["headers"],
+                headers,
                 peer=peer_of(scope),
                 room=None if room == ROUTES else room,
             )

@@ -63,6 +63,8 @@ from .asgi import (
     TRAILERS,
     admitted_start,
     admitted_trailers,
+    cookie_of,
+    header_of,
     headers_of,
     peer_of,
     stripping,
@@ -98,11 +100,12 @@ def _decide(engine: Engine, room: str, request: Request) -> Decision:
     the `Velvet-Rope-Ticket` header)."""
     scope = request.scope
     # No rules, no header tickets: the `Cookie` lines are all the room reads (one call).
-    decision = engine.admit_plain_headers(room, headers_of(scope))
+    headers = headers_of(scope)
+    decision = engine.admit_plain_headers(room, headers)
     if decision is not None:
         return decision
     placed = engine.decide_request(
-        scope["method"], target_of(scope), scope["headers"], peer=peer_of(scope), room=room
+        scope["method"], target_of(scope), headers, peer=peer_of(scope), room=room
     )
     assert placed is not None  # a named room always decides
     return placed[1]
@@ -112,9 +115,9 @@ def _page_response(engine: Engine, room: str, decision: Decision, request: Reque
     page = engine.render_page(
         room,
         decision,
-        request.headers.get("accept"),
-        request.headers.get("accept-language"),
-        ticket=request.headers.get("velvet-rope-ticket"),
+        header_of(request.scope, b"accept"),
+        header_of(request.scope, b"accept-language"),
+        ticket=header_of(request.scope, b"velvet-rope-ticket"),
     )
     if page is None:  # admit decisions have no page
         raise RuntimeError("an admitted request has no waiting page")
@@ -252,8 +255,8 @@ def _commands(
             engine,
             room,
             decision,
-            "; ".join(request.headers.getlist("cookie")) or None,
-            request.headers.get("velvet-rope-ticket"),
+            cookie_of(request.scope),
+            header_of(request.scope, b"velvet-rope-ticket"),
         )
     except Exception:
         LOG.exception("velvet-rope: room %r: cannot carry out the origin's commands", room)

@@ -103,9 +103,10 @@ impl CookieFinder {
     ) -> Option<&'h [u8]> {
         let mut after_comma = None;
         for line in lines {
-            match self.find_ranked(line) {
-                Some((rest, false)) => return Some(ticket_value(rest)),
-                Some((rest, true)) if after_comma.is_none() => after_comma = Some(rest),
+            let mut ranked_low = false;
+            match self.find_ranked(line, &mut ranked_low) {
+                Some(rest) if !ranked_low => return Some(ticket_value(rest)),
+                Some(rest) if after_comma.is_none() => after_comma = Some(rest),
                 _ => {}
             }
         }
@@ -116,24 +117,26 @@ impl CookieFinder {
     /// header or follows a `;`, else the first that follows a `,` outside a quoted value.
     #[inline]
     fn find_rest<'h>(&self, header: &'h [u8]) -> Option<&'h [u8]> {
-        self.find_ranked(header).map(|(rest, _)| rest)
+        self.find_ranked(header, &mut false)
     }
 
-    /// [`CookieFinder::find_rest`], and whether the cookie found follows a `,` (there is no
-    /// cookie of the name that starts the header or follows a `;`).
+    /// [`CookieFinder::find_rest`], setting `after_comma` when the cookie found follows a `,`
+    /// (no cookie of the name starts the header or follows a `;`). (The flag is written
+    /// through a reference: returned with the slice, the three words went through memory,
+    /// which cost every request that reads a ticket 13 instructions.)
     #[inline]
-    fn find_ranked<'h>(&self, header: &'h [u8]) -> Option<(&'h [u8], bool)> {
+    fn find_ranked<'h>(&self, header: &'h [u8], after_comma: &mut bool) -> Option<&'h [u8]> {
         let mut from = 0;
-        let mut after_comma = None;
+        let mut first_after_comma = None;
         while let Some(pos) = self.needle.find(&header[from..]) {
             let at = from + pos;
             match boundary(header, at) {
                 Boundary::Start | Boundary::Semicolon => {
-                    return Some((&header[at + self.needle.bytes().len()..], false));
+                    return Some(&header[at + self.needle.bytes().len()..]);
                 }
                 Boundary::Comma(comma) => {
-                    if after_comma.is_none() && !in_quotes(header, comma) {
-                        after_comma = Some(at);
+                    if first_after_comma.is_none() && !in_quotes(header, comma) {
+                        first_after_comma = Some(at);
                     }
                 }
                 // `name=` inside another cookie's name or value.
@@ -141,7 +144,9 @@ impl CookieFinder {
             }
             from = at + 1;
         }
-        after_comma.map(|at| (&header[at + self.needle.bytes().len()..], true))
+        let at = first_after_comma?;
+        *after_comma = true;
+        Some(&header[at + self.needle.bytes().len()..])
     }
 }
 

@@ -396,10 +396,7 @@ impl Engine {
         now: Millis,
     ) -> Result<Decision> {
         let snap = self.current.load();
-        let view = snap.room_bytes(room)?;
-        let ticket = cookie_header.and_then(|h| view.room.cookie_finder.find_ticket(h));
-        let d = snap.decide(view, ticket, now.min(MAX_NOW_MS));
-        Ok(carried_out(&view.room, d))
+        Ok(snap.decide_cookie(snap.room_bytes(room)?, cookie_header, now))
     }
 
     /// Decides one request only if that hands the visitor nothing new, for a host that could

@@ -107,9 +107,7 @@ impl Engine {
         if reads_request(view) {
             return Ok(None);
         }
-        let ticket = cookie_header.and_then(|h| view.room.cookie_finder.find_ticket(h));
-        let d = snap.decide(view, ticket, now.min(MAX_NOW_MS));
-        Ok(Some(carried_out(&view.room, d)))
+        Ok(Some(snap.decide_cookie(view, cookie_header, now)))
     }
 
     /// Whether any room accepts origin commands (`enabled_origin_commands`): a front door
@@ -136,6 +134,19 @@ impl Engine {
 }
 
 impl Snapshot {
+    /// The decision, carried out, on a request to `view`'s room read by its `Cookie` header
+    /// alone (`Engine::admit*`: no rules).
+    #[inline]
+    pub(crate) fn decide_cookie(
+        &self,
+        view: &RoomView,
+        cookie_header: Option<&[u8]>,
+        now: Millis,
+    ) -> Decision {
+        let ticket = cookie_header.and_then(|h| view.room.cookie_finder.find_ticket(h));
+        carried_out(&view.room, self.decide(view, ticket, now.min(MAX_NOW_MS)))
+    }
+
     /// Decides a prepared request in `view`'s room.
     pub(crate) fn decide_prepared(
         &self,

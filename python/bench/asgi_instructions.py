@@ -21,30 +21,12 @@ VISITORS = 2000
 
 
 async def requests(which: str, n: int) -> None:
-    from asgi_app import plain, roomed
+    from asgi_app import plain, roomed, visitors
 
     app = roomed if which == "roomed" else plain
-    sent: list[object] = []
-
-    async def send(message: object) -> None:
-        sent.append(message)
-
-    async def receive() -> dict[str, object]:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    def scope(cookie: bytes | None) -> dict[str, object]:
-        headers = [(b"host", b"example.com"), (b"user-agent", b"bench"), (b"accept", b"*/*")]
-        if cookie is not None:
-            headers.append((b"cookie", b"_ga=GA1.2.3; " + cookie + b"; theme=dark"))
-        return {"type": "http", "path": "/", "method": "GET", "headers": headers}
-
-    cookies = []
-    for _ in range(VISITORS):
-        sent.clear()
-        await roomed(scope(None), receive, send)
-        value = dict(sent[0]["headers"])[b"set-cookie"]  # type: ignore[index]
-        cookies.append(value.split(b";", 1)[0])
-    turn = itertools.cycle([scope(c) for c in cookies])
+    scopes, receive, send = await visitors(VISITORS)
+    sent = send.sent
+    turn = itertools.cycle(scopes)
     for _ in range(n):
         sent.clear()
         await app(next(turn), receive, send)

@@ -8,35 +8,15 @@ import asyncio
 import itertools
 import time
 
-from asgi_app import plain, roomed
+from asgi_app import plain, roomed, visitors
 
 VISITORS = 2000
 CALLS = 100_000
 
 
 async def main() -> None:
-    sent: list[object] = []
-
-    async def send(message: object) -> None:
-        sent.append(message)
-
-    async def receive() -> dict[str, object]:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    def scope(cookie: bytes | None) -> dict[str, object]:
-        headers = [(b"host", b"example.com"), (b"user-agent", b"bench"), (b"accept", b"*/*")]
-        if cookie is not None:
-            headers.append((b"cookie", b"_ga=GA1.2.3; " + cookie + b"; theme=dark"))
-        return {"type": "http", "path": "/", "method": "GET", "headers": headers}
-
-    cookies = []
-    for _ in range(VISITORS):
-        sent.clear()
-        await roomed(scope(None), receive, send)
-        start = sent[0]
-        value = dict(start["headers"])[b"set-cookie"]  # type: ignore[index]
-        cookies.append(value.split(b";", 1)[0])
-    scopes = [scope(c) for c in cookies]
+    scopes, receive, send = await visitors(VISITORS)
+    sent = send.sent
     best: dict[str, float] = {}
     for _ in range(5):
         for name, app in (("plain", plain), ("roomed", roomed)):

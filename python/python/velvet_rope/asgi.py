@@ -89,7 +89,7 @@ def _as_bytes(value: Any) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
 
 
-def _cookie(scope: Scope) -> bytes | None:
+def cookie_of(scope: Scope) -> bytes | None:
     """The request's `Cookie` header (several joined with `; `, as HTTP/2 may split them),
     its lines found as `Engine.admit_plain_headers` finds them (the name in any case)."""
     cookies = [
@@ -102,29 +102,19 @@ def _cookie(scope: Scope) -> bytes | None:
     return b"; ".join(cookies) if cookies else None
 
 
-def cookie_of(scope: Scope) -> bytes | None:
-    """The request's `Cookie` lines joined with `; ` (their names in any case), if any."""
-    return _cookie(scope)
-
-
-def header_of(scope: Scope, name: bytes) -> bytes | None:
-    """The request's first `name` header (`name` in lower case; the request's in any case)."""
-    return _header(scope, name)
-
-
 def headers_of(scope: Scope) -> list[Any] | tuple[Any, ...]:
     """The request's headers as a list or tuple (ASGI's are a list): any other iterable is
     made a list, kept in the scope, so that a room's first call and the whole-request call
     after it read the same headers."""
     headers = scope.get("headers", ())
-    if type(headers) is list or isinstance(headers, (list, tuple)):
+    if isinstance(headers, (list, tuple)):
         return headers
     listed = list(headers)
     scope["headers"] = listed
     return listed
 
 
-def _header(scope: Scope, name: bytes) -> bytes | None:
+def header_of(scope: Scope, name: bytes) -> bytes | None:
     """The request's first `name` header (`name` in lower case; the request's in any case,
     as the engine reads headers), if any: for the waiting page and revocations only, so the
     scan stays off the admitted path."""
@@ -272,7 +262,7 @@ def _carry_out(
     if values:
         record(scope, values)
     if asks_revoke([*values, *(inner or ())]) and revoke(
-        engine, room, decision, _cookie(scope), _header(scope, b"velvet-rope-ticket")
+        engine, room, decision, cookie_of(scope), header_of(scope, b"velvet-rope-ticket")
     ):
         out = [*kept, (b"set-cookie", engine.clear_cookie(room).encode("latin-1"))]
     else:
@@ -300,7 +290,8 @@ def admitted_trailers(
             message["headers"] = split[0]
         # This front door's commands and those an inner one removed (recorded alike).
         if asks_revoke(scope.get(TRAILERS_KEY) or ()):
-            revoke(engine, room, decision, _cookie(scope), _header(scope, b"velvet-rope-ticket"))
+            ticket = header_of(scope, b"velvet-rope-ticket")
+            revoke(engine, room, decision, cookie_of(scope), ticket)
         return message
     except Exception:
         LOG.exception("velvet-rope: room %r: cannot carry out the origin's trailer commands", room)
@@ -400,9 +391,9 @@ class WaitingRoom:
         page = self.engine.render_page(
             room,
             decision,
-            _header(scope, b"accept"),
-            _header(scope, b"accept-language"),
-            ticket=_header(scope, b"velvet-rope-ticket"),
+            header_of(scope, b"accept"),
+            header_of(scope, b"accept-language"),
+            ticket=header_of(scope, b"velvet-rope-ticket"),
         )
         if page is None:  # admit decisions have no page; cannot happen here
             await self.app(scope, receive, stripping(scope, send))

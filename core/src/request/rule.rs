@@ -85,6 +85,88 @@ pub(crate) struct RuleSet {
     /// The cookies the rules read, each once: one pass over the `Cookie` header finds them
     /// all.
     cookie_names: CookieNames,
+    /// Which of the first 64 rules a request may still match, by what is cheap to read once
+    /// for all of them (only those are evaluated).
+    filter: Filter,
+}
+
+/// Rules this many, the first, are filtered by [`Filter`] (bit `i`: rule `i`); the others
+/// are evaluated one by one.
+const FILTERED: usize = 64;
+
+/// What rules out most rules of a set at once: each entry a mask of the (first 64) rules
+/// that may still match, so that a request is read once for all of them and only the rules
+/// left are evaluated. Every mask is a necessary condition of the rules it clears (a rule
+/// evaluated in full still checks everything), so it changes which rules are evaluated,
+/// never the answer.
+#[derive(Debug, Clone)]
+struct Filter {
+    /// Entry `k`: the rules a request with the set's method `k` may match (the last entry:
+    /// any other method).
+    by_method: Box<[u64]>,
+    /// The rules with client blocks.
+    clients: u64,
+    /// The rules with path conditions whose routers answer plain paths by one fold (see
+    /// [`Router::plain_second_bytes`]).
+    paths: u64,
+    /// Entry `b`: the rules a plain path with second byte `b` may match (256: the path `/`).
+    by_second: Box<[u64; 257]>,
+    /// Entry `j`: the rules that read header `names[j]` (`Cookie` for cookie conditions),
+    /// which a request without that header cannot match.
+    needs: [u64; MAX_HEADER_NAMES],
+    /// The rules that read any header (the union of `needs`).
+    headers: u64,
+}
+
+impl Default for Filter {
+    /// No rules.
+    fn default() -> Self {
+        Self {
+            by_method: vec![0].into(),
+            clients: 0,
+            paths: 0,
+            by_second: Box::new([u64::MAX; 257]),
+            needs: [0; MAX_HEADER_NAMES],
+            headers: 0,
+        }
+    }
+}
+
+impl Filter {
+    /// The filter of `rules` (compiled), whose methods are `methods`.
+    fn new(rules: &[Rule], methods: usize) -> Self {
+        let mut f = Self {
+            by_method: vec![0; methods + 1].into(),
+            ..Self::default()
+        };
+        for (i, rule) in rules.iter().enumerate().take(FILTERED) {
+            let bit = 1u64 << i;
+            for (k, mask) in f.by_method.iter_mut().enumerate() {
+                if rule.methods == 0 || (k < methods && rule.methods & (1 << k) != 0) {
+                    *mask |= bit;
+                }
+            }
+            if !rule.clients.is_empty() {
+                f.clients |= bit;
+            }
+            if let Some(second) = rule.paths.as_ref().and_then(Router::plain_second_bytes) {
+                f.paths |= bit;
+                for (mask, may) in f.by_second.iter_mut().zip(second) {
+                    if !may {
+                        *mask &= !bit;
+                    }
+                }
+            }
+            for (j, _) in rule.headers.iter() {
+                f.needs[*j] |= bit;
+            }
+            if !rule.cookies.is_empty() {
+                f.needs[COOKIE] |= bit;
+            }
+        }
+        f.headers = f.needs.iter().fold(0, |all, n| all | n);
+        f
+    }
 }
 
 impl Default for RuleSet {
@@ -98,6 +180,7 @@ impl Default for RuleSet {
             reads_headers: false,
             methods: Box::default(),
             cookie_names: CookieNames::default(),
+            filter: Filter::default(),
         }
     }
 }
@@ -131,6 +214,12 @@ struct HeaderIndex {
 }
 
 impl HeaderIndex {
+    /// No header indexed (for rules that read none).
+    const NONE: Self = Self {
+        masks: [0; MAX_HEADER_NAMES],
+        scan: false,
+    };
+
     /// One pass over `headers`: each name is compared only with the names of its length
     /// (`by_len`, see `RuleSet`); most headers have none.
     fn new(headers: &[(&[u8], &[u8])], names: &[Box<[u8]>], by_len: &[u16; 64]) -> Self {
@@ -152,7 +241,7 @@ impl HeaderIndex {
     }
 
     /// Whether some header called `names[j]` has a value meeting `f`.
-    #[inline]
+    #[inline(always)]
     fn any(
         &self,
         headers: &[(&[u8], &[u8])],
@@ -239,6 +328,7 @@ impl RuleSet {
             });
         }
         Ok(Self {
+            filter: Filter::new(&out, shared.methods.len()),
             hits: out.iter().map(|_| AtomicU64::new(0)).collect(),
             reads_headers: out
                 .iter()
@@ -276,27 +366,65 @@ impl RuleSet {
     #[inline]
     pub(crate) fn first_match(&self, request: &Prepared<'_, '_>) -> Option<(usize, &Rule)> {
         let req = request.request;
-        let index = HeaderIndex::new(
-            if self.reads_headers { req.headers } else { &[] },
-            &self.names,
-            &self.by_len,
-        );
+        // The headers are indexed when the first rule that reads them comes up.
+        let mut index = HeaderIndex::NONE;
+        let mut indexed = false;
+        let method = self.methods.iter().position(|m| **m == *req.method);
         let seen = Seen {
-            method: self
-                .methods
-                .iter()
-                .position(|m| **m == *req.method)
-                .map_or(0, |i| 1 << i),
+            method: method.map_or(0, |k| 1 << k),
             client: req.client.map(AddressKey::of),
             cookies: OnceCell::new(),
             query: OnceCell::new(),
         };
-        let (i, rule) = self
-            .rules
+        let filter = &self.filter;
+        let mut left = filter.by_method[method.unwrap_or(self.methods.len())];
+        // Client blocks first (a few compares each), then the target's second byte, then
+        // which headers are present.
+        let mut blocks = left & filter.clients;
+        while blocks != 0 {
+            let k = blocks.trailing_zeros() as usize;
+            let rule = &self.rules[k];
+            if !rule.client_allows(seen.client, rule.action.loosens()) {
+                left &= !(1 << k);
+            }
+            blocks &= blocks - 1;
+        }
+        if left & filter.paths != 0 {
+            if let Some(path) = request.target().plain_path() {
+                left &= filter.by_second[path.get(1).map_or(256, |&b| usize::from(b))];
+            }
+        }
+        while left != 0 {
+            let i = left.trailing_zeros() as usize;
+            if !indexed && filter.headers & (1 << i) != 0 {
+                index = HeaderIndex::new(req.headers, &self.names, &self.by_len);
+                indexed = true;
+                if !index.scan {
+                    let needs = &filter.needs[..self.names.len()];
+                    for (needs, present) in needs.iter().zip(index.masks) {
+                        if present == 0 {
+                            left &= !needs;
+                        }
+                    }
+                }
+                // This rule again, if it is still left.
+                continue;
+            }
+            let rule = &self.rules[i];
+            if rule.matches(request, &seen, self, &index) {
+                return Some((i, rule));
+            }
+            left &= left - 1;
+        }
+        let rest = self.rules.get(FILTERED..).unwrap_or_default();
+        if !indexed && self.reads_headers && !rest.is_empty() {
+            index = HeaderIndex::new(req.headers, &self.names, &self.by_len);
+        }
+        let (i, rule) = rest
             .iter()
             .enumerate()
             .find(|(_, r)| r.matches(request, &seen, self, &index))?;
-        Some((i, rule))
+        Some((FILTERED + i, rule))
     }
 
     /// Counts a request rule `i` matched, in this process's own count.
@@ -483,14 +611,8 @@ impl Rule {
         if self.methods != 0 && self.methods & seen.method == 0 {
             return false;
         }
-        if !self.clients.is_empty() {
-            let hit = match seen.client {
-                Some(key) => self.clients.contains_key(key),
-                None => !loose,
-            };
-            if !hit {
-                return false;
-            }
+        if !self.clients.is_empty() && !self.client_allows(seen.client, loose) {
+            return false;
         }
         if !self.hosts.is_empty() && !self.hosts_match(request.hosts(), loose) {
             return false;
@@ -543,6 +665,15 @@ impl Rule {
         true
     }
 
+    /// Whether its client blocks (not empty) hold `client` (see the module documentation).
+    #[inline(always)]
+    fn client_allows(&self, client: Option<AddressKey>, loose: bool) -> bool {
+        match client {
+            Some(key) => self.clients.contains_key(key),
+            None => !loose,
+        }
+    }
+
     /// Whether the hosts a request names match (see the module documentation).
     fn hosts_match(&self, hosts: &[HostSeen<'_>; 2], loose: bool) -> bool {
         let named = |h: &[u8]| self.hosts.iter().any(|p| p.matches(h));
@@ -582,6 +713,112 @@ mod tests {
             );
         }
 
+    }
+
+    /// The first rule `request` matches, every rule evaluated in order with every header
+    /// indexed: what [`RuleSet::first_match`] answers with its filters.
+    fn first_in_order(set: &RuleSet, request: &Prepared<'_, '_>) -> Option<usize> {
+        let req = request.request;
+        let index = HeaderIndex::new(req.headers, &set.names, &set.by_len);
+        let seen = Seen {
+            method: set
+                .methods
+                .iter()
+                .position(|m| **m == *req.method)
+                .map_or(0, |k| 1 << k),
+            client: req.client.map(AddressKey::of),
+            cookies: OnceCell::new(),
+            query: OnceCell::new(),
+        };
+        set.rules
+            .iter()
+            .position(|r| r.matches(request, &seen, set, &index))
+    }
+
+    /// One rule of the filter's property test, from indexes into small vocabularies.
+    fn rule_of(i: usize, pick: &[u8]) -> RuleConfig {
+        const ACTIONS: [&str; 4] = ["bypass", "queue", "reject", "count_only"];
+        const METHODS: [&str; 4] = ["GET", "POST", "HEAD", "PURGE"];
+        const PATHS: [&str; 9] = ["/", "/a", "/a/", "/A/b", "/b/", "/%61", "/ab", "/b", "/é/"];
+        const CLIENTS: [&str; 3] = ["10.0.0.0/8", "192.0.2.0/24", "2001:db8::/32"];
+        const HEADERS: [(&str, &str); 4] = [
+            ("user-agent", "*Bot*"),
+            ("X-Key", "k-*"),
+            ("accept", "*"),
+            ("cookie", "*a=1*"),
+        ];
+        const COOKIES: [(&str, &str); 3] = [("a", "1"), ("b", "*"), ("staff", "s-*")];
+        const QUERY: [&str; 3] = ["a", "a=1", "b=x"];
+        let p = |k: usize| usize::from(pick[k % pick.len()]);
+        let mut text = format!("name = \"r{i}\"\naction = \"{}\"\n", ACTIONS[p(0) % 4]);
+        let list = |n: usize, of: &[&str]| -> String {
+            let mut v: Vec<String> = (0..n)
+                .map(|k| format!("{:?}", of[p(k + 7) % of.len()]))
+                .collect();
+            v.dedup();
+            v.join(", ")
+        };
+        let kinds = p(1);
+        if kinds & 1 != 0 {
+            text += &format!("methods = [{}]\n", list(1 + p(2) % 2, &METHODS));
+        }
+        if kinds & 2 != 0 {
+            text += &format!("paths = [{}]\n", list(1 + p(3) % 3, &PATHS));
+        }
+        if kinds & 4 != 0 {
+            text += &format!("clients = [{}]\n", list(1, &CLIENTS));
+        }
+        if kinds & 8 != 0 {
+            let (n, v) = HEADERS[p(4) % HEADERS.len()];
+            text += &format!("headers = {{ {n:?} = {v:?} }}\n");
+        }
+        if kinds & 16 != 0 {
+            let (n, v) = COOKIES[p(5) % COOKIES.len()];
+            text += &format!("cookies = {{ {n:?} = {v:?} }}\n");
+        }
+        if kinds & 32 != 0 {
+            text += &format!("query = [{}]\n", list(1, &QUERY));
+        }
+        toml::from_str(&text).unwrap()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
+
+        /// The filters change which rules are evaluated, never the answer: the first match
+        /// is the one evaluating every rule in order finds, for sets shorter and longer
+        /// than the filtered 64, either case rule, and requests read more than one way.
+        #[test]
+        fn filters_never_change_the_first_match(
+            picks in proptest::collection::vec(proptest::collection::vec(0u8..=255, 12), 1..80),
+            sensitive in proptest::bool::ANY,
+            method in proptest::sample::select(vec!["GET", "POST", "HEAD", "DELETE"]),
+            target in proptest::sample::select(vec![
+                "/", "/a", "/a/", "/A/b", "/ab?a=1", "/b/c?b=x&a", "/%61/x", "//a", "/x/../a/",
+                "http://h/a/", "/é/x", "/\u{c9}/x", "?a", "*", "/a#x?a=1", "/c;a", "/b",
+            ]),
+            headers in proptest::collection::vec(
+                (proptest::sample::select(vec!["User-Agent", "x-key", "Cookie", "accept", "host"]),
+                 proptest::sample::select(vec!["a=1", "Bot", "k-1", "b=2; a=1", "staff=s-1", "x,a=1", ""])),
+                0..5,
+            ),
+            client in proptest::sample::select(vec![None, Some("10.1.2.3"), Some("192.0.2.9"), Some("2001:db8::1"), Some("100.64.0.1")]),
+        ) {
+            let rules: Vec<RuleConfig> = picks.iter().enumerate().map(|(i, p)| rule_of(i, p)).collect();
+            let case = if sensitive { PathCase::Sensitive } else { PathCase::Insensitive };
+            let set = RuleSet::compile(&rules, case, "rooms[0]").unwrap();
+            let headers: Vec<(&[u8], &[u8])> =
+                headers.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())).collect();
+            let request = crate::request::Request {
+                method: method.as_bytes(),
+                target: target.as_bytes(),
+                host: None,
+                headers: &headers,
+                client: client.map(|c| c.parse().unwrap()),
+            };
+            let filtered = set.first_match(&Prepared::new(&request)).map(|(i, _)| i);
+            proptest::prop_assert_eq!(filtered, first_in_order(&set, &Prepared::new(&request)));
+        }
     }
 
     /// Cookie conditions past the names one pass reads, and headers the pass cannot

@@ -107,6 +107,15 @@ impl<'a> Target<'a> {
         self.features.hash
     }
 
+    /// The path (before any `?`) when every reading reads it as written (the routers' fast
+    /// path; see [`Router::plain_second_bytes`]).
+    #[inline]
+    pub(crate) fn plain_path(&self) -> Option<&'a [u8]> {
+        self.features
+            .plain()
+            .then(|| &self.bytes[..self.features.path_len])
+    }
+
     /// The query string as received (after the first `?`, before any `#`), if any.
     pub fn query(&self) -> Option<&'a [u8]> {
         let rest = self.bytes.get(self.features.path_len..)?;
@@ -239,6 +248,45 @@ impl Router {
             tables,
             ascii,
         })
+    }
+
+    /// Which plain paths (see [`Target::plain_path`]) may fall under one of its prefixes, by
+    /// their second byte: entry `b` for a path whose second byte is `b`, entry 256 for the
+    /// path `/`. A path whose entry is false is under none of them (a rule's paths use this to
+    /// skip the rule). `None` when plain paths are compared under more than one fold (a
+    /// prefix that is not ASCII): no such table answers for them.
+    pub(crate) fn plain_second_bytes(&self) -> Option<[bool; 257]> {
+        if !self.ascii {
+            return None;
+        }
+        let table = &self.tables[0];
+        let mut out = [false; 257];
+        let mut allow = |form: &[u8]| match form.get(1) {
+            // `/` (or `/` bare): every path.
+            None => out = [true; 257],
+            Some(&p) => {
+                for b in 0..=u8::MAX {
+                    let read = match table.fold {
+                        Fold::Exact => b,
+                        _ => b.to_ascii_lowercase(),
+                    };
+                    if read == p {
+                        out[usize::from(b)] = true;
+                    }
+                }
+            }
+        };
+        // Bypass prefixes match as written; room prefixes also bare (see `classify_by`).
+        for b in &table.bypass {
+            allow(b);
+        }
+        for (p, _) in &table.rooms {
+            allow(p);
+            if let Some(bare) = p.strip_suffix(b"/") {
+                allow(bare);
+            }
+        }
+        Some(out)
     }
 
     /// The rooms this router sends requests to: [`Route::Room`] indexes this list.

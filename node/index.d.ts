@@ -312,8 +312,9 @@ export interface RoutingOptions {
   bypass?: string[]
   /**
    * Whether `/Shop` and `/shop` are different paths. Default: as the framework routes them
-   * (Express: its app's `case sensitive routing` setting, off by default; Fastify: its
-   * `routerOptions.caseSensitive`, on by default).
+   * (Express: both, since its routers need not follow the app's `case sensitive routing`, so
+   * a path either rule puts in a room is decided; Fastify: its `routerOptions.caseSensitive`,
+   * on by default).
    */
   caseSensitive?: boolean
 }
@@ -322,6 +323,8 @@ export interface RoutingOptions {
 export interface ExpressRequest {
   url: string
   originalUrl?: string
+  /** Where the middleware is mounted (`req.url` is under it). */
+  baseUrl?: string
   headers: { cookie?: string; accept?: string }
   rawHeaders: string[]
   /** The Express app (its `case sensitive routing` setting). */
@@ -348,7 +351,7 @@ export interface ExpressResponse {
  * `enabled_origin_commands = ["revoke"]`): the visitor's ticket is revoked and the response
  * clears the ticket cookie. The header never reaches the client (removed from every response
  * that passes the middleware). Refusals and failures are process warnings (codes
- * `VELVET_ROPE_REVOKE_REFUSED`, `VELVET_ROPE_REVOKE_FAILED`).
+ * `VELVET_ROPE_REVOKE_REFUSED`, `VELVET_ROPE_REVOKE_FAILED`, `VELVET_ROPE_TICKET_LOST`).
  */
 export declare function express(
   engine: Engine,

@@ -509,6 +509,57 @@ function clearCookies (res, ended) {
 }
 
 /**
+ * Puts a new ticket's headers (`ticketHeaders`) on the response as its head goes out, as the
+ * Python middleware adds them to the response's start: whatever the app did to the headers
+ * before (`res.set('Set-Cookie', ...)` replaces the response's own; headers given to
+ * `writeHead` replace them by name; a hijacked Fastify reply writes a head of its own), the
+ * visitor gets the ticket that holds the place. Installed after `watchResponse` (so the
+ * commands' wrapper, inside this one, clears the ticket of a session the origin ends).
+ * Nothing for a decision without a new ticket. Never throws: a failure is reported, and the
+ * head goes out as the app gave it.
+ */
+function ticketOnHead (res, d, report) {
+  if (!d.setCookie) return
+  const extra = ticketHeaders(d)
+  const writeHead = res.writeHead
+  function velvetRopeTicketHead (...args) {
+    if (!this.headersSent) {
+      try {
+        args = withTicket(this, args, extra)
+      } catch (e) {
+        report(`velvet-rope: cannot add the ticket to the response: ${e && e.message}`,
+          'VELVET_ROPE_TICKET_LOST', e)
+      }
+    }
+    return writeHead.apply(this, args)
+  }
+  res.writeHead = velvetRopeTicketHead
+  if (typeof res.writeHeader === 'function') res.writeHeader = velvetRopeTicketHead
+}
+
+/**
+ * `writeHead`'s arguments once `extra` is on the response: headers given are put on the
+ * response first, as Node would (`foldGiven`), so that none of them replaces the ticket.
+ */
+function withTicket (res, args, extra) {
+  const at = headersAt(args)
+  if (at >= 0) {
+    try {
+      foldGiven(res, args[at])
+    } catch {
+      return args // a bad header of the app's: Node's writeHead throws it
+    }
+    args = typeof args[1] === 'string' ? [args[0], args[1]] : [args[0]]
+  }
+  for (const [name, value] of extra) {
+    const had = res.getHeader(name)
+    if (had === undefined) res.setHeader(name, value)
+    else if (![].concat(had).includes(value)) append(res, name, value)
+  }
+  return args
+}
+
+/**
  * Watches an Express response for origin commands (see `watchResponse`): `room` and `d` of a
  * request a room admitted, or null and null. Only when a room of the engine accepts them.
  */
@@ -519,9 +570,11 @@ function watchExpress (engine, req, res, room, d) {
 
 /**
  * Express middleware: `app.use(velvetRope.express(engine, { room: 'shop' }))`. Paths are
- * compared as the app's router compares them: case-insensitively unless the app sets `case
- * sensitive routing` (read from `req.app` on the first request of each app), or as the
- * `caseSensitive` option says.
+ * compared under both case rules unless the `caseSensitive` option says which: the app's
+ * `case sensitive routing` (read from `req.app` on the first request of each app) says which
+ * is asked first, but not how its `express.Router()`s compare (case-insensitively, whatever
+ * the app says). A request is read as it arrived (`req.originalUrl`) and, when a middleware
+ * ahead rewrote it, as the app now routes it (`req.baseUrl` + `req.url`).
  */
 function express (engine, options = {}) {
   const routes = options.room === undefined && options.rooms === undefined
@@ -540,41 +593,61 @@ function express (engine, options = {}) {
     insensitive = fixed === true ? null : router(engine, { ...options, caseSensitive: false })
   }
   const everyPath = !routes && (sensitive || insensitive).everyPath === true
+  // Without `caseSensitive`, the app's setting says which case rule is asked first; the other
+  // is asked too (`express.Router()` and mounted apps are case-insensitive whatever the app
+  // says): a room of either decides the request, and only a path both pass is passed.
+  const either = (first, second) => first === null || second === null
+    ? first || second
+    : (target) => first(target) || second(target)
+  const both = (first, second) => first === null || second === null
+    ? first || second
+    : (target) => first(target) && second(target)
   let app = null
-  let roomFor = insensitive || sensitive
-  let skip = routes && fixed === true ? skipSensitive : skipInsensitive
+  let roomFor = fixed === undefined ? either(insensitive, sensitive) : insensitive || sensitive
+  let skip = routes && fixed === true ? skipSensitive : both(skipInsensitive, skipSensitive)
   engine.startTicking()
   return function velvetRope (req, res, next) {
     if (fixed === undefined && req.app !== app) {
       app = req.app
       const setting = app && typeof app.get === 'function' && app.get('case sensitive routing')
-      roomFor = setting ? sensitive : insensitive
-      skip = setting ? skipSensitive : skipInsensitive
+      roomFor = setting ? either(sensitive, insensitive) : either(insensitive, sensitive)
     }
+    // The request as it arrived, and as the app routes it now (`req.url` under the mount
+    // path) when a middleware ahead rewrote it: decided if either reading is.
     const target = req.originalUrl || req.url
+    const now = req.baseUrl ? req.baseUrl + req.url : req.url
+    const rewritten = now !== target ? now : null
     let room = null
     if (routes) {
-      if (skip !== null && skip(target)) return pass(req, res, next)
+      if (skip !== null && skip(target) && (rewritten === null || skip(rewritten))) {
+        return pass(req, res, next)
+      }
     } else {
-      room = everyPath ? roomFor() : roomFor(target)
+      room = everyPath
+        ? roomFor()
+        : roomFor(target) || (rewritten === null ? null : roomFor(rewritten))
       if (room === null) return pass(req, res, next)
       if (!room.readsRequest) {
         const d = room.admit(cookieOf(req))
         if (d.admitted) {
-          if (d.setCookie) res.append('Set-Cookie', d.setCookie)
           watchExpress(engine, req, res, room.name, d)
+          ticketOnHead(res, d, emitWarning)
           return next()
         }
         return sendPage(res, room.name, d)
       }
     }
-    const placed = engine.decideRequest(req, { room: room === null ? undefined : room.name, target })
+    const named = room === null ? undefined : room.name
+    let placed = engine.decideRequest(req, { room: named, target })
+    if (placed === null && rewritten !== null) {
+      placed = engine.decideRequest(req, { room: named, target: rewritten })
+    }
     if (placed === null) return pass(req, res, next)
     const d = placed.decision
     if (d.bypassed) return pass(req, res, next)
     if (d.admitted) {
-      for (const [name, value] of ticketHeaders(d)) res.append(name, value)
       watchExpress(engine, req, res, placed.room, d)
+      ticketOnHead(res, d, emitWarning)
       return next()
     }
     sendPage(res, placed.room, d)
@@ -643,6 +716,11 @@ function fastify (instance, options, done) {
   done()
 }
 
+/** A report (see `watchResponse`) to the request's log, naming `room` (or none). */
+function logTo (request, room) {
+  return (message, code, err) => request.log.warn({ room: room ?? undefined, code, err }, message)
+}
+
 /** The Fastify plugin's work (see `fastify`). */
 function setUp (instance, options) {
   const { engine } = options
@@ -671,7 +749,7 @@ function setUp (instance, options) {
    * after the plugin (which may set the header), and never for a hijacked reply.
    */
   function watchReply (request, reply, room, d) {
-    const report = (message, code, err) => request.log.warn({ room: room ?? undefined, code, err }, message)
+    const report = logTo(request, room)
     watchResponse(request.raw, reply.raw, room === null ? null : decided(engine, room, d, report), report)
   }
 
@@ -691,8 +769,8 @@ function setUp (instance, options) {
     if (room !== null && !room.readsRequest) {
       const d = room.admit(cookieOf(request.raw))
       if (d.admitted) {
-        if (d.setCookie) reply.header('set-cookie', d.setCookie)
         if (engine.acceptsOriginCommands) watchReply(request, reply, room.name, d)
+        ticketOnHead(reply.raw, d, logTo(request, room.name))
         return next()
       }
       return sendPage(room.name, d, request, reply)
@@ -706,8 +784,8 @@ function setUp (instance, options) {
     const d = placed.decision
     if (d.bypassed) return next()
     if (d.admitted) {
-      for (const [name, value] of ticketHeaders(d)) reply.header(name, value)
       if (engine.acceptsOriginCommands) watchReply(request, reply, placed.room, d)
+      ticketOnHead(reply.raw, d, logTo(request, placed.room))
       return next()
     }
     sendPage(placed.room, d, request, reply)
@@ -715,7 +793,7 @@ function setUp (instance, options) {
 
   function sendPage (room, d, request, reply) {
     const page = engine.renderPage(room, d, request.headers.accept,
-      request.headers['accept-language'], undefined, headerOf(request, 'velvet-rope-ticket'))
+      request.headers['accept-language'], undefined, headerOf(request.raw, 'velvet-rope-ticket'))
     reply.code(page.status)
     for (const [name, value] of page.headers) reply.header(name, value)
     reply.send(page.body)
@@ -757,8 +835,9 @@ function setUp (instance, options) {
         decide(room, request, reply, next)
       }
     }
-    // First among the route's own hooks, as an application-wide one would run; a new array
-    // (the route's may be shared with the HEAD route Fastify adds, which gets its own hook).
+    // First among the route's own hooks (Fastify runs every application-wide onRequest hook
+    // before them, the application's own included: README); a new array (the route's may be
+    // shared with the HEAD route Fastify adds, which gets its own hook).
     const theirs = route.onRequest
     route.onRequest = theirs === undefined || theirs === null ? [hook] : [hook].concat(theirs)
   })

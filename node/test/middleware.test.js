@@ -207,27 +207,35 @@ test('fastify and express: the waiting page is in the visitor\'s Accept-Language
 const MANY = '[[rooms]]\nname = "shop"\ntotal_active_users = 1000\nnew_users_per_minute = 1000\n' +
   '[rooms.cookie]\nsecure = false\n'
 
-test('express: paths compare as the app routes them (its `case sensitive routing`)', async () => {
+// The app's `case sensitive routing` does not say how its routers compare (`express.Router()`
+// is case-insensitive whatever the app says): without `caseSensitive`, a path either rule puts
+// in a room is decided. `caseSensitive` says it for every router of the app.
+test('express: paths compare under either case rule, or as `caseSensitive` says', async () => {
   const express = require('express')
   const { rawGet } = require('./helpers.js')
   const engine = new Engine(MANY)
   const decided = {}
-  for (const sensitive of [false, true]) {
+  for (const [setting, option] of [[false, undefined], [true, undefined], [false, true], [true, false]]) {
     const app = express()
-    if (sensitive) app.set('case sensitive routing', true)
-    app.use(velvetRope.express(engine, { rooms: { '/shop': 'shop' } }))
+    if (setting) app.set('case sensitive routing', true)
+    app.use(velvetRope.express(engine, { rooms: { '/shop': 'shop' }, caseSensitive: option }))
     app.get('/:a/:b', (req, res) => res.send('in'))
     const server = app.listen(0, '127.0.0.1')
     await new Promise((resolve) => server.once('listening', resolve))
     try {
       const r = await rawGet(server.address().port, '/SHOP/item')
       assert.equal(r.status, 200)
-      decided[sensitive] = r.setCookies.some((c) => c.startsWith('__vr_shop='))
+      decided[`${setting} ${option}`] = r.setCookies.some((c) => c.startsWith('__vr_shop='))
     } finally {
       server.close()
     }
   }
-  assert.deepEqual(decided, { false: true, true: false })
+  assert.deepEqual(decided, {
+    'false undefined': true,
+    'true undefined': true,
+    'false true': false,
+    'true false': true
+  })
   engine.stopTicking()
 })
 

@@ -1,0 +1,153 @@
+'use strict'
+/**
+ * Found by an adversarial review of the Express and Fastify middleware (each failed before
+ * its fix): a room walked past by a sub-router's case rule or a rewritten `req.url`, a new
+ * ticket lost when the app replaces the response's `Set-Cookie` or writes its own head, and
+ * a waiting page echoing two `Velvet-Rope-Ticket` lines joined.
+ */
+
+const assert = require('node:assert/strict')
+const { test } = require('node:test')
+const express = require('express')
+const Fastify = require('fastify')
+
+const velvetRope = require('..')
+const { Engine, fastify: plugin } = velvetRope
+const { rawGet } = require('./helpers.js')
+
+const MANY = '[[rooms]]\nname = "shop"\ntotal_active_users = 1000\nnew_users_per_minute = 1000\n' +
+  '[rooms.cookie]\nsecure = false\n'
+
+/** Serves `app` on 127.0.0.1 for `body(port)`, then closes it. */
+async function serving (app, body) {
+  const server = app.listen(0, '127.0.0.1')
+  await new Promise((resolve) => server.once('listening', resolve))
+  try {
+    return await body(server.address().port)
+  } finally {
+    server.close()
+  }
+}
+
+const ticketOf = (r) => r.setCookies.find((c) => c.startsWith('__vr_shop='))
+
+test('express: a case-insensitive sub-router in a case-sensitive app is still decided', async () => {
+  const engine = new Engine(MANY)
+  const app = express()
+  app.set('case sensitive routing', true)
+  app.use(velvetRope.express(engine, { rooms: { '/shop/': 'shop' } }))
+  const r = express.Router() // case-insensitive, whatever the app says
+  r.get('/shop/buy', (req, res) => res.send('bought'))
+  app.use(r)
+  await serving(app, async (port) => {
+    const got = await rawGet(port, '/SHOP/buy')
+    assert.equal(got.body, 'bought')
+    assert.ok(ticketOf(got), 'the sub-router served /SHOP/buy undecided')
+    // What neither router reads as the room's stays undecided.
+    const other = await rawGet(port, '/other')
+    assert.equal(ticketOf(other), undefined)
+  })
+  engine.stopTicking()
+})
+
+test('express: a req.url rewritten before the middleware is decided as the app routes it', async () => {
+  const engine = new Engine(MANY)
+  const app = express()
+  app.use((req, res, next) => {
+    const m = /^\/(en|de)(\/.*)$/.exec(req.url)
+    if (m) req.url = m[2]
+    next()
+  })
+  app.use(velvetRope.express(engine, { rooms: { '/shop/': 'shop' } }))
+  app.get('/shop/checkout', (req, res) => res.send('checkout'))
+  await serving(app, async (port) => {
+    const got = await rawGet(port, '/en/shop/checkout')
+    assert.equal(got.body, 'checkout')
+    assert.ok(ticketOf(got), 'the rewritten request reached the room\'s route undecided')
+  })
+  engine.stopTicking()
+})
+
+// The ways an Express app replaces the response's Set-Cookie: each must still carry the ticket
+// (and the app's own cookie).
+const replacing = [
+  ['res.set', (res) => res.set('Set-Cookie', 'theme=dark').send('in')],
+  ['res.setHeader', (res) => { res.setHeader('Set-Cookie', ['theme=dark']); res.end('in') }],
+  ['writeHead with an object', (res) => res.writeHead(200, { 'set-cookie': 'theme=dark' }).end('in')],
+  ['writeHead with a flat array', (res) => res.writeHead(200, ['Set-Cookie', 'theme=dark']).end('in')],
+  ['writeHead with pairs', (res) => res.writeHead(200, [['SET-COOKIE', 'theme=dark']]).end('in')]
+]
+for (const [name, reply] of replacing) {
+  test(`express: the ticket survives ${name} replacing Set-Cookie`, async () => {
+    const engine = new Engine(MANY)
+    const app = express()
+    // (Express's own `X-Powered-By` would make Node 20 refuse header pairs given to writeHead.)
+    app.disable('x-powered-by')
+    app.use(velvetRope.express(engine, { room: 'shop' }))
+    app.get('/', (req, res) => reply(res))
+    await serving(app, async (port) => {
+      const got = await rawGet(port, '/')
+      assert.equal(got.body, 'in')
+      assert.ok(got.setCookies.includes('theme=dark'), JSON.stringify(got.setCookies))
+      const ticket = ticketOf(got)
+      assert.ok(ticket, `no ticket in ${JSON.stringify(got.setCookies)}`)
+      // The ticket holds the place: the visitor comes back steady, with no new ticket.
+      const again = await rawGet(port, '/', [['Cookie', ticket.split(';')[0]]])
+      assert.equal(again.body, 'in')
+      assert.equal(ticketOf(again), undefined)
+    })
+    engine.stopTicking()
+  })
+}
+
+test('fastify: a hijacked reply written raw carries the ticket', async () => {
+  const engine = new Engine(MANY)
+  const app = Fastify()
+  await app.register(plugin, { engine, room: 'shop' })
+  app.get('/events', (request, reply) => {
+    reply.hijack()
+    reply.raw.writeHead(200, { 'content-type': 'text/event-stream' })
+    reply.raw.end('data: hi\n\n')
+  })
+  const res = await app.inject('/events')
+  assert.equal(res.body, 'data: hi\n\n')
+  assert.match(String(res.headers['set-cookie']), /^__vr_shop=/)
+  await app.close()
+})
+
+test('fastify: the ticket survives an onSend hook replacing Set-Cookie, and is sent once', async () => {
+  const engine = new Engine(MANY)
+  const app = Fastify()
+  await app.register(plugin, { engine, room: 'shop' })
+  app.addHook('onSend', (request, reply, payload, done) => {
+    reply.removeHeader('set-cookie')
+    reply.header('set-cookie', 'theme=dark')
+    done(null, payload)
+  })
+  app.get('/', async () => 'in')
+  const res = await app.inject('/')
+  const cookies = [].concat(res.headers['set-cookie'])
+  assert.equal(cookies.filter((c) => c.startsWith('__vr_shop=')).length, 1, JSON.stringify(cookies))
+  assert.ok(cookies.includes('theme=dark'))
+  await app.close()
+})
+
+test('fastify: a waiting page echoes the first Velvet-Rope-Ticket line, not the lines joined', async () => {
+  const engine = new Engine('[[rooms]]\nname = "shop"\ntotal_active_users = 1\nnew_users_per_minute = 1000\n' +
+    'ticket_header = true\n[rooms.cookie]\nsecure = false\n')
+  const app = Fastify()
+  await app.register(plugin, { engine, room: 'shop' })
+  app.get('/', async () => 'in')
+  assert.equal((await app.inject('/')).statusCode, 200)
+  const json = { accept: 'application/json' }
+  const queued = JSON.parse((await app.inject({ url: '/', headers: json })).body)
+  assert.equal(queued.outcome, 'queue')
+  const page = JSON.parse((await app.inject({
+    url: '/',
+    headers: { ...json, 'velvet-rope-ticket': [queued.ticket, 'junk'] }
+  })).body)
+  assert.equal(page.outcome, 'queue')
+  assert.equal(page.position, 1, 'the first line holds the place')
+  assert.equal(page.ticket, queued.ticket)
+  await app.close()
+})

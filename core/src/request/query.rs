@@ -84,8 +84,9 @@ impl<'q> Params<'q> {
         params
     }
 
-    /// Each parameter's name and value (`None`: no `=`), in order.
-    #[inline]
+    /// Each parameter's name and value (`None`: no `=`), in order (as [`Params::has`] reads
+    /// them).
+    #[cfg(test)]
     fn each(&self) -> impl Iterator<Item = (&'q [u8], Option<&'q [u8]>)> + '_ {
         let q = self.query;
         let split = self.spans[..self.len].iter().map(move |s| {
@@ -108,22 +109,40 @@ impl<'q> Params<'q> {
     /// every occurrence of its name has that value: applications disagree on which of
     /// `?k=no&k=yes` they read (the first, the last, all).
     pub(crate) fn has(&self, term: &QueryTerm, every: bool) -> bool {
+        // One parameter: `Some(answer)` when it settles the question.
         let mut seen = false;
-        for (name, value) in self.each() {
+        let mut one = |name: &[u8], value: Option<&[u8]>| -> Option<bool> {
             if !decoded_eq(name, &term.name) {
-                continue;
+                return None;
             }
             let hit = match &term.value {
                 None => true,
                 Some(want) => value.is_some_and(|v| decoded_eq(v, want)),
             };
-            if hit && !every {
-                return true;
-            }
-            if !hit && every {
-                return false;
+            if hit != every {
+                return Some(hit);
             }
             seen |= hit;
+            None
+        };
+        // The split parameters in a plain loop (most queries have no others).
+        let q = self.query;
+        for s in &self.spans[..self.len] {
+            let (start, eq, end) = (usize::from(s.start), usize::from(s.eq), usize::from(s.end));
+            if let Some(answer) = one(&q[start..eq], (eq < end).then(|| &q[eq + 1..end])) {
+                return answer;
+            }
+        }
+        if self.rest <= q.len() {
+            let rest = Pieces {
+                query: &q[self.rest..],
+                at: 0,
+            };
+            for (name, value) in rest {
+                if let Some(answer) = one(name, value) {
+                    return answer;
+                }
+            }
         }
         seen
     }

@@ -381,8 +381,11 @@ export interface RouterSpec {
   defaultRoom?: string
   /** Prefixes of paths never decided. */
   bypass: Array<string>
-  /** Whether the application's router tells `/Shop` from `/shop`. */
-  caseSensitive: boolean
+  /**
+   * Whether the application's router tells `/Shop` from `/shop`; absent: its routers may
+   * do either (an Express app's), and a path either rule puts in a room is decided.
+   */
+  caseSensitive?: boolean
 }
 
 /** Bytes of a state file for this configuration. */

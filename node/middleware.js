@@ -43,8 +43,8 @@ const { UnknownRoomError, convert } = require('./errors.js')
  * (the default; none: such paths pass). Paths under a `bypass` prefix never decide. The
  * decision is the core's (`routerNew`): the target is read the ways servers and frameworks
  * read it (absolute form, percent-escapes, `..` and `//`, `\`, case as `caseSensitive`
- * says), and a request is decided if any of those readings puts it in a room; only one
- * that every reading puts under a bypass prefix passes.
+ * says: `null` for either rule), and a request is decided if any of those readings puts it
+ * in a room; only one that every reading puts under a bypass prefix passes.
  */
 function router (engine, { room, rooms, bypass = [], caseSensitive = true } = {}) {
   const known = new Set(engine.rooms)
@@ -73,7 +73,7 @@ function router (engine, { room, rooms, bypass = [], caseSensitive = true } = {}
       rooms: prefixes,
       defaultRoom: fallback === null ? undefined : room,
       bypass: skip,
-      caseSensitive: caseSensitive !== false
+      caseSensitive: caseSensitive === null ? undefined : caseSensitive !== false
     })
   } catch (e) { throw convert(e) }
   const byIndex = route.rooms.map((name) => engine.room(name))
@@ -95,7 +95,7 @@ function bypassOnly (bypass, caseSensitive) {
       rooms: [],
       defaultRoom: 'routes',
       bypass: [...bypass],
-      caseSensitive: caseSensitive !== false
+      caseSensitive: caseSensitive === null ? undefined : caseSensitive !== false
     })
   } catch (e) { throw convert(e) }
   return (target) => route(target) < 0
@@ -458,6 +458,10 @@ function foldGiven (res, given) {
   if (given === null || typeof given !== 'object') return
   if (Array.isArray(given)) {
     const pairs = given.length > 0 && Array.isArray(given[0])
+    // Node refuses a flat array of odd length before it touches the response: so does this.
+    if (!pairs && given.length % 2 !== 0) {
+      throw new TypeError('writeHead: a flat array of headers must hold name, value pairs')
+    }
     const step = pairs ? 1 : 2
     for (let i = 0; i < given.length; i += step) {
       const name = pairs ? given[i][0] : given[i]
@@ -570,62 +574,31 @@ function watchExpress (engine, req, res, room, d) {
 
 /**
  * Express middleware: `app.use(velvetRope.express(engine, { room: 'shop' }))`. Paths are
- * compared under both case rules unless the `caseSensitive` option says which: the app's
- * `case sensitive routing` (read from `req.app` on the first request of each app) says which
- * is asked first, but not how its `express.Router()`s compare (case-insensitively, whatever
- * the app says). A request is read as it arrived (`req.originalUrl`) and, when a middleware
- * ahead rewrote it, as the app now routes it (`req.baseUrl` + `req.url`).
+ * compared under both case rules unless the `caseSensitive` option says which (an app's
+ * `case sensitive routing` does not say how its `express.Router()`s compare). The path is
+ * the one the app routes from here on (`req.baseUrl` + `req.url`: a rewrite by a middleware
+ * ahead is read as the app reads it).
  */
 function express (engine, options = {}) {
   const routes = options.room === undefined && options.rooms === undefined
-  const fixed = options.caseSensitive
-  let sensitive = null
-  let insensitive = null
-  let skipSensitive = null
-  let skipInsensitive = null
-  if (routes) {
-    needRoutes(engine)
-    const bypass = options.bypass || []
-    skipSensitive = fixed === false ? null : bypassOnly(bypass, true)
-    skipInsensitive = fixed === true ? null : bypassOnly(bypass, false)
-  } else {
-    sensitive = fixed === false ? null : router(engine, { ...options, caseSensitive: true })
-    insensitive = fixed === true ? null : router(engine, { ...options, caseSensitive: false })
-  }
-  const everyPath = !routes && (sensitive || insensitive).everyPath === true
-  // Without `caseSensitive`, the app's setting says which case rule is asked first; the other
-  // is asked too (`express.Router()` and mounted apps are case-insensitive whatever the app
-  // says): a room of either decides the request, and only a path both pass is passed.
-  const either = (first, second) => first === null || second === null
-    ? first || second
-    : (target) => first(target) || second(target)
-  const both = (first, second) => first === null || second === null
-    ? first || second
-    : (target) => first(target) && second(target)
-  let app = null
-  let roomFor = fixed === undefined ? either(insensitive, sensitive) : insensitive || sensitive
-  let skip = routes && fixed === true ? skipSensitive : both(skipInsensitive, skipSensitive)
+  // Without `caseSensitive`, either rule (`null`): an app's `case sensitive routing` does not
+  // say how its `express.Router()`s and mounted apps compare (case-insensitively, whatever the
+  // app says), so a path either rule puts in a room is decided, and one passes only when both
+  // rules pass it.
+  const caseSensitive = options.caseSensitive === undefined ? null : options.caseSensitive
+  const skip = routes ? (needRoutes(engine), bypassOnly(options.bypass || [], caseSensitive)) : null
+  const roomFor = routes ? null : router(engine, { ...options, caseSensitive })
+  const everyPath = !routes && roomFor.everyPath === true
   engine.startTicking()
   return function velvetRope (req, res, next) {
-    if (fixed === undefined && req.app !== app) {
-      app = req.app
-      const setting = app && typeof app.get === 'function' && app.get('case sensitive routing')
-      roomFor = setting ? either(sensitive, insensitive) : either(insensitive, sensitive)
-    }
-    // The request as it arrived, and as the app routes it now (`req.url` under the mount
-    // path) when a middleware ahead rewrote it: decided if either reading is.
-    const target = req.originalUrl || req.url
-    const now = req.baseUrl ? req.baseUrl + req.url : req.url
-    const rewritten = now !== target ? now : null
+    // The path as the app routes it from here on: `req.url` under the mount path, which a
+    // middleware ahead may have rewritten (`req.originalUrl` keeps what the client sent).
+    const target = req.baseUrl ? req.baseUrl + req.url : req.url
     let room = null
     if (routes) {
-      if (skip !== null && skip(target) && (rewritten === null || skip(rewritten))) {
-        return pass(req, res, next)
-      }
+      if (skip !== null && skip(target)) return pass(req, res, next)
     } else {
-      room = everyPath
-        ? roomFor()
-        : roomFor(target) || (rewritten === null ? null : roomFor(rewritten))
+      room = everyPath ? roomFor() : roomFor(target)
       if (room === null) return pass(req, res, next)
       if (!room.readsRequest) {
         const d = room.admit(cookieOf(req))
@@ -637,11 +610,7 @@ function express (engine, options = {}) {
         return sendPage(res, room.name, d)
       }
     }
-    const named = room === null ? undefined : room.name
-    let placed = engine.decideRequest(req, { room: named, target })
-    if (placed === null && rewritten !== null) {
-      placed = engine.decideRequest(req, { room: named, target: rewritten })
-    }
+    const placed = engine.decideRequest(req, { room: room === null ? undefined : room.name, target })
     if (placed === null) return pass(req, res, next)
     const d = placed.decision
     if (d.bypassed) return pass(req, res, next)
@@ -770,7 +739,7 @@ function setUp (instance, options) {
       const d = room.admit(cookieOf(request.raw))
       if (d.admitted) {
         if (engine.acceptsOriginCommands) watchReply(request, reply, room.name, d)
-        ticketOnHead(reply.raw, d, logTo(request, room.name))
+        if (d.setCookie) ticketOnHead(reply.raw, d, logTo(request, room.name))
         return next()
       }
       return sendPage(room.name, d, request, reply)
@@ -785,7 +754,7 @@ function setUp (instance, options) {
     if (d.bypassed) return next()
     if (d.admitted) {
       if (engine.acceptsOriginCommands) watchReply(request, reply, placed.room, d)
-      ticketOnHead(reply.raw, d, logTo(request, placed.room))
+      if (d.setCookie) ticketOnHead(reply.raw, d, logTo(request, placed.room))
       return next()
     }
     sendPage(placed.room, d, request, reply)

@@ -205,7 +205,7 @@ fn shared_region_attach_survives_corrupt_bytes() {
 fn routing_survives_random_and_mutated_targets() {
     use velvet_rope::routing::{CaseRule, Route, Router};
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x7a46e7);
-    let routers = [CaseRule::Sensitive, CaseRule::Insensitive].map(|case| {
+    let routers = [CaseRule::Sensitive, CaseRule::Insensitive, CaseRule::Either].map(|case| {
         Router::new(
             [("/shop", "shop"), ("/caf\u{e9}", "cafe")],
             Some("site"),

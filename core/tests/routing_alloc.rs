@@ -39,7 +39,7 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn plain_targets_allocate_nothing() {
-    for case in [CaseRule::Sensitive, CaseRule::Insensitive] {
+    for case in [CaseRule::Sensitive, CaseRule::Insensitive, CaseRule::Either] {
         let router = Router::new(
             [("/shop", "shop"), ("/vault", "vault")],
             Some("site"),

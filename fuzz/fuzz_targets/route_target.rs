@@ -8,10 +8,10 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use velvet_rope::routing::{CaseRule, Route, Router};
 
-fn routers() -> &'static [Router; 2] {
-    static R: OnceLock<[Router; 2]> = OnceLock::new();
+fn routers() -> &'static [Router; 3] {
+    static R: OnceLock<[Router; 3]> = OnceLock::new();
     R.get_or_init(|| {
-        [CaseRule::Sensitive, CaseRule::Insensitive].map(|case| {
+        [CaseRule::Sensitive, CaseRule::Insensitive, CaseRule::Either].map(|case| {
             Router::new(
                 [("/shop", "shop"), ("/vault", "vault"), ("/caf\u{e9}", "cafe")],
                 None,

@@ -26,8 +26,9 @@ pub struct RouterSpec {
     pub default_room: Option<String>,
     /// Prefixes of paths never decided.
     pub bypass: Vec<String>,
-    /// Whether the application's router tells `/Shop` from `/shop`.
-    pub case_sensitive: bool,
+    /// Whether the application's router tells `/Shop` from `/shop`; absent: its routers may
+    /// do either (an Express app's), and a path either rule puts in a room is decided.
+    pub case_sensitive: Option<bool>,
 }
 
 /// A router as JavaScript receives it from `routerNew` (see [`route`]).
@@ -47,10 +48,10 @@ pub fn router_new(spec: RouterSpec) -> napi::Result<RouteFn, &'static str> {
             Err(_) => return Err(invalid("each of `rooms` must be a [prefix, room] pair")),
         }
     }
-    let case = if spec.case_sensitive {
-        CaseRule::Sensitive
-    } else {
-        CaseRule::Insensitive
+    let case = match spec.case_sensitive {
+        Some(true) => CaseRule::Sensitive,
+        Some(false) => CaseRule::Insensitive,
+        None => CaseRule::Either,
     };
     Router::new(pairs, spec.default_room.as_deref(), spec.bypass, case)
         .map(RouteFn)

@@ -151,3 +151,72 @@ test('fastify: a waiting page echoes the first Velvet-Rope-Ticket line, not the 
   assert.equal(page.ticket, queued.ticket)
   await app.close()
 })
+
+// Found by the review of the fixes above: the readings were tried one after another, and the
+// first room found won, so a default room (or a shorter prefix) under one case rule or one
+// reading of the URL hid the room another put the request in.
+const TWO = '[[rooms]]\nname = "shop"\ntotal_active_users = 1\nnew_users_per_minute = 1000\n' +
+  'routes = [{ path = "/shop/" }]\n[rooms.cookie]\nsecure = false\n' +
+  '[[rooms]]\nname = "site"\ntotal_active_users = 1000\nnew_users_per_minute = 1000\n' +
+  'routes = [{ path = "/" }]\n[rooms.cookie]\nsecure = false\n'
+
+/** Express app: `mw`, then `before` ahead of it, a case-insensitive router serving `/shop/...`. */
+function shopApp (engine, options, before) {
+  const app = express()
+  app.set('case sensitive routing', true)
+  if (before) app.use(before)
+  app.use(velvetRope.express(engine, options))
+  const r = express.Router()
+  r.get('/shop/*rest', (req, res) => res.send('shop'))
+  r.get('/en/*rest', (req, res) => res.send('never'))
+  app.use(r)
+  return app
+}
+
+const stripLocale = (req, res, next) => {
+  const m = /^\/(en|de)(\/.*)$/.exec(req.url)
+  if (m) req.url = m[2]
+  next()
+}
+
+const held = [
+  ['a default room under the sensitive rule', { room: 'site', rooms: { '/shop/': 'shop' } }, null, '/SHOP/buy'],
+  ['a shorter prefix under the sensitive rule', { rooms: { '/shop/': 'site', '/shop/vip/': 'shop' } }, null, '/shop/VIP/buy', '/shop/vip/first'],
+  ['a default room for the URL as sent', { room: 'site', rooms: { '/shop/': 'shop' } }, stripLocale, '/en/shop/checkout'],
+  ['the configuration\'s routes, the URL rewritten', {}, stripLocale, '/en/shop/checkout'],
+  ['the configuration\'s routes (path_case left as is), another case', {}, null, '/SHOP/buy']
+]
+for (const [name, options, before, target, firstTarget = '/shop/first'] of held) {
+  test(`express: the room is not hidden by ${name}`, async () => {
+    const engine = new Engine(TWO)
+    const app = shopApp(engine, options, before)
+    await serving(app, async (port) => {
+      const first = await rawGet(port, firstTarget)
+      assert.equal(first.body, 'shop')
+      assert.ok(ticketOf(first), 'the first visitor takes the shop\'s one seat')
+      const next = await rawGet(port, target)
+      assert.notEqual(next.body, 'shop', `${target} was served past the full shop`)
+      assert.match(next.body, /id="position"/)
+    })
+    engine.stopTicking()
+  })
+}
+
+// Node checks a flat array's length before it touches the response's headers: so does the
+// ticket's fold (it removed the app's header, then threw).
+test('express: a writeHead that Node refuses leaves the app\'s headers as they were', async () => {
+  const engine = new Engine(MANY)
+  const app = express()
+  app.use(velvetRope.express(engine, { room: 'shop' }))
+  app.get('/', (req, res) => {
+    res.setHeader('X-Keep', '1')
+    try { res.writeHead(200, ['X-Keep']) } catch {}
+    res.end('in')
+  })
+  await serving(app, async (port) => {
+    const got = await rawGet(port, '/')
+    assert.equal(got.headers['x-keep'], '1')
+    assert.ok(ticketOf(got))
+  })
+  engine.stopTicking()
+})

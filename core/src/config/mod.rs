@@ -66,8 +66,8 @@ pub struct Settings {
     pub shards: u32,
     /// Tolerated clock skew, in seconds, for tickets stamped in the future. Default 30.
     pub max_clock_skew_secs: u32,
-    /// How route and rule path prefixes compare with paths: `sensitive` (default) or
-    /// `insensitive` (for an application that routes `/Shop` as `/shop`).
+    /// How route and rule path prefixes compare with paths: `either` (default: decided if
+    /// either rule decides), `sensitive`, or `insensitive` (see [`PathCase`]).
     pub path_case: PathCase,
     /// Proxies whose `X-Forwarded-For` a middleware believes (CIDR blocks or addresses): the
     /// client is the last address before the first untrusted hop. Empty (default): the peer
@@ -82,7 +82,7 @@ impl Default for Settings {
             bucket_width_secs: 60,
             shards: 0,
             max_clock_skew_secs: 30,
-            path_case: PathCase::Sensitive,
+            path_case: PathCase::Either,
             trusted_proxies: Vec::new(),
         }
     }

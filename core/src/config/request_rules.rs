@@ -109,8 +109,27 @@ pub enum RoomMode {
 #[serde(rename_all = "snake_case")]
 pub enum PathCase {
     /// Byte for byte (Starlette, Flask, Fastify's default, nginx's `location`).
-    #[default]
     Sensitive,
     /// Letters of any case alike (Express's default).
     Insensitive,
+    /// Either (the default): a path either rule puts in a room (or under a rule that holds
+    /// traffic back) is decided, and one passes a bypass only when both rules pass it. An
+    /// application's routers need not agree (an Express app's `express.Router()`s compare
+    /// case-insensitively whatever the app says), so no case of a path walks past a room;
+    /// what it costs is a case variant that the application would answer with a 404 being
+    /// decided too.
+    #[default]
+    Either,
+}
+
+impl PathCase {
+    /// The router's case rule.
+    pub(crate) fn rule(self) -> crate::routing::CaseRule {
+        use crate::routing::CaseRule;
+        match self {
+            PathCase::Sensitive => CaseRule::Sensitive,
+            PathCase::Insensitive => CaseRule::Insensitive,
+            PathCase::Either => CaseRule::Either,
+        }
+    }
 }

@@ -3,10 +3,10 @@
 //! host), then the longest path prefix under it (read every way the `routing` module reads a
 //! target, the first reading that finds a room deciding).
 
-use crate::config::{Config, PathCase};
+use crate::config::Config;
 use crate::request::host::{HostPattern, HostSeen};
 use crate::request::Prepared;
-use crate::routing::{CaseRule, Route, Router};
+use crate::routing::{Route, Router};
 
 /// The path prefixes under one host pattern.
 #[derive(Debug)]
@@ -31,10 +31,7 @@ pub(crate) struct RouteTable {
 impl RouteTable {
     /// Compiles the routes of `config`'s rooms; the error names the field and what is wrong.
     pub(crate) fn compile(config: &Config) -> Result<Self, (String, String)> {
-        let case = match config.settings.path_case {
-            PathCase::Sensitive => CaseRule::Sensitive,
-            PathCase::Insensitive => CaseRule::Insensitive,
-        };
+        let case = config.settings.path_case.rule();
         // Each host pattern's routes, in order of first mention.
         let mut by_host: Vec<(HostPattern, Vec<PathRoute>)> = Vec::new();
         for (r, room) in config.rooms.iter().enumerate() {

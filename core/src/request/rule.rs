@@ -19,7 +19,7 @@ use crate::request::glob::Glob;
 use crate::request::host::{HostPattern, HostSeen};
 use crate::request::query::{Params, QueryTerm};
 use crate::request::Prepared;
-use crate::routing::{CaseRule, Route, Router};
+use crate::routing::{Route, Router};
 
 /// Most rules one room may hold.
 pub const MAX_RULES: usize = 256;
@@ -411,6 +411,8 @@ impl RuleSet {
                 continue;
             }
             let rule = &self.rules[i];
+            // The index is read by header and cookie conditions alone (`Filter::headers`).
+            debug_assert!(indexed || (rule.headers.is_empty() && rule.cookies.is_empty()));
             if rule.matches(request, &seen, self, &index) {
                 return Some((i, rule));
             }
@@ -501,10 +503,7 @@ impl Rule {
             .map(|h| HostPattern::parse(h))
             .collect::<Result<Vec<_>, _>>()
             .map_err(field("hosts"))?;
-        let case = match case {
-            PathCase::Sensitive => CaseRule::Sensitive,
-            PathCase::Insensitive => CaseRule::Insensitive,
-        };
+        let case = case.rule();
         let paths = if cfg.paths.is_empty() {
             None
         } else if cfg.action.loosens() {
@@ -739,7 +738,10 @@ mod tests {
     fn rule_of(i: usize, pick: &[u8]) -> RuleConfig {
         const ACTIONS: [&str; 4] = ["bypass", "queue", "reject", "count_only"];
         const METHODS: [&str; 4] = ["GET", "POST", "HEAD", "PURGE"];
-        const PATHS: [&str; 9] = ["/", "/a", "/a/", "/A/b", "/b/", "/%61", "/ab", "/b", "/é/"];
+        const PATHS: [&str; 11] = [
+            "/", "/a", "/a/", "/A/b", "/b/", "/%61", "/ab", "/b", "/é/", "/Ab", "/a/b/",
+        ];
+        const HOSTS: [&str; 3] = ["a.example", "*.b.example", "h"];
         const CLIENTS: [&str; 3] = ["10.0.0.0/8", "192.0.2.0/24", "2001:db8::/32"];
         const HEADERS: [(&str, &str); 4] = [
             ("user-agent", "*Bot*"),
@@ -770,11 +772,20 @@ mod tests {
         }
         if kinds & 8 != 0 {
             let (n, v) = HEADERS[p(4) % HEADERS.len()];
-            text += &format!("headers = {{ {n:?} = {v:?} }}\n");
+            let (m, w) = HEADERS[p(6) % HEADERS.len()];
+            // One header condition, or two (of distinct names).
+            if kinds & 64 != 0 && !n.eq_ignore_ascii_case(m) {
+                text += &format!("headers = {{ {n:?} = {v:?}, {m:?} = {w:?} }}\n");
+            } else {
+                text += &format!("headers = {{ {n:?} = {v:?} }}\n");
+            }
         }
         if kinds & 16 != 0 {
             let (n, v) = COOKIES[p(5) % COOKIES.len()];
             text += &format!("cookies = {{ {n:?} = {v:?} }}\n");
+        }
+        if kinds & 128 != 0 {
+            text += &format!("hosts = [{}]\n", list(1 + p(3) % 2, &HOSTS));
         }
         if kinds & 32 != 0 {
             text += &format!("query = [{}]\n", list(1, &QUERY));
@@ -787,28 +798,38 @@ mod tests {
 
         /// The filters change which rules are evaluated, never the answer: the first match
         /// is the one evaluating every rule in order finds, for sets shorter and longer
-        /// than the filtered 64, either case rule, and requests read more than one way.
+        /// than the filtered 64, every case rule, and requests read more than one way.
         #[test]
         fn filters_never_change_the_first_match(
             picks in proptest::collection::vec(proptest::collection::vec(0u8..=255, 12), 1..80),
-            sensitive in proptest::bool::ANY,
+            case in proptest::sample::select(vec![PathCase::Sensitive, PathCase::Insensitive, PathCase::Either]),
             method in proptest::sample::select(vec!["GET", "POST", "HEAD", "DELETE"]),
             target in proptest::sample::select(vec![
                 "/", "/a", "/a/", "/A/b", "/ab?a=1", "/b/c?b=x&a", "/%61/x", "//a", "/x/../a/",
-                "http://h/a/", "/é/x", "/\u{c9}/x", "?a", "*", "/a#x?a=1", "/c;a", "/b",
+                "http://h/a/", "/é/x", "/\u{c9}/x", "?a", "*", "/a#x?a=1", "/c;a", "/b", "/Ab/x", "/a/b/c", "/AB",
+                "http://a.example/a", "http://x.b.example/b/",
             ]),
             headers in proptest::collection::vec(
                 (proptest::sample::select(vec!["User-Agent", "x-key", "Cookie", "accept", "host"]),
-                 proptest::sample::select(vec!["a=1", "Bot", "k-1", "b=2; a=1", "staff=s-1", "x,a=1", ""])),
+                 proptest::sample::select(vec![
+                     "a=1", "Bot", "k-1", "b=2; a=1", "staff=s-1", "x,a=1", "", "a.example",
+                     "x.b.example", "H",
+                 ])),
                 0..5,
             ),
+            // More headers than are indexed: the rules search them by name.
+            padded in proptest::bool::weighted(0.2),
             client in proptest::sample::select(vec![None, Some("10.1.2.3"), Some("192.0.2.9"), Some("2001:db8::1"), Some("100.64.0.1")]),
         ) {
             let rules: Vec<RuleConfig> = picks.iter().enumerate().map(|(i, p)| rule_of(i, p)).collect();
-            let case = if sensitive { PathCase::Sensitive } else { PathCase::Insensitive };
             let set = RuleSet::compile(&rules, case, "rooms[0]").unwrap();
-            let headers: Vec<(&[u8], &[u8])> =
+            let filler: Vec<String> = (0..INDEXED_HEADERS).map(|i| format!("x-filler-{i}")).collect();
+            let mut headers: Vec<(&[u8], &[u8])> =
                 headers.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())).collect();
+            if padded {
+                let at = headers.len() / 2;
+                headers.splice(at..at, filler.iter().map(|n| (n.as_bytes(), &b"1"[..])));
+            }
             let request = crate::request::Request {
                 method: method.as_bytes(),
                 target: target.as_bytes(),

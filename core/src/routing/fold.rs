@@ -7,6 +7,8 @@
 //! the framework routes elsewhere, so the router tries each fold in turn (see `Router::route`)
 //! and a request is decided when any of them puts it in a room.
 
+use super::CaseRule;
+
 /// A way of comparing a path with a prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Fold {
@@ -22,11 +24,23 @@ pub(super) enum Fold {
 
 impl Fold {
     /// The folds a case rule compares under.
-    pub(super) fn all(case_sensitive: bool) -> &'static [Fold] {
-        if case_sensitive {
-            &[Fold::Exact]
-        } else {
-            &[Fold::Ascii, Fold::Lower, Fold::Full]
+    pub(super) fn all(case: CaseRule) -> &'static [Fold] {
+        match case {
+            CaseRule::Sensitive => &[Fold::Exact],
+            CaseRule::Insensitive => &[Fold::Ascii, Fold::Lower, Fold::Full],
+            // The ASCII fold first: it finds every room prefix the exact comparison finds, or a
+            // longer one (the longest wins), unless it bypasses the path, when the exact
+            // comparison still decides it.
+            CaseRule::Either => &[Fold::Ascii, Fold::Exact, Fold::Lower, Fold::Full],
+        }
+    }
+
+    /// How many of a case rule's first folds answer for a plain path against ASCII prefixes
+    /// (the others read ASCII as the last of these does).
+    pub(super) fn plain(case: CaseRule) -> usize {
+        match case {
+            CaseRule::Sensitive | CaseRule::Insensitive => 1,
+            CaseRule::Either => 2,
         }
     }
 

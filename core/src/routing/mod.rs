@@ -64,7 +64,10 @@
 //! a framework that routes case-insensitively: Express by default, Fastify with
 //! `caseSensitive: false`) compares under each fold such frameworks use (ASCII; Unicode
 //! lowercase, as find-my-way's `toLowerCase`; Unicode uppercase-then-lowercase) and decides
-//! if any fold puts the request in a room.
+//! if any fold puts the request in a room. [`CaseRule::Either`] (for an application whose
+//! routers need not agree: an Express app's `express.Router()`s are case-insensitive whatever
+//! the app says) compares byte for byte and under those folds: a request either rule puts in
+//! a room is decided, and only one every fold bypasses passes.
 //!
 //! **Fail closed.** A target that cannot be normalised (a `%` not followed by two hex digits,
 //! a control character such as NUL, tab or CR, raw or decoded, or bytes that are not UTF-8,
@@ -131,6 +134,9 @@ pub enum CaseRule {
     Sensitive,
     /// Letters of any case alike (Express's default, Fastify with `caseSensitive: false`).
     Insensitive,
+    /// Either of the two: decided when either rule puts the request in a room, passed only
+    /// when both pass it (an application whose routers do not all compare alike).
+    Either,
 }
 
 /// Where a request goes.
@@ -180,9 +186,11 @@ pub struct Router {
     default: Option<usize>,
     /// One table per fold of the case rule.
     tables: Vec<Table>,
-    /// Whether a plain (ASCII) path can be matched under the first fold alone: every prefix is
-    /// ASCII, so every fold of the rule reads it alike.
+    /// Whether a plain (ASCII) path can be matched under the first folds alone (see
+    /// `Fold::plain`): every prefix is ASCII, so the other folds read it as the last of those.
     ascii: bool,
+    /// How many of `tables` answer for a plain path when `ascii` (see `Fold::plain`).
+    plain: usize,
 }
 
 impl Router {
@@ -226,7 +234,7 @@ impl Router {
         by_prefix.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
         let ascii =
             by_prefix.iter().all(|(p, _)| p.is_ascii()) && bypass.iter().all(|b| b.is_ascii());
-        let tables = Fold::all(case == CaseRule::Sensitive)
+        let tables = Fold::all(case)
             .iter()
             .map(|&fold| {
                 let mut rooms: Vec<(Box<[u8]>, usize)> = by_prefix
@@ -247,6 +255,7 @@ impl Router {
             default,
             tables,
             ascii,
+            plain: Fold::plain(case),
         })
     }
 
@@ -259,31 +268,32 @@ impl Router {
         if !self.ascii {
             return None;
         }
-        let table = &self.tables[0];
         let mut out = [false; 257];
-        let mut allow = |form: &[u8]| match form.get(1) {
-            // `/` (or `/` bare): every path.
-            None => out = [true; 257],
-            Some(&p) => {
-                for b in 0..=u8::MAX {
-                    let read = match table.fold {
-                        Fold::Exact => b,
-                        _ => b.to_ascii_lowercase(),
-                    };
-                    if read == p {
-                        out[usize::from(b)] = true;
+        for table in &self.tables[..self.plain] {
+            let mut allow = |form: &[u8]| match form.get(1) {
+                // `/` (or `/` bare): every path.
+                None => out = [true; 257],
+                Some(&p) => {
+                    for b in 0..=u8::MAX {
+                        let read = match table.fold {
+                            Fold::Exact => b,
+                            _ => b.to_ascii_lowercase(),
+                        };
+                        if read == p {
+                            out[usize::from(b)] = true;
+                        }
                     }
                 }
+            };
+            // Bypass prefixes match as written; room prefixes also bare (see `classify_by`).
+            for b in &table.bypass {
+                allow(b);
             }
-        };
-        // Bypass prefixes match as written; room prefixes also bare (see `classify_by`).
-        for b in &table.bypass {
-            allow(b);
-        }
-        for (p, _) in &table.rooms {
-            allow(p);
-            if let Some(bare) = p.strip_suffix(b"/") {
-                allow(bare);
+            for (p, _) in &table.rooms {
+                allow(p);
+                if let Some(bare) = p.strip_suffix(b"/") {
+                    allow(bare);
+                }
             }
         }
         Some(out)
@@ -330,14 +340,21 @@ impl Router {
         }
         let path = &target[..features.path_len];
         let tables = if self.ascii {
-            &self.tables[..1]
+            &self.tables[..self.plain]
         } else {
             &self.tables[..]
         };
         let mut outcome = Outcome::default();
         for table in tables {
-            if let Some(room) = outcome.add(self.classify(table, path, true)) {
+            let class = self.classify(table, path, true);
+            let bypassed = matches!(class, Class::Bypass);
+            if let Some(room) = outcome.add(class) {
                 return Route::Room(room);
+            }
+            // A plain path's later folds (`Either`'s exact one) match some of the prefixes
+            // the first matches: only a bypass may read otherwise there.
+            if !bypassed {
+                break;
             }
         }
         outcome.finish(self.default)
@@ -541,6 +558,56 @@ mod tests {
         assert_eq!(r.room_for(b"/%73hop/%zz"), Some("shop"));
     }
 
+    /// `Either` decides what either rule decides, and passes only what both pass.
+    #[test]
+    fn either_case_rule_decides_what_either_decides() {
+        let with_default = Router::new(
+            [("/shop/", "shop")],
+            Some("site"),
+            ["/static/"],
+            CaseRule::Either,
+        )
+        .unwrap();
+        let rooms_only = Router::new(
+            [("/shop/", "shop")],
+            None,
+            ["/shop/free/"],
+            CaseRule::Either,
+        )
+        .unwrap();
+        let nested = Router::new(
+            [("/", "site"), ("/shop/", "shop"), ("/shop/vip/", "vip")],
+            None,
+            [] as [&str; 0],
+            CaseRule::Either,
+        )
+        .unwrap();
+        for (router, target, route) in [
+            // The sensitive rule does not bypass it: the default room decides.
+            (&with_default, "/STATIC/x", Some("site")),
+            (&with_default, "/static/x", None),
+            // The insensitive rule puts it under the room's prefix.
+            (&with_default, "/SHOP/x", Some("shop")),
+            // The longest prefix by either rule, not the sensitive rule's shorter one.
+            (&nested, "/shop/VIP/x", Some("vip")),
+            (&nested, "/SHOP/x", Some("shop")),
+            (&nested, "/Other", Some("site")),
+            (&rooms_only, "/SHOP/x", Some("shop")),
+            // In no room by the sensitive rule, bypassed by the insensitive one: passed.
+            (&rooms_only, "/Shop/Free/x", None),
+            (&rooms_only, "/shop/free/x", None),
+            (&rooms_only, "/other", None),
+            // Not plain: every reading, under every fold.
+            (&rooms_only, "/%53HOP/x", Some("shop")),
+            (&with_default, "/%53TATIC/x", Some("site")),
+        ] {
+            assert_eq!(router.room_for(target.as_bytes()), route, "{target}");
+        }
+        let second = rooms_only.plain_second_bytes().unwrap();
+        assert!(second[usize::from(b's')] && second[usize::from(b'S')]);
+        assert!(!second[usize::from(b'o')] && !second[256]);
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
 
@@ -554,11 +621,10 @@ mod tests {
                 ]),
                 0..10,
             ),
-            sensitive in proptest::bool::ANY,
+            case in proptest::sample::select(vec![CaseRule::Sensitive, CaseRule::Insensitive, CaseRule::Either]),
         ) {
             let target = format!("/{}", pieces.concat());
             let features = scan(target.as_bytes());
-            let case = if sensitive { CaseRule::Sensitive } else { CaseRule::Insensitive };
             for router in [
                 Router::new([("/shop", "shop"), ("/static/x", "x")], Some("d"), ["/static/"], case),
                 Router::new([("/sh", "sh"), ("/\u{212a}", "k")], None, ["/x"], case),

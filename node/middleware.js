@@ -592,8 +592,11 @@ function express (engine, options = {}) {
   engine.startTicking()
   return function velvetRope (req, res, next) {
     // The path as the app routes it from here on: `req.url` under the mount path, which a
-    // middleware ahead may have rewritten (`req.originalUrl` keeps what the client sent).
-    const target = req.baseUrl ? req.baseUrl + req.url : req.url
+    // middleware ahead may have rewritten (`req.originalUrl` keeps what the client sent). A
+    // mounted layer keeps an absolute-form target's scheme and host in `req.url`: then the
+    // target as sent (the core reads absolute form).
+    const url = req.url
+    const target = !req.baseUrl ? url : url.charCodeAt(0) === 47 ? req.baseUrl + url : req.originalUrl || url
     let room = null
     if (routes) {
       if (skip !== null && skip(target)) return pass(req, res, next)

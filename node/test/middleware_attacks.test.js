@@ -220,3 +220,22 @@ test('express: a writeHead that Node refuses leaves the app\'s headers as they w
   })
   engine.stopTicking()
 })
+
+// A mounted layer keeps an absolute-form target's scheme and host in `req.url` (found by
+// review: the mount path glued to it named no room, and the route behind served it).
+test('express: a mounted middleware decides an absolute-form target', async () => {
+  const engine = new Engine(TWO.replace('path = "/shop/"', 'path = "/api/shop/"'))
+  const app = express()
+  app.use('/api', velvetRope.express(engine, { rooms: { '/api/shop/': 'shop' } }))
+  const r = express.Router()
+  r.get('/shop/*rest', (req, res) => res.send('shop'))
+  app.use('/api', r)
+  await serving(app, async (port) => {
+    assert.equal((await rawGet(port, '/api/shop/first')).body, 'shop')
+    for (const target of [`http://127.0.0.1:${port}/api/shop/buy`, '/api/shop/buy']) {
+      const next = await rawGet(port, target)
+      assert.match(next.body, /id="position"/, `${target} was served past the full shop`)
+    }
+  })
+  engine.stopTicking()
+})

@@ -351,9 +351,10 @@ impl Router {
             if let Some(room) = outcome.add(class) {
                 return Route::Room(room);
             }
-            // A plain path's later folds (`Either`'s exact one) match some of the prefixes
-            // the first matches: only a bypass may read otherwise there.
-            if !bypassed {
+            // With ASCII prefixes, a plain path's later folds (`Either`'s exact one) match
+            // some of the prefixes the first matches: only a bypass may read otherwise there.
+            // (A prefix that is not ASCII may fold to ASCII, `K` to `k`: every fold is read.)
+            if self.ascii && !bypassed {
                 break;
             }
         }
@@ -558,6 +559,25 @@ mod tests {
         assert_eq!(r.room_for(b"/%73hop/%zz"), Some("shop"));
     }
 
+    /// A plain ASCII path is read under every fold when a prefix is not ASCII: the Kelvin
+    /// sign folds to `k`, the long s to `s` (found by review: the fast path stopped after the
+    /// ASCII fold).
+    #[test]
+    fn a_plain_path_meets_a_prefix_that_folds_to_ascii() {
+        for case in [CaseRule::Insensitive, CaseRule::Either] {
+            let r = Router::new(
+                [("/\u{212a}/", "k"), ("/\u{17f}hop/", "s")],
+                Some("d"),
+                [] as [&str; 0],
+                case,
+            )
+            .unwrap();
+            assert_eq!(r.room_for(b"/k/x"), Some("k"), "{case:?}");
+            assert_eq!(r.room_for(b"/%6b/x"), Some("k"), "{case:?}");
+            assert_eq!(r.room_for(b"/shop/x"), Some("s"), "{case:?}");
+        }
+    }
+
     /// `Either` decides what either rule decides, and passes only what both pass.
     #[test]
     fn either_case_rule_decides_what_either_decides() {
@@ -617,7 +637,7 @@ mod tests {
             pieces in proptest::collection::vec(
                 proptest::sample::select(vec![
                     "/", "shop", "SHOP", "static", "x", "a.b", "-", "?", "?/../", "%", "\u{e9}",
-                    "\u{212a}", ".", "//",
+                    "\u{212a}", ".", "//", "k", "K", "s", "ss", "hop",
                 ]),
                 0..10,
             ),
@@ -628,6 +648,8 @@ mod tests {
             for router in [
                 Router::new([("/shop", "shop"), ("/static/x", "x")], Some("d"), ["/static/"], case),
                 Router::new([("/sh", "sh"), ("/\u{212a}", "k")], None, ["/x"], case),
+                // Prefixes that are not ASCII but fold to ASCII: a plain path reads every fold.
+                Router::new([("/\u{17f}hop/", "s"), ("/\u{212a}/", "k")], Some("d"), ["/\u{df}/"], case),
             ] {
                 let router = router.unwrap();
                 let fast = router.route(target.as_bytes());

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from ._commands import (
     KEY,
@@ -125,11 +126,28 @@ def header_of(scope: Scope, name: bytes) -> bytes | None:
 
 
 def target_of(scope: Scope) -> bytes:
-    """The request-target as the core reads it: the path as received (`raw_path`, else the
-    decoded `path`) and the query string."""
-    path: bytes = scope.get("raw_path") or scope.get("path", "/").encode(
-        "utf-8", "surrogateescape"
-    )
+    """The request-target as the core reads it: the path the application routes (`path`,
+    which chose the room), as received (`raw_path`) when that reads as it, and the query
+    string. A middleware ahead that rewrote `path` (a locale prefix taken off) and left
+    `raw_path` as the client sent it is read as the application reads it: the routes and
+    the room's rules decide on the path the room was chosen by."""
+    path: bytes = scope.get("path", "/").encode("utf-8", "surrogateescape")
+    raw = scope.get("raw_path")
+    if raw:
+        if raw == path:
+            return _with_query(raw, scope)
+        # A server behind a proxy that strips a prefix (`root_path`) may put the prefix in
+        # `path` and not in `raw_path`.
+        root: bytes = scope.get("root_path", "").encode("utf-8", "surrogateescape")
+        routed = path[len(root) :] if root and path.startswith(root) else path
+        sent = unquote_to_bytes(raw) if b"%" in raw else raw
+        if sent == path or sent == routed:
+            return _with_query(raw, scope)
+    return _with_query(path, scope)
+
+
+def _with_query(path: bytes, scope: Scope) -> bytes:
+    """`path` and the scope's query string, as a request-target."""
     query: bytes = scope.get("query_string", b"")
     return path + b"?" + query if query else path
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from ._commands import KEY, LOG, asks_revoke, record, revoke, split_wsgi
 from ._routing import ROUTES, RoomRouter, status_line
@@ -50,18 +51,29 @@ _CASED = {b"set-cookie": "Set-Cookie", b"velvet-rope-ticket": "Velvet-Rope-Ticke
 
 def _target(environ: dict[str, Any]) -> bytes | str:
     """The request-target as the core reads it: the path as received when the server says
-    (`RAW_URI` or `REQUEST_URI`: gunicorn, uWSGI), else `SCRIPT_NAME` + `PATH_INFO` and the
-    query string."""
+    (`RAW_URI` or `REQUEST_URI`: gunicorn, uWSGI) and it reads as `SCRIPT_NAME` +
+    `PATH_INFO`, else those two and the query string. A middleware ahead that rewrote
+    `PATH_INFO` (a locale prefix taken off) is read as the application reads it: the routes
+    and the room's rules decide on the path the room was chosen by."""
+    path = _bytes_of(environ.get("SCRIPT_NAME", "")) + _bytes_of(_path_bytes(environ))
     raw: str | None = environ.get("RAW_URI") or environ.get("REQUEST_URI")
     if raw:
-        return raw
-    path = _path_bytes(environ)
+        as_sent = _bytes_of(raw.split("?", 1)[0])
+        if as_sent == path or (b"%" in as_sent and unquote_to_bytes(as_sent) == path):
+            return raw
     query: str | None = environ.get("QUERY_STRING")
-    if not query:
-        return path
-    if isinstance(path, bytes):
-        return path + b"?" + query.encode("latin-1", "replace")
-    return f"{path}?{query}"
+    return path + b"?" + _bytes_of(query) if query else path
+
+
+def _bytes_of(text: str | bytes) -> bytes:
+    """A WSGI string's bytes (PEP 3333: one per character), or its UTF-8 from a server that
+    put other characters in it."""
+    if isinstance(text, bytes):
+        return text
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape")
 
 
 def _request_headers(environ: dict[str, Any]) -> list[tuple[str, str]]:

@@ -160,3 +160,71 @@ def test_asgi_target_is_as_sent_unless_rewritten() -> None:
     assert target_of(scope("/shop/x", b"/en/%73hop/x", query=b"q")) == b"/shop/x?q"
     # No `raw_path`: the path.
     assert target_of({"path": "/caf\u00e9"}) == "/caf\u00e9".encode()
+
+
+# Found by the review of the fix above: the decoded path was handed over unescaped, so a `?`
+# from `%3F` started a query only velvet-rope saw (a rule on `preview=1` bypassed), reachable
+# without a rewrite: uvicorn decodes `%ff` to U+FFFD (the path no longer reads as the raw
+# one), gunicorn gives an absolute-form target in `RAW_URI`.
+PREVIEW = TWO.replace(
+    'rules = [{ name = "checkout", action = "queue", paths = ["/shop/checkout"] }]',
+    'rules = [{ name = "preview", action = "bypass", query = ["preview=1"] }]',
+)
+
+
+def test_a_decoded_question_mark_starts_no_query() -> None:
+    from velvet_rope.asgi import target_of
+
+    scope = {"path": "/shop/x\ufffd?preview=1", "raw_path": b"/shop/x%ff%3Fpreview=1"}
+    assert target_of(scope) == b"/shop/x\xef\xbf\xbd%3Fpreview=1"
+    assert target_of({"path": "/a%b#c", "raw_path": b"/x"}) == b"/a%25b%23c"
+    engine = Engine(PREVIEW)
+    reached: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"origin"})
+
+    async def run(path: str, raw: bytes, query: bytes = b"") -> None:
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b""}
+
+        async def send(message: Any) -> None:
+            pass
+
+        await WaitingRoom(app, engine, tick=False)(
+            {
+                "type": "http",
+                "method": "GET",
+                "path": path,
+                "raw_path": raw,
+                "query_string": query,
+                "headers": [(b"host", b"example.com")],
+                "client": ("127.0.0.1", 50000),
+            },
+            receive,
+            send,
+        )
+
+    asyncio.run(run("/shop/first", b"/shop/first"))
+    asyncio.run(run("/shop/x\ufffd?preview=1", b"/shop/x%ff%3Fpreview=1"))
+    assert reached == ["/shop/first"], "a decoded ? bypassed the full shop"
+    # The real query still bypasses.
+    asyncio.run(run("/shop/x", b"/shop/x", b"preview=1"))
+    assert reached == ["/shop/first", "/shop/x"]
+
+
+def test_wsgi_absolute_form_and_a_decoded_question_mark() -> None:
+    from velvet_rope.wsgi import _target
+
+    environ = {
+        "SCRIPT_NAME": "",
+        "PATH_INFO": "/shop/x?preview=1",
+        "RAW_URI": "http://x/shop/x%3Fpreview=1",
+        "QUERY_STRING": "",
+    }
+    assert _target(environ) == b"/shop/x%3Fpreview=1"
+    # PEP 3333's strings are bytes one per character: handed over as those bytes.
+    environ = {"PATH_INFO": "/caf\u00c3\u00a9/x", "RAW_URI": "/caf\u00c3\u00a9/x?a=1"}
+    assert _target(environ) == b"/caf\xc3\xa9/x?a=1"

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from ._velvet_rope import Engine, Router
 from .errors import ConfigError, UnknownRoomError
 
-__all__ = ["ROUTES", "RoomRouter", "status_line"]
+__all__ = ["ROUTES", "RoomRouter", "escaped", "status_line"]
 
 #: What `RoomRouter.room_for` answers when the configuration's routes choose the room.
 ROUTES = "\x00routes"
@@ -87,3 +87,12 @@ def status_line(status: int) -> str:
         return f"{status} {HTTPStatus(status).phrase}"
     except ValueError:
         return f"{status} Unknown"
+
+
+def escaped(path: bytes) -> bytes:
+    """A decoded path as a request-target's path: `%`, `?` and `#` escaped again, so that
+    the core reads it as the application does (a `?` from `%3F` starts no query, a `%25`
+    decoded once is not decoded as an escape twice)."""
+    if b"%" in path or b"?" in path or b"#" in path:
+        return path.replace(b"%", b"%25").replace(b"?", b"%3F").replace(b"#", b"%23")
+    return path

@@ -50,7 +50,7 @@ from ._commands import (
     revoke,
     split_asgi,
 )
-from ._routing import ROUTES, RoomRouter
+from ._routing import ROUTES, RoomRouter, escaped
 from ._ticker import LoopTicker
 from ._velvet_rope import Decision, Engine
 
@@ -143,7 +143,8 @@ def target_of(scope: Scope) -> bytes:
         sent = unquote_to_bytes(raw) if b"%" in raw else raw
         if sent == path or sent == routed:
             return _with_query(raw, scope)
-    return _with_query(path, scope)
+    return _with_query(escaped(path), scope)
+
 
 
 def _with_query(path: bytes, scope: Scope) -> bytes:

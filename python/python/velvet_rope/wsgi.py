@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from ._commands import KEY, LOG, asks_revoke, record, revoke, split_wsgi
-from ._routing import ROUTES, RoomRouter, status_line
+from ._routing import ROUTES, RoomRouter, escaped, status_line
 from ._ticker import ThreadTicker
 from ._velvet_rope import Decision, Engine
 from .asgi import ticket_headers
@@ -58,9 +58,12 @@ def _target(environ: dict[str, Any]) -> bytes | str:
     path = _bytes_of(environ.get("SCRIPT_NAME", "")) + _bytes_of(_path_bytes(environ))
     raw: str | None = environ.get("RAW_URI") or environ.get("REQUEST_URI")
     if raw:
-        as_sent = _bytes_of(raw.split("?", 1)[0])
+        # PEP 3333's strings carry bytes one per character: the target's own bytes.
+        target = _bytes_of(raw)
+        as_sent = target.split(b"?", 1)[0]
         if as_sent == path or (b"%" in as_sent and unquote_to_bytes(as_sent) == path):
-            return raw
+            return target
+    path = escaped(path)
     query: str | None = environ.get("QUERY_STRING")
     return path + b"?" + _bytes_of(query) if query else path
 

@@ -148,9 +148,13 @@ def target_of(scope: Scope) -> bytes:
 
 
 def _with_query(path: bytes, scope: Scope) -> bytes:
-    """`path` and the scope's query string, as a request-target."""
+    """`path` and the scope's query string, as a request-target. A `#` in the query string
+    (h11 keeps what follows one) is escaped: the application reads it as part of the query,
+    and so must the rules (a `#` there would end the query the core reads)."""
     query: bytes = scope.get("query_string", b"")
-    return path + b"?" + query if query else path
+    if not query:
+        return path
+    return path + b"?" + (query.replace(b"#", b"%23") if b"#" in query else query)
 
 
 def peer_of(scope: Scope) -> str | None:

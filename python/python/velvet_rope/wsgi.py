@@ -65,7 +65,10 @@ def _target(environ: dict[str, Any]) -> bytes | str:
             return target
     path = escaped(path)
     query: str | None = environ.get("QUERY_STRING")
-    return path + b"?" + _bytes_of(query) if query else path
+    if not query:
+        return path
+    # (A `#` the server left in the query string is part of it to the application.)
+    return path + b"?" + _bytes_of(query).replace(b"#", b"%23")
 
 
 def _bytes_of(text: str | bytes) -> bytes:

@@ -433,12 +433,9 @@ function headOut (watch, res, args) {
       // Headers given to writeHead replace the response's own by name: once they are the
       // response's own, the cookies are worked on in one place (else Node would put a
       // Set-Cookie given here over the clearing cookie).
-      try {
-        foldGiven(res, args[at])
-      } catch {
-        return args // a bad header of the app's: Node's writeHead throws it
-      }
-      args = typeof args[1] === 'string' ? [args[0], args[1]] : [args[0]]
+      const folded = foldedArgs(res, args, at)
+      if (folded === null) return args
+      args = folded
     }
     clearCookies(res, ended)
   } catch (e) {
@@ -446,6 +443,20 @@ function headOut (watch, res, args) {
       'VELVET_ROPE_REVOKE_FAILED', e)
   }
   return args
+}
+
+/**
+ * `writeHead`'s arguments once the headers given at `args[at]` are the response's own
+ * (`foldGiven`), without them; null for headers Node's writeHead refuses (a bad header of
+ * the app's: called as given, it throws it).
+ */
+function foldedArgs (res, args, at) {
+  try {
+    foldGiven(res, args[at])
+  } catch {
+    return null
+  }
+  return typeof args[1] === 'string' ? [args[0], args[1]] : [args[0]]
 }
 
 /**
@@ -548,12 +559,9 @@ function ticketOnHead (res, d, report) {
 function withTicket (res, args, extra) {
   const at = headersAt(args)
   if (at >= 0) {
-    try {
-      foldGiven(res, args[at])
-    } catch {
-      return args // a bad header of the app's: Node's writeHead throws it
-    }
-    args = typeof args[1] === 'string' ? [args[0], args[1]] : [args[0]]
+    const folded = foldedArgs(res, args, at)
+    if (folded === null) return args
+    args = folded
   }
   for (const [name, value] of extra) {
     const had = res.getHeader(name)

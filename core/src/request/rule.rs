@@ -106,8 +106,8 @@ struct Filter {
     by_method: Box<[u64]>,
     /// The rules with client blocks.
     clients: u64,
-    /// The rules with path conditions whose routers answer plain paths by one fold (see
-    /// [`Router::plain_second_bytes`]).
+    /// The rules with path conditions whose routers answer plain paths by their second byte
+    /// (every prefix ASCII: see [`Router::plain_second_bytes`]).
     paths: u64,
     /// Entry `b`: the rules a plain path with second byte `b` may match (256: the path `/`).
     by_second: Box<[u64; 257]>,
@@ -378,8 +378,8 @@ impl RuleSet {
         };
         let filter = &self.filter;
         let mut left = filter.by_method[method.unwrap_or(self.methods.len())];
-        // Client blocks first (a few compares each), then the target's second byte, then
-        // which headers are present.
+        // Client blocks first (a few compares each), then the target's second byte; which
+        // headers are present is read when the first rule that reads headers comes up.
         let mut blocks = left & filter.clients;
         while blocks != 0 {
             let k = blocks.trailing_zeros() as usize;

@@ -262,8 +262,8 @@ impl Router {
     /// Which plain paths (see [`Target::plain_path`]) may fall under one of its prefixes, by
     /// their second byte: entry `b` for a path whose second byte is `b`, entry 256 for the
     /// path `/`. A path whose entry is false is under none of them (a rule's paths use this to
-    /// skip the rule). `None` when plain paths are compared under more than one fold (a
-    /// prefix that is not ASCII): no such table answers for them.
+    /// skip the rule). `None` when a prefix is not ASCII (it may fold to ASCII: plain paths
+    /// are then compared under every fold, and no such table answers for them).
     pub(crate) fn plain_second_bytes(&self) -> Option<[bool; 257]> {
         if !self.ascii {
             return None;

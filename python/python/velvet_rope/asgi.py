@@ -146,7 +146,6 @@ def target_of(scope: Scope) -> bytes:
     return _with_query(escaped(path), scope)
 
 
-
 def _with_query(path: bytes, scope: Scope) -> bytes:
     """`path` and the scope's query string, as a request-target. A `#` in the query string
     (h11 keeps what follows one) is escaped: the application reads it as part of the query,

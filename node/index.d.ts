@@ -327,8 +327,6 @@ export interface ExpressRequest {
   baseUrl?: string
   headers: { cookie?: string; accept?: string }
   rawHeaders: string[]
-  /** The Express app (its `case sensitive routing` setting). */
-  app?: { get(setting: string): unknown }
 }
 
 /**

@@ -34,15 +34,11 @@ StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
-def _path_bytes(environ: dict[str, Any]) -> bytes | str:
+def _path_bytes(environ: dict[str, Any]) -> bytes:
     """`PATH_INFO` as the router reads it: the path's bytes, which PEP 3333 hands over one per
     character; a server that put other characters in it (not PEP 3333's) is read as UTF-8,
     never with a character replaced (a replacement `?` would cut the path short)."""
-    path: str = environ.get("PATH_INFO", "") or "/"
-    try:
-        return path.encode("latin-1")
-    except UnicodeEncodeError:
-        return path
+    return _bytes_of(environ.get("PATH_INFO", "") or "/")
 
 
 #: Header names as WSGI applications usually spell them.
@@ -55,7 +51,7 @@ def _target(environ: dict[str, Any]) -> bytes | str:
     `PATH_INFO`, else those two and the query string. A middleware ahead that rewrote
     `PATH_INFO` (a locale prefix taken off) is read as the application reads it: the routes
     and the room's rules decide on the path the room was chosen by."""
-    path = _bytes_of(environ.get("SCRIPT_NAME", "")) + _bytes_of(_path_bytes(environ))
+    path = _bytes_of(environ.get("SCRIPT_NAME", "")) + _path_bytes(environ)
     raw: str | None = environ.get("RAW_URI") or environ.get("REQUEST_URI")
     if raw:
         # PEP 3333's strings carry bytes one per character: the target's own bytes.
@@ -71,11 +67,9 @@ def _target(environ: dict[str, Any]) -> bytes | str:
     return path + b"?" + _bytes_of(query).replace(b"#", b"%23")
 
 
-def _bytes_of(text: str | bytes) -> bytes:
+def _bytes_of(text: str) -> bytes:
     """A WSGI string's bytes (PEP 3333: one per character), or its UTF-8 from a server that
     put other characters in it."""
-    if isinstance(text, bytes):
-        return text
     try:
         return text.encode("latin-1")
     except UnicodeEncodeError:

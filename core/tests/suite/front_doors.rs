@@ -7,8 +7,8 @@ use velvet_rope::request::Request;
 use velvet_rope::{Decision, Engine, Outcome, PageRequest};
 
 const NOW: u64 = 1_800_000_000_000;
-const CONFIG: &str = include_str!("../../conformance/front_doors.toml");
-const TABLE: &str = include_str!("../../conformance/front_doors.json");
+const CONFIG: &str = include_str!("../../../conformance/front_doors.toml");
+const TABLE: &str = include_str!("../../../conformance/front_doors.json");
 
 /// One row of the table.
 #[derive(serde::Deserialize)]

@@ -190,6 +190,13 @@ fn separate_processes_share_exact_counts_while_ticking() {
     let dir = std::env::temp_dir().join(format!("vr-shared-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let exe = std::env::current_exe().unwrap();
+    // This test's name as the test binary knows it: its module's path without the crate's.
+    let name = match module_path!().split_once("::") {
+        Some((_, module)) => {
+            format!("{module}::separate_processes_share_exact_counts_while_ticking")
+        }
+        None => "separate_processes_share_exact_counts_while_ticking".to_owned(),
+    };
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut ticks_during_crowds = 0;
     for crowd in 0..CROWDS {
@@ -197,11 +204,7 @@ fn separate_processes_share_exact_counts_while_ticking() {
         let children: Vec<_> = (0..CHILDREN)
             .map(|i| {
                 std::process::Command::new(&exe)
-                    .args([
-                        "--exact",
-                        "separate_processes_share_exact_counts_while_ticking",
-                        "--nocapture",
-                    ])
+                    .args(["--exact", &name, "--nocapture"])
                     .env("VR_SHARED_CHILD", &path)
                     .env("VR_PIN_CPU", (i % cpus).to_string())
                     .env("VR_GO_AT", (unix_ms() + 100).to_string())

@@ -246,8 +246,11 @@ fn requests_survive_random_and_mutated_fields() {
     const NOW_MS: u64 = NOW as u64 * 1000;
     use std::net::IpAddr;
     use velvet_rope::request::Request;
-    let engine = Engine::from_text(include_str!("../../conformance/front_doors.toml"), NOW_MS)
-        .expect("the conformance configuration is valid");
+    let engine = Engine::from_text(
+        include_str!("../../../conformance/front_doors.toml"),
+        NOW_MS,
+    )
+    .expect("the conformance configuration is valid");
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x0c0ffee);
     let targets: [&[u8]; 5] = [
         b"/static/%2e%2e/shop/item?preview=yes#x",

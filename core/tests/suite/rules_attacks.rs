@@ -8,7 +8,7 @@ use velvet_rope::request::Request;
 use velvet_rope::{Config, Engine, Outcome};
 
 const NOW: u64 = 1_800_000_000_000;
-const CONFIG: &str = include_str!("../../conformance/front_doors.toml");
+const CONFIG: &str = include_str!("../../../conformance/front_doors.toml");
 
 fn conformance() -> Engine {
     Engine::from_text(CONFIG, NOW).unwrap()

@@ -401,11 +401,18 @@ pub fn allocate(
             r.demand,
         )
     };
+    // (Under both limits: the minute's admissions, too, leave the uncovered waiters theirs.)
+    let minute_room = p
+        .minute
+        .saturating_sub(om0)
+        .saturating_sub(r.admitted)
+        .min(p.minute.saturating_sub(om1));
     let newcomers = if behind > 0 {
         0
     } else {
         (share + chunk).min(
             room_total
+                .min(minute_room)
                 .saturating_sub(uncovered)
                 .saturating_sub(ready_head),
         )
@@ -468,7 +475,12 @@ pub fn allocate(
         gm0: answer.1,
         gm1: answer.2,
         frontier,
-        behind: behind - own_behind.min(behind) + uncovered,
+        // (Not the waiters elsewhere that their own host's allowance does not cover: every
+        // allowance above leaves their slots to them, under both limits, and told of them
+        // every host queued every new arrival until its next sync: with many hosts one nearly
+        // always has such a waiter, and a room of 40,000 at 400 hosts queued early from 86 %
+        // full, BENCHMARKS.md.)
+        behind: behind - own_behind.min(behind),
         hosts,
         known,
         learning: u64::from(learning),
@@ -689,8 +701,9 @@ mod tests {
         let reply = room.sync("a", &a, t);
         assert_eq!((reply.free, reply.frontier), (10, 4));
         assert_eq!(
-            reply.behind, 8,
-            "b's seven wait with no allowance yet (one behind)"
+            reply.behind, 1,
+            "b's one behind the frontier (b's six the frontier reached are not counted: no \
+             allowance may take their slots)"
         );
         let reply = room.sync("b", &b, t);
         assert_eq!(reply.frontier, 4);
@@ -701,6 +714,112 @@ mod tests {
         assert_eq!(
             reply.gt, 4,
             "a holds 6 for its older waiters: 4 left for b's"
+        );
+    }
+
+    /// A waiter whose own host has no allowance for it (the free slots all handed out on paper
+    /// to other hosts), the room far from full: the other hosts' allowances leave its slot to
+    /// it, and they go on letting new arrivals in. (Told of it as waiting behind, every host
+    /// queued every new arrival until its next sync: with 400 hosts one of them nearly always
+    /// had such a waiter, and the cluster queued early from 86 % full, BENCHMARKS.md.)
+    #[test]
+    fn a_waiter_without_allowance_elsewhere_does_not_stop_new_arrivals() {
+        let mut room = Room::learned();
+        let mut a = report(0, 0, 10);
+        a.demand = 150;
+        let first = room.sync("a", &a, 2000).gt;
+        assert!(first >= 150, "{first}");
+        // b holds what a's allowance leaves, and five wait there with no slot.
+        let mut b = report(200 - first, 200 - first, 10);
+        b.live = vec![(10, 5)];
+        let at_b = room.sync("b", &b, 2000);
+        assert_eq!(at_b.gt, 200 - first, "nothing left for b's five yet");
+        assert_eq!((at_b.behind, at_b.frontier), (0, 10));
+        // a, holding its grant, syncs again: nobody waits behind the frontier, and its new
+        // allowance leaves b's five their slots.
+        (a.at, a.am0, a.am1) = (first, first, first);
+        let again = room.sync("a", &a, 2100);
+        assert_eq!(again.behind, 0, "nobody waits behind the frontier");
+        assert!(
+            again.gt > 0 && again.gt <= first - 5,
+            "a keeps an allowance ({}) that leaves b's five their slots",
+            again.gt
+        );
+        // Once a holds the smaller grant, b's five get their slots.
+        (a.at, a.am0, a.am1) = (again.gt, again.gm0, again.gm1);
+        room.sync("a", &a, 2200);
+        let then = room.sync("b", &b, 2200).gt;
+        assert!(
+            then >= 200 - first + 5 && again.gt + then <= 200,
+            "b's five get their slots ({then} beside a's {}), within the room",
+            again.gt
+        );
+    }
+
+    /// The same under the minute's limit: a waiter with no admission from its own host's
+    /// allowance does not stop new arrivals elsewhere, and gets its admissions once the others
+    /// hold less. (A review found the new arrivals' allowance kept the uncovered waiters'
+    /// slots under the room's total only; it now keeps them under the minute's admissions
+    /// too. This sequence passes without that, a spare figure already leaving them theirs
+    /// here; the review's failing sequences came from a model, not reproduced here.)
+    #[test]
+    fn new_arrivals_leave_uncovered_waiters_their_admissions() {
+        let p = Params {
+            total: 1_000_000,
+            minute: 100,
+            lease: 1000,
+            hold: 5000,
+            learn: 0,
+        };
+        let mut s = RoomState::default();
+        let mut seqs: HashMap<String, u64> = HashMap::new();
+        let mut sync = |host: &str, r: &Report, t: u64| -> Reply {
+            let mut r = r.clone();
+            r.seq = seqs.get(host).copied().unwrap_or(0);
+            let reply = allocate(&mut s, host, &r, &p, t, "");
+            seqs.insert(host.to_owned(), reply.seq);
+            reply
+        };
+        let quiet = Report {
+            b: 10,
+            ..Report::default()
+        };
+        sync("x", &quiet, 0);
+        sync("x", &quiet, 1000);
+        let holding = |n: u64| Report {
+            b: 10,
+            active: n,
+            admitted: n,
+            at: n,
+            am0: n,
+            ..Report::default()
+        };
+        // b and c hold the minute's 100 admissions; five wait at a with none.
+        sync("b", &holding(90), 2000);
+        sync("c", &holding(10), 2000);
+        let a = Report {
+            b: 10,
+            live: vec![(10, 5)],
+            ..Report::default()
+        };
+        assert_eq!(sync("a", &a, 2000).gm0, 0, "no admission left for a's five");
+        // b used 85 of its 90 and gives back the rest; c has a burst of new arrivals.
+        let mut b = holding(85);
+        b.am0 = 90;
+        let shrunk = sync("b", &b, 2100);
+        assert_eq!(shrunk.behind, 0);
+        b.am0 = shrunk.gm0;
+        sync("b", &b, 2200);
+        let mut c = holding(10);
+        (c.demand, c.traffic) = (90, 100);
+        let burst = sync("c", &c, 2200);
+        assert_eq!(burst.behind, 0);
+        assert_eq!(
+            sync("a", &a, 2200).gm0,
+            5,
+            "a's five get their admissions (b granted {}, c {})",
+            shrunk.gm0,
+            burst.gm0
         );
     }
 

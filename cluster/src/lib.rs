@@ -114,7 +114,12 @@
 //! - *A waiter the store has not seen yet* takes its place in the global FIFO at its host's
 //!   next sync; the other hosts learn of it at their next sync after that. Until then (two
 //!   sync intervals, more while a sync runs late) they admit newcomers on the allowances they
-//!   hold, ahead of it (FIFO order only; the counts are unaffected).
+//!   hold, ahead of it (FIFO order only; the counts are unaffected). A waiter queued for want
+//!   of its own host's allowance, the room not full, does not stop new arrivals elsewhere:
+//!   the allowances granted after the store heard of it leave its slot to it (under both
+//!   limits), and its host has one for it within a sync or two. One queued in the last second
+//!   before the room fills can find that slot taken on an allowance granted before, and then
+//!   waits for a departure (in the simulated many-hosts room, 1 of 116 such waiters).
 //! - *A host whose lease ended* counts as present until the store processes the end (at most
 //!   [`LAPSES_PER_SYNC`] ends per call, soonest first: at once unless many hosts lapse
 //!   together): its waiters can move the global frontier early meanwhile (FIFO order only;

@@ -651,7 +651,10 @@ local function sync_room(key, log, deadlines, call)
   -- elsewhere that their own host's allowance does not cover are left to them.
   local want = ready_head
   if behind == 0 then
-    want = want + min(share + chunk, max(0, room_total - uncovered - ready_head))
+    -- (Under both limits: the minute's admissions, too, leave the uncovered waiters theirs.)
+    local minute_room = min(max(0, p.minute - om0 - r.admitted), max(0, p.minute - om1))
+    want = want
+      + min(share + chunk, max(0, min(room_total, minute_room) - uncovered - ready_head))
   end
   local head0 = min(want, room_total, max(0, p.minute - om0 - r.admitted))
   local head1 = min(want, room_total, max(0, p.minute - om1))
@@ -803,7 +806,7 @@ local function sync_room(key, log, deadlines, call)
   -- The reply's fields in order (a MessagePack array: cheaper to pack than a map), `rc` and
   -- `rv` last (absent without a cursor; `rv` only ever with `rc`).
   return {
-    seq, agt, r.b, agm0, agm1, frontier, behind - min(own_behind, behind) + uncovered, hosts,
+    seq, agt, r.b, agm0, agm1, frontier, behind - min(own_behind, behind), hosts,
     known, learning and 1 or 0, free, queued, stale ~= nil and 1 or 0, rc_out, rv_out,
   }
 end

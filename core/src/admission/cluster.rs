@@ -235,8 +235,7 @@ pub(crate) fn state(room: &Room, now: Millis) -> ClusterState {
 /// How soon a visitor queued at `arrival` (its FIFO arrival bucket) should come back, in
 /// seconds, when it waits only for this host's allowance: the room is clustered and not
 /// learning, the current grant came with the store finding more free slots in the room than
-/// waiters (so the frontier passed them all; waiters at other hosts that their own allowance
-/// does not cover may still count as waiting elsewhere) in a report sent at most two sync
+/// waiters (so the frontier passed them all) in a report sent at most two sync
 /// intervals ago, this host's own waiters at its last tick were no more than those spare
 /// slots, and the visitor is at or before the frontier. The store then hands this host a slot
 /// for it within a sync or two (the waiters the frontier reached come first, and other hosts'

@@ -114,12 +114,16 @@
 //! - *A waiter the store has not seen yet* takes its place in the global FIFO at its host's
 //!   next sync; the other hosts learn of it at their next sync after that. Until then (two
 //!   sync intervals, more while a sync runs late) they admit newcomers on the allowances they
-//!   hold, ahead of it (FIFO order only; the counts are unaffected). A waiter queued for want
-//!   of its own host's allowance, the room not full, does not stop new arrivals elsewhere:
-//!   the allowances granted after the store heard of it leave its slot to it (under both
-//!   limits), and its host has one for it within a sync or two. One queued in the last second
-//!   before the room fills can find that slot taken on an allowance granted before, and then
-//!   waits for a departure (in the simulated many-hosts room, 1 of 116 such waiters).
+//!   hold, ahead of it (FIFO order only; the counts are unaffected). A waiter its own host
+//!   has no allowance for does not stop new arrivals elsewhere either: the new arrivals'
+//!   allowances granted after the store heard of it leave its slot to it (under both
+//!   limits), and its host has one for it once the others hold those allowances. Until then
+//!   (about two sync intervals after each change: a sync, then the grant applied) a host may
+//!   let new arrivals take slots it already holds, seats its visitors just left included,
+//!   ahead of it; one queued in the last intervals before the room fills can so lose its slot
+//!   and wait for a departure (in the simulated many-hosts room, seed 1, 1 of the 116 queued
+//!   early). Waiters the frontier reached at other hosts, newer than it, still take the
+//!   minute's last admissions ahead of it (its slot is kept under the room's total only).
 //! - *A host whose lease ended* counts as present until the store processes the end (at most
 //!   [`LAPSES_PER_SYNC`] ends per call, soonest first: at once unless many hosts lapse
 //!   together): its waiters can move the global frontier early meanwhile (FIFO order only;

@@ -649,15 +649,18 @@ local function sync_room(key, log, deadlines, call)
   end
   -- New arrivals get nothing while anyone waits behind the frontier; the slots for waiters
   -- elsewhere that their own host's allowance does not cover are left to them.
-  local want = ready_head
+  local newcomers = 0
   if behind == 0 then
-    -- (Under both limits: the minute's admissions, too, leave the uncovered waiters theirs.)
-    local minute_room = min(max(0, p.minute - om0 - r.admitted), max(0, p.minute - om1))
-    want = want
-      + min(share + chunk, max(0, min(room_total, minute_room) - uncovered - ready_head))
+    newcomers = min(share + chunk, max(0, room_total - uncovered - ready_head))
   end
-  local head0 = min(want, room_total, max(0, p.minute - om0 - r.admitted))
-  local head1 = min(want, room_total, max(0, p.minute - om1))
+  -- Each bucket's admissions, too, leave the uncovered waiters theirs (a waiter let in needs
+  -- both: a host's claims are bounded by its allowance for the next bucket as well).
+  local m0 = max(0, p.minute - om0 - r.admitted)
+  local m1 = max(0, p.minute - om1)
+  local head0 = min(ready_head + min(newcomers, max(0, m0 - uncovered - ready_head)), room_total,
+    m0)
+  local head1 = min(ready_head + min(newcomers, max(0, m1 - uncovered - ready_head)), room_total,
+    m1)
   local gt = r.active + max(head0, head1)
   local gm0 = r.admitted + head0
   local gm1 = head1

@@ -540,8 +540,8 @@ fn many_hosts_queue_late() {
     // Those queued while the room had seats (at other hosts: here every waiter let in was
     // queued early) come back after two syncs, and their host has a slot for them by then:
     // let in within seconds, not a refresh (20 s). (Not quite all: one queued in the last
-    // second before the room filled may find its seat taken by new arrivals at hosts whose
-    // allowance was granted before the store heard of it, and waits for a departure.)
+    // sync intervals before the room filled may find its seat taken by new arrivals at hosts
+    // whose allowance was granted before the store heard of it, and waits for a departure.)
     let let_in = n(&r["wait"], "samples");
     let early = n(&r, "queued_early");
     assert!(

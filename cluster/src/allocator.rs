@@ -753,6 +753,44 @@ mod tests {
         );
     }
 
+    /// A room whose minute binds (100 new visitors a minute, a total that never does), with
+    /// its hosts' grant numbers.
+    #[derive(Default)]
+    struct MinuteBound {
+        s: RoomState,
+        seq: HashMap<String, u64>,
+    }
+
+    impl MinuteBound {
+        const P: Params = Params {
+            total: 1_000_000,
+            minute: 100,
+            lease: 1000,
+            hold: 5000,
+            learn: 0,
+        };
+
+        /// Past learning from 2000 on (see [`Room::learned`]), every report in bucket 10.
+        fn learned() -> Self {
+            let mut room = Self::default();
+            let quiet = Report {
+                b: 10,
+                ..Report::default()
+            };
+            room.sync("x", &quiet, 0);
+            room.sync("x", &quiet, 1000);
+            room
+        }
+
+        fn sync(&mut self, host: &str, r: &Report, t: u64) -> Reply {
+            let mut r = r.clone();
+            r.seq = self.seq.get(host).copied().unwrap_or(0);
+            let reply = allocate(&mut self.s, host, &r, &Self::P, t, "");
+            self.seq.insert(host.to_owned(), reply.seq);
+            reply
+        }
+    }
+
     /// The same under the minute's limit: another host's unused reservation of the minute
     /// (not in `spare`, which counts admissions made) leaves the minute less room than `spare`;
     /// clamped to it without leaving the uncovered waiters theirs, a host told nobody waits
@@ -760,28 +798,8 @@ mod tests {
     /// `again.gm0` 40, and a's 0).
     #[test]
     fn a_busy_host_leaves_uncovered_waiters_the_minutes_last_admissions() {
-        let p = Params {
-            total: 1_000_000,
-            minute: 100,
-            lease: 1000,
-            hold: 5000,
-            learn: 0,
-        };
-        let mut s = RoomState::default();
-        let mut seqs: HashMap<String, u64> = HashMap::new();
-        let mut sync = |host: &str, r: &Report, t: u64| -> Reply {
-            let mut r = r.clone();
-            r.seq = seqs.get(host).copied().unwrap_or(0);
-            let reply = allocate(&mut s, host, &r, &p, t, "");
-            seqs.insert(host.to_owned(), reply.seq);
-            reply
-        };
-        let quiet = Report {
-            b: 10,
-            ..Report::default()
-        };
-        sync("x", &quiet, 0);
-        sync("x", &quiet, 1000);
+        let mut room = MinuteBound::learned();
+        let mut sync = |host: &str, r: &Report, t: u64| room.sync(host, r, t);
         // c holds 60 of bucket 10's admissions from an earlier grant, none used.
         let c = Report {
             b: 10,
@@ -825,28 +843,8 @@ mod tests {
     /// in, while they then count as covered.)
     #[test]
     fn uncovered_waiters_are_left_the_next_buckets_admissions_too() {
-        let p = Params {
-            total: 1_000_000,
-            minute: 100,
-            lease: 1000,
-            hold: 5000,
-            learn: 0,
-        };
-        let mut s = RoomState::default();
-        let mut seqs: HashMap<String, u64> = HashMap::new();
-        let mut sync = |host: &str, r: &Report, t: u64| -> Reply {
-            let mut r = r.clone();
-            r.seq = seqs.get(host).copied().unwrap_or(0);
-            let reply = allocate(&mut s, host, &r, &p, t, "");
-            seqs.insert(host.to_owned(), reply.seq);
-            reply
-        };
-        let quiet = Report {
-            b: 10,
-            ..Report::default()
-        };
-        sync("x", &quiet, 0);
-        sync("x", &quiet, 1000);
+        let mut room = MinuteBound::learned();
+        let mut sync = |host: &str, r: &Report, t: u64| room.sync(host, r, t);
         let c = Report {
             b: 10,
             at: 80,

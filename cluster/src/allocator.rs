@@ -699,8 +699,8 @@ mod tests {
         assert_eq!((reply.free, reply.frontier), (10, 4));
         assert_eq!(
             reply.behind, 1,
-            "b's one behind the frontier (b's six the frontier reached are not counted: no \
-             allowance may take their slots)"
+            "b's one behind the frontier (waiters the frontier reached are not counted, \
+             whether or not their host's allowance covers them)"
         );
         let reply = room.sync("b", &b, t);
         assert_eq!(reply.frontier, 4);
@@ -732,8 +732,10 @@ mod tests {
         let at_b = room.sync("b", &b, 2000);
         assert_eq!(at_b.gt, 200 - first, "nothing left for b's five yet");
         assert_eq!((at_b.behind, at_b.frontier), (0, 10));
-        // a, holding its grant, syncs again: nobody waits behind the frontier, and its new
-        // allowance leaves b's five their slots.
+        // a, holding its grant, syncs again: nobody waits behind the frontier, so its host
+        // goes on letting new arrivals in (the old reply said 5 here, and it queued them all),
+        // and its new allowance leaves b's five their slots (here the spare slots' count alone
+        // would leave them; the minute's tests below are where the cap is what does).
         (a.at, a.am0, a.am1) = (first, first, first);
         let again = room.sync("a", &a, 2100);
         assert_eq!(again.behind, 0, "nobody waits behind the frontier");

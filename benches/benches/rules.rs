@@ -2,7 +2,8 @@
 //! own admission ticket, taken in turn) decided through `Engine::admit_header_bytes` (the
 //! `Cookie` header alone, as before rules existed) and through `Engine::decide_request_in`
 //! with the whole request (method, target, host, ten headers, the client's address) in a
-//! room without rules and in one of 20 rules none of which matches; then
+//! room without rules, in one of 20 rules none of which matches, and in one of 20 rules
+//! over the method, host, path and client alone (none matching either); then
 //! `Engine::decide_request`, the room chosen by host and path routes.
 //!
 //! `cargo bench -p velvet-rope-benches --bench rules`.
@@ -42,6 +43,7 @@ fn rules(c: &mut Criterion) {
     for (room, host) in [
         ("plain", "plain.example.com"),
         ("rules", "shop.example.com"),
+        ("structural", "api.example.com"),
     ] {
         let all: Vec<Vec<(&'static [u8], Vec<u8>)>> = tickets(&engine, room)
             .iter()

@@ -2,7 +2,9 @@
 //! N = 10,000 minus N = 0, per call), which repeat where wall time on a shared machine does
 //! not. Modes: `cookie` (`admit_header_bytes`, the `Cookie` header alone), `plain` and
 //! `rules` (`decide_request_in` with the whole request, in a room without rules and in one of
-//! the `rules` bench's 20 rules), `routed` (`decide_request`, the room by host and path),
+//! the `rules` bench's 20 rules), `structural` (the same, in a room of 20 rules over the
+//! method, host, path and client alone), `routed` (`decide_request`, the room by host and
+//! path: the one with 20 rules), `routed_plain` (the same, to the room without rules),
 //! `bypass` (`decide_request_in`, a request the first of those rules bypasses: matched and
 //! counted).
 //! `cargo run --release -p velvet-rope-benches --example rules_instructions -- <mode> <N>`.
@@ -23,8 +25,9 @@ fn main() {
         .map_or(1_000_000, |s| s.parse().expect("a count"));
     let engine = Engine::from_text(&format!("{KEYS}{}", rules_config::ROOMS), T0).unwrap();
     let (room, host) = match mode.as_str() {
-        "cookie" | "plain" => ("plain", "plain.example.com"),
+        "cookie" | "plain" | "routed_plain" => ("plain", "plain.example.com"),
         "rules" | "routed" | "bypass" => ("rules", "shop.example.com"),
+        "structural" => ("structural", "api.example.com"),
         other => panic!("unknown mode {other}"),
     };
     let d = engine.admit(room, None, T0).unwrap();
@@ -51,7 +54,7 @@ fn main() {
             "cookie" => engine
                 .admit_header_bytes(b"plain", Some(cookie), T0 + 1)
                 .unwrap(),
-            "routed" => engine.decide_request(r, T0 + 1).unwrap().decision,
+            "routed" | "routed_plain" => engine.decide_request(r, T0 + 1).unwrap().decision,
             _ => engine
                 .decide_request_in(room.as_bytes(), r, T0 + 1)
                 .unwrap(),

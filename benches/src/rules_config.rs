@@ -1,7 +1,26 @@
 //! The rooms and the request of the `rules` bench and the `rules_instructions` example: a
-//! room without rules, and one of 20 rules none of which matches a browser's request.
+//! room without rules, one of 20 rules none of which matches a browser's request, and one of
+//! 20 rules over what a request line and its peer say (method, host, path, client) alone,
+//! none of which matches either.
 
-pub const ROOMS: &str = r#"
+/// The first eight rules of both rooms with rules: methods, paths and a client block.
+macro_rules! request_line_rules {
+    () => {
+        r#"
+  { name = "static", action = "bypass", methods = ["GET", "HEAD"], paths = ["/static/", "/assets/"] },
+  { name = "health", action = "bypass", paths = ["/health", "/ready"] },
+  { name = "favicon", action = "bypass", paths = ["/favicon.ico", "/robots.txt"] },
+  { name = "internal", action = "reject", paths = ["/internal/"] },
+  { name = "admin", action = "bypass", paths = ["/admin/"], clients = ["10.0.0.0/8"] },
+  { name = "trace", action = "reject", methods = ["TRACE", "CONNECT"] },
+  { name = "purge", action = "reject", methods = ["PURGE"] },
+  { name = "webhooks", action = "bypass", methods = ["POST"], paths = ["/hooks/"] },
+"#
+    };
+}
+
+pub const ROOMS: &str = concat!(
+    r#"
 [[rooms]]
 name = "plain"
 total_active_users = 100000
@@ -14,15 +33,9 @@ total_active_users = 100000
 new_users_per_minute = 4000000000
 routes = [{ host = "shop.example.com", path = "/" }, { host = "*.example.org" }]
 rules = [
-  { name = "static", action = "bypass", methods = ["GET", "HEAD"], paths = ["/static/", "/assets/"] },
-  { name = "health", action = "bypass", paths = ["/health", "/ready"] },
-  { name = "favicon", action = "bypass", paths = ["/favicon.ico", "/robots.txt"] },
-  { name = "internal", action = "reject", paths = ["/internal/"] },
-  { name = "admin", action = "bypass", paths = ["/admin/"], clients = ["10.0.0.0/8"] },
-  { name = "trace", action = "reject", methods = ["TRACE", "CONNECT"] },
-  { name = "purge", action = "reject", methods = ["PURGE"] },
-  { name = "webhooks", action = "bypass", methods = ["POST"], paths = ["/hooks/"] },
-  { name = "monitor", action = "bypass", headers = { "x-monitor-token" = "s3cret" } },
+"#,
+    request_line_rules!(),
+    r#"  { name = "monitor", action = "bypass", headers = { "x-monitor-token" = "s3cret" } },
   { name = "bots", action = "reject", headers = { "user-agent" = "*BadBot*" } },
   { name = "crawlers", action = "count_only", headers = { "user-agent" = "*Googlebot*" } },
   { name = "partner", action = "bypass", headers = { "x-partner-key" = "pk-*" } },
@@ -35,7 +48,30 @@ rules = [
   { name = "preview", action = "bypass", query = ["preview=yes"] },
   { name = "debug", action = "reject", query = ["debug"] },
 ]
-"#;
+
+[[rooms]]
+name = "structural"
+total_active_users = 100000
+new_users_per_minute = 4000000000
+routes = [{ host = "api.example.com" }]
+rules = [
+"#,
+    request_line_rules!(),
+    r#"  { name = "metrics", action = "bypass", paths = ["/metrics"], clients = ["10.0.0.0/8", "172.16.0.0/12"] },
+  { name = "images", action = "bypass", paths = ["/img/", "/images/", "/media/"] },
+  { name = "wellknown", action = "bypass", paths = ["/.well-known/"] },
+  { name = "legacy", action = "reject", paths = ["/cgi-bin/", "/wp-admin/"] },
+  { name = "status", action = "bypass", hosts = ["status.example.com"] },
+  { name = "partners", action = "count_only", hosts = ["*.partners.example.com"] },
+  { name = "office", action = "bypass", clients = ["192.0.2.0/24", "2001:db8:1::/48"] },
+  { name = "vpn", action = "bypass", clients = ["198.51.100.0/24"] },
+  { name = "blocked", action = "reject", clients = ["203.0.113.0/24"] },
+  { name = "monitoring", action = "bypass", methods = ["OPTIONS"], clients = ["100.100.0.0/16"] },
+  { name = "uploads", action = "queue", methods = ["PUT", "PATCH"], paths = ["/upload/"] },
+  { name = "deletes", action = "reject", methods = ["DELETE"], paths = ["/products/"] },
+]
+"#
+);
 
 /// A browser's request to `host` carrying `cookie`, as a server hands it over.
 pub fn headers(host: &'static str, cookie: &str) -> Vec<(&'static [u8], Vec<u8>)> {

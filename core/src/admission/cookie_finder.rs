@@ -170,8 +170,10 @@ fn exact_value(rest: &[u8], short: usize, long: usize) -> &[u8] {
     }
 }
 
-/// [`exact_value`] at a ticket's lengths (see [`CookieFinder::find_ticket`]).
-fn ticket_value(rest: &[u8]) -> &[u8] {
+/// [`exact_value`] at a ticket's lengths (see [`CookieFinder::find_ticket`]): the ticket in
+/// `rest`, what follows its cookie's `name=`.
+#[inline]
+pub(crate) fn ticket_value(rest: &[u8]) -> &[u8] {
     exact_value(
         rest,
         crate::ticket::LEGACY_ENCODED_LEN,

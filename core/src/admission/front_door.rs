@@ -156,8 +156,10 @@ impl Snapshot {
     ) -> Decision {
         let room = &view.room;
         let mut matched = None;
+        // The ticket, when the rules' pass over the `Cookie` header found it (or its absence).
+        let mut read = None;
         if !room.rules.is_empty() {
-            if let Some((i, rule)) = room.rules.first_match(request) {
+            if let Some((i, rule)) = room.rules.first_match(request, &mut read) {
                 room.count_rule(i);
                 let index = u16::try_from(i).ok();
                 match rule.action {
@@ -181,9 +183,12 @@ impl Snapshot {
             }
         }
         let req = request.request;
-        let mut ticket = room
-            .cookie_finder
-            .find_ticket_in_lines(req.cookie_headers());
+        let mut ticket = match read {
+            Some(rest) => rest.map(crate::admission::cookie_finder::ticket_value),
+            None => room
+                .cookie_finder
+                .find_ticket_in_lines(req.cookie_headers()),
+        };
         if ticket.is_none() && room.cfg.ticket_header {
             ticket = req
                 .header(crate::request::TICKET_HEADER)

@@ -225,7 +225,13 @@ impl Room {
         let layout = counters.layout();
         // Config::validate compiled them already; were they refused here, the room would
         // decide every request (no rule lets anything pass).
-        let rules = RuleSet::compile(&cfg.rules, config.settings.path_case, "").unwrap_or_default();
+        let rules = RuleSet::compile(
+            &cfg.rules,
+            config.settings.path_case,
+            &cfg.cookie_name(),
+            "",
+        )
+        .unwrap_or_default();
         let rule_keys = rule_keys(&cfg.rules, &rules);
         let rule_slots = rule_keys.iter().map(|_| AtomicU32::new(0)).collect();
         Self {

@@ -288,7 +288,7 @@ impl Config {
         for (i, r) in self.rooms.iter().enumerate() {
             let at = format!("rooms[{i}]");
             r.validate(&at)?;
-            crate::request::rule::RuleSet::compile(&r.rules, s.path_case, &at)
+            crate::request::rule::RuleSet::compile(&r.rules, s.path_case, &r.cookie_name(), &at)
                 .map_err(|(field, why)| Error::invalid(field, why))?;
             // Reads and compiles the room's templates: a faulty one is refused here.
             crate::page::RoomPages::compile(r, &at)?;

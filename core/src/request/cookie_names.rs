@@ -1,11 +1,14 @@
-//! The values of every cookie a room's rules read, found in one pass over a `Cookie` header.
+//! The values of every cookie a room's rules read (and its ticket's), found in one pass over a
+//! `Cookie` header.
 //!
 //! A rule set that reads three cookies would otherwise search the header three times (one
 //! [`CookieFinder`] each), and most visitors carry none of them, so each search runs to the
 //! header's end. One pass cuts the header at each `;`, compares the name that starts each
-//! piece with the wanted ones (only those of its length), and takes the first value of each.
+//! piece with the wanted ones (only those of its length), and takes the first of each.
 //!
-//! The pass answers exactly as [`CookieFinder::find`] would for each name, or not at all:
+//! The pass answers exactly as [`CookieFinder::find`] would for each name (and, for the
+//! room's ticket cookie, as [`CookieFinder::find_ticket_in_lines`] would on that one header),
+//! or not at all:
 //! - a cookie found after `;` (or at the start) comes first there too, and the pass finds
 //!   those: `name=` after `;` and blanks is a piece that starts with `name=`, and the first
 //!   such piece is the leftmost such match;
@@ -13,15 +16,16 @@
 //!   those: for a header holding a `,` it answers nothing and the caller searches name by
 //!   name (browsers never send one: `,` is not a cookie-octet; joined `Cookie` lines are).
 
-use crate::admission::cookie_finder::value_at_start;
 #[cfg(doc)]
 use crate::admission::cookie_finder::CookieFinder;
 
 /// Most distinct cookie names read in one pass; a rule set reading more searches for each.
 pub(crate) const MAX_COOKIE_NAMES: usize = 16;
 
-/// The values found, by the name's index ([`CookieNames::read`]).
-pub(crate) type CookieValues<'h> = [Option<&'h [u8]>; MAX_COOKIE_NAMES];
+/// What follows `name=` in the first cookie of each name found, by the name's index
+/// ([`CookieNames::read`]): the value is at its start (`value_at_start`, or the ticket's
+/// reading for the ticket cookie).
+pub(crate) type CookieRests<'h> = [Option<&'h [u8]>; MAX_COOKIE_NAMES];
 
 /// The cookie names a rule set reads.
 #[derive(Debug)]
@@ -56,14 +60,15 @@ impl CookieNames {
         Some(self.names.len() - 1)
     }
 
-    /// Each name's value in `header` (as [`CookieFinder::find`] finds it), or `None` when
-    /// a `,` comes before every name was found, and the names must be searched for one at a
-    /// time (a `,` after them changes nothing: a cookie after `;` comes first).
+    /// What follows each name's `name=` in `header` (where [`CookieFinder::find`] finds its
+    /// value), or `None` when a `,` comes before every name was found, and the names must be
+    /// searched for one at a time (a `,` after them changes nothing: a cookie after `;` comes
+    /// first).
     ///
     /// One search for the bytes that matter (`;`, `,`, `=`; see [`next_special`]), not a
     /// loop over every byte: a ticket's long value is crossed in a few steps.
     #[inline]
-    pub(crate) fn read<'h>(&self, header: &'h [u8]) -> Option<CookieValues<'h>> {
+    pub(crate) fn read<'h>(&self, header: &'h [u8]) -> Option<CookieRests<'h>> {
         let mut values = [None; MAX_COOKIE_NAMES];
         let mut missing: u32 = (1 << self.names.len()) - 1;
         // The piece being read starts at `start`; its first `=`, if seen yet.
@@ -89,15 +94,15 @@ impl CookieNames {
         Some(values)
     }
 
-    /// The piece of `header` from `start` (its first `=` at `eq`): its value, when its name
-    /// (after blanks, as `CookieFinder` skips them) is a missing one.
+    /// The piece of `header` from `start` (its first `=` at `eq`): what follows the `=`, when
+    /// its name (after blanks, as `CookieFinder` skips them) is a missing one.
     #[inline(always)]
     fn take<'h>(
         &self,
         header: &'h [u8],
         start: usize,
         eq: Option<usize>,
-        values: &mut CookieValues<'h>,
+        values: &mut CookieRests<'h>,
         missing: &mut u32,
     ) {
         let Some(eq) = eq else {
@@ -112,7 +117,7 @@ impl CookieNames {
         while candidates != 0 {
             let j = candidates.trailing_zeros() as usize;
             if *self.names[j] == *name {
-                values[j] = Some(value_at_start(&header[eq + 1..]));
+                values[j] = Some(&header[eq + 1..]);
                 *missing &= !(1 << j);
                 return;
             }
@@ -137,7 +142,12 @@ fn next_special(header: &[u8], from: usize) -> Option<usize> {
 #[cfg(all(test, not(velvet_rope_loom)))]
 mod tests {
     use super::*;
-    use crate::admission::cookie_finder::CookieFinder;
+    use crate::admission::cookie_finder::{value_at_start, CookieFinder};
+
+    /// The values of `read`'s answer.
+    fn values(rests: CookieRests<'_>) -> [Option<&[u8]>; MAX_COOKIE_NAMES] {
+        rests.map(|r| r.map(value_at_start))
+    }
 
     fn names(list: &[&str]) -> CookieNames {
         let mut n = CookieNames::default();
@@ -150,17 +160,17 @@ mod tests {
     #[test]
     fn one_pass_finds_each_first_value() {
         let n = names(&["staff", "beta", "a"]);
-        let v = n.read(b"xa=1; a=2; staff=\"st-1\";beta= 1 ; a=3").unwrap();
+        let v = values(n.read(b"xa=1; a=2; staff=\"st-1\";beta= 1 ; a=3").unwrap());
         assert_eq!(v[0], Some(&b"st-1"[..]));
         assert_eq!(v[1], Some(&b"1"[..]));
         assert_eq!(v[2], Some(&b"2"[..]));
         assert_eq!(n.read(b"a=1,staff=2"), None);
         // Every name found before the `,`: it changes nothing.
-        let all = n.read(b"staff=1; beta=2; a=3; b=4,a=5").unwrap();
+        let all = values(n.read(b"staff=1; beta=2; a=3; b=4,a=5").unwrap());
         assert_eq!(all[2], Some(&b"3"[..]));
         assert_eq!(n.read(b"").unwrap()[0], None);
         assert_eq!(n.read(b"staff").unwrap()[0], None);
-        assert_eq!(n.read(b"staff=").unwrap()[0], Some(&b""[..]));
+        assert_eq!(values(n.read(b"staff=").unwrap())[0], Some(&b""[..]));
         // A `,` in the last piece read, or after every name was found.
         let ab = names(&["a", "b"]);
         assert_eq!(ab.read(b"a=1; b=2,c"), None);
@@ -174,7 +184,7 @@ mod tests {
         fn agrees_with_the_finder(header in "[ab;= \t\"x,]{0,40}") {
             let list = ["a", "b", "ab", "ba"];
             let n = names(&list);
-            if let Some(values) = n.read(header.as_bytes()) {
+            if let Some(values) = n.read(header.as_bytes()).map(values) {
                 for (j, name) in list.iter().enumerate() {
                     proptest::prop_assert_eq!(
                         values[j],
@@ -199,7 +209,7 @@ mod tests {
                 .collect();
             let list = ["a", "b", "ab", "ba"];
             let n = names(&list);
-            if let Some(values) = n.read(header.as_bytes()) {
+            if let Some(values) = n.read(header.as_bytes()).map(values) {
                 for (j, name) in list.iter().enumerate() {
                     proptest::prop_assert_eq!(
                         values[j],

@@ -3,38 +3,37 @@
 /// Longest host name kept (a DNS name's limit, and an IPv6 literal's with brackets).
 pub(crate) const MAX_HOST: usize = 253;
 
-/// A host name, normalised: ASCII lower case, no port, no trailing dot. Borrowed from the
-/// request when it is in that form already (the common case), else kept inline: normalising
-/// allocates nothing.
+/// A host name, normalised but perhaps for case: the request's own bytes (nothing is copied
+/// or allocated), with no port, userinfo or trailing dot, compared with patterns as their
+/// ASCII lower case.
 #[derive(Clone, Copy)]
-#[allow(clippy::large_enum_variant)] // inline on purpose: normalising allocates nothing
 pub(crate) enum HostName<'a> {
-    /// The request's own bytes, already normal.
-    Borrowed(&'a [u8]),
-    /// A normalised copy.
-    Inline { len: u8, bytes: [u8; MAX_HOST] },
+    /// Already normal (ASCII lower case).
+    Lower(&'a [u8]),
+    /// Normal once its ASCII upper-case letters are lowered (every other byte is a digit,
+    /// `-`, `.`, `_`, or an IPv6 literal's `[`, `:`, `]`: lowering changes letters alone).
+    Upper(&'a [u8]),
 }
 
 impl HostName<'_> {
-    /// The name's bytes.
-    pub(crate) fn as_bytes(&self) -> &[u8] {
+    /// The name in ASCII lower case (not on the request path: it copies).
+    pub(crate) fn to_lower(self) -> Vec<u8> {
         match self {
-            HostName::Borrowed(b) => b,
-            HostName::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            HostName::Lower(b) => b.to_vec(),
+            HostName::Upper(b) => b.to_ascii_lowercase(),
         }
     }
 }
 
 impl std::fmt::Debug for HostName<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))
+        write!(f, "{:?}", String::from_utf8_lossy(&self.to_lower()))
     }
 }
 
-/// A host a request names, as read. Kept inline on purpose (the request's stack frame holds
-/// two: nothing is allocated).
+/// A host a request names, as read (the request's stack frame holds two: nothing is
+/// allocated).
 #[derive(Debug, Clone, Copy)]
-#[allow(clippy::large_enum_variant)]
 pub(crate) enum HostSeen<'a> {
     /// It names none here.
     Absent,
@@ -49,7 +48,37 @@ pub(crate) enum HostSeen<'a> {
 /// blanks around it, userinfo, port and one trailing dot dropped, ASCII letters lowered.
 /// `None` for anything that is not a host name (empty, a byte outside `A-Z a-z 0-9 - . _`,
 /// an IPv6 literal with others than hex digits, `:` and `.`, a port that is not digits).
+///
+/// A plain name (what browsers send behind the standard ports: only `a-z 0-9 - . _`) is
+/// answered by one pass over its bytes; anything else (upper case, a port, userinfo, an IPv6
+/// literal, blanks, bad bytes) by [`normalise_general`], which answers every input alike.
+#[inline]
 pub(crate) fn normalise(raw: &[u8]) -> Option<HostName<'_>> {
+    if raw.iter().all(|&b| PLAIN[usize::from(b)]) {
+        let host = raw.strip_suffix(b".").unwrap_or(raw);
+        if host.is_empty() || host.len() > MAX_HOST {
+            return None;
+        }
+        return Some(HostName::Lower(host));
+    }
+    normalise_general(raw)
+}
+
+/// The bytes of a plain host name, already normal: `a-z 0-9 - . _`.
+static PLAIN: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'-' | b'.' | b'_');
+        b += 1;
+    }
+    t
+};
+
+/// [`normalise`] of any input.
+#[inline(never)]
+fn normalise_general(raw: &[u8]) -> Option<HostName<'_>> {
     let raw = raw.trim_ascii();
     let raw = match memchr::memrchr(b'@', raw) {
         Some(at) => &raw[at + 1..],
@@ -90,21 +119,19 @@ pub(crate) fn normalise(raw: &[u8]) -> Option<HostName<'_>> {
         }
         upper |= b.is_ascii_uppercase();
     }
-    if !upper {
-        return Some(HostName::Borrowed(host));
-    }
-    let mut bytes = [0; MAX_HOST];
-    for (out, &b) in bytes.iter_mut().zip(host) {
-        *out = b.to_ascii_lowercase();
-    }
-    Some(HostName::Inline {
-        len: host.len() as u8,
-        bytes,
+    Some(if upper {
+        HostName::Upper(host)
+    } else {
+        HostName::Lower(host)
     })
 }
 
 /// The authority of an absolute-form target (`http://user@host:port/path`), if it is one.
 pub(crate) fn authority_of(target: &[u8]) -> Option<&[u8]> {
+    // An origin-form target (`/path`): no scheme starts with `/` (nor is one empty).
+    if target.first() == Some(&b'/') {
+        return None;
+    }
     let colon = memchr::memchr(b':', target)?;
     let scheme = &target[..colon];
     if scheme.is_empty()
@@ -148,11 +175,12 @@ impl HostPattern {
             ));
         }
         let normal = normalise(name.as_bytes())
-            .filter(|_| !name.contains(':') || name.starts_with('['))
+            // A port is refused, an IPv6 literal's colons are not (`[::1]`, not `[::1]:80`).
+            .filter(|_| !name.contains(':') || (name.starts_with('[') && name.ends_with(']')))
             .ok_or_else(|| {
                 format!("`{text}` is not a host name (letters, digits, `-`, `.`; no port)")
             })?;
-        let bytes = normal.as_bytes();
+        let bytes = &normal.to_lower()[..];
         Ok(if wild {
             let mut dotted = Vec::with_capacity(bytes.len() + 1);
             dotted.push(b'.');
@@ -163,13 +191,20 @@ impl HostPattern {
         })
     }
 
-    /// Whether a normalised host matches.
+    /// Whether a host name matches (as its ASCII lower case would).
     #[inline]
-    pub(crate) fn matches(&self, host: &[u8]) -> bool {
+    pub(crate) fn matches(&self, host: &HostName<'_>) -> bool {
+        let (HostName::Lower(name) | HostName::Upper(name)) = *host;
+        let eq = |a: &[u8], b: &[u8]| match host {
+            HostName::Lower(_) => a == b,
+            HostName::Upper(_) => a.eq_ignore_ascii_case(b),
+        };
         match self {
             HostPattern::Any => true,
-            HostPattern::Exact(h) => **h == *host,
-            HostPattern::Subdomains(suffix) => host.len() > suffix.len() && host.ends_with(suffix),
+            HostPattern::Exact(h) => eq(name, h),
+            HostPattern::Subdomains(suffix) => {
+                name.len() > suffix.len() && eq(&name[name.len() - suffix.len()..], suffix)
+            }
         }
     }
 
@@ -188,7 +223,7 @@ mod tests {
     use super::*;
 
     fn norm(raw: &str) -> Option<String> {
-        normalise(raw.as_bytes()).map(|h| String::from_utf8(h.as_bytes().to_vec()).unwrap())
+        normalise(raw.as_bytes()).map(|h| String::from_utf8(h.to_lower()).unwrap())
     }
 
     #[test]
@@ -227,6 +262,48 @@ mod tests {
         assert_eq!(norm(&"a".repeat(254)), None);
     }
 
+    proptest::proptest! {
+        /// A name matches a pattern as its lower case does byte for byte.
+        #[test]
+        fn names_match_as_their_lower_case(
+            raw in "[aAbB.]{0,6}",
+            pattern in proptest::sample::select(vec!["a", "ab", "a.b", "*.b", "*.ab", "*.a.b", "b.a"]),
+        ) {
+            let pattern = HostPattern::parse(pattern).unwrap();
+            if let Some(name) = normalise(raw.as_bytes()) {
+                let lower = name.to_lower();
+                let want = match &pattern {
+                    HostPattern::Any => true,
+                    HostPattern::Exact(h) => **h == *lower,
+                    HostPattern::Subdomains(s) => lower.len() > s.len() && lower.ends_with(s),
+                };
+                proptest::prop_assert_eq!(pattern.matches(&name), want);
+            }
+        }
+
+        /// The one-pass reading of a plain name answers as the general one, on any bytes.
+        #[test]
+        fn plain_names_read_alike(raw in proptest::collection::vec(proptest::sample::select(
+            b"aZz09-._@:[] \t\x80\x00%".to_vec()), 0..12)) {
+            let short = |h: Option<HostName<'_>>| h.map(HostName::to_lower);
+            proptest::prop_assert_eq!(short(normalise(&raw)), short(normalise_general(&raw)));
+        }
+    }
+
+    #[test]
+    fn long_plain_names() {
+        for n in [252, 253, 254] {
+            for name in ["a".repeat(n), format!("{}.", "a".repeat(n))] {
+                let short = |h: Option<HostName<'_>>| h.map(|h| h.to_lower().len());
+                assert_eq!(
+                    short(normalise(name.as_bytes())),
+                    short(normalise_general(name.as_bytes())),
+                    "{n}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn authority_of_absolute_form_only() {
         assert_eq!(
@@ -237,19 +314,38 @@ mod tests {
         assert_eq!(authority_of(b"/shop"), None);
         assert_eq!(authority_of(b"/a:b//c"), None);
         assert_eq!(authority_of(b"*"), None);
+        assert_eq!(authority_of(b"//h/x"), None);
+        assert_eq!(authority_of(b"/http://h/x"), None);
     }
 
     #[test]
     fn patterns() {
+        let host = |raw: &'static str| normalise(raw.as_bytes()).unwrap();
         let exact = HostPattern::parse("Shop.Example.com").unwrap();
-        assert!(exact.matches(b"shop.example.com"));
-        assert!(!exact.matches(b"www.shop.example.com"));
+        assert!(exact.matches(&host("shop.example.com")));
+        assert!(exact.matches(&host("SHOP.example.Com.")));
+        assert!(!exact.matches(&host("www.shop.example.com")));
+        assert!(!exact.matches(&host("WWW.shop.example.com")));
         let wild = HostPattern::parse("*.example.com").unwrap();
-        assert!(wild.matches(b"shop.example.com"));
-        assert!(wild.matches(b"a.b.example.com"));
-        assert!(!wild.matches(b"example.com"));
-        assert!(!wild.matches(b"badexample.com"));
-        for bad in ["shop.example.com:80", "*", "*.*.com", "a/b", "", "x*.com"] {
+        assert!(wild.matches(&host("shop.example.com")));
+        assert!(wild.matches(&host("a.b.example.com")));
+        assert!(wild.matches(&host("A.B.Example.COM:443")));
+        assert!(!wild.matches(&host("example.com")));
+        assert!(!wild.matches(&host("Example.com")));
+        assert!(!wild.matches(&host("badexample.com")));
+        assert!(!wild.matches(&host("BADexample.com")));
+        let v6 = HostPattern::parse("[2001:db8::1]").unwrap();
+        assert!(v6.matches(&host("[2001:DB8::1]:8443")));
+        for bad in [
+            "shop.example.com:80",
+            "*",
+            "*.*.com",
+            "a/b",
+            "",
+            "x*.com",
+            "[::1]:80",
+            "*.[::1]:80",
+        ] {
             assert!(HostPattern::parse(bad).is_err(), "{bad:?}");
         }
         assert!(exact.specificity() > wild.specificity());

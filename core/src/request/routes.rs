@@ -129,7 +129,7 @@ impl RouteTable {
                 _ => request.hosts().iter().any(|h| match h {
                     HostSeen::Absent => false,
                     HostSeen::Bad => true,
-                    HostSeen::Name(n) => group.pattern.matches(n.as_bytes()),
+                    HostSeen::Name(n) => group.pattern.matches(n),
                 }),
             };
             if !applies {

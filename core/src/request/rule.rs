@@ -11,12 +11,12 @@
 use std::cell::OnceCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::admission::cookie_finder::CookieFinder;
+use crate::admission::cookie_finder::{value_at_start, CookieFinder};
 use crate::config::{PathCase, RuleAction, RuleConfig};
 use crate::request::clients::{AddressKey, CidrSet};
-use crate::request::cookie_names::{CookieNames, CookieValues};
+use crate::request::cookie_names::{CookieNames, CookieRests};
 use crate::request::glob::Glob;
-use crate::request::host::{HostPattern, HostSeen};
+use crate::request::host::{HostName, HostPattern, HostSeen};
 use crate::request::query::{Params, QueryTerm};
 use crate::request::Prepared;
 use crate::routing::{Route, Router};
@@ -82,9 +82,12 @@ pub(crate) struct RuleSet {
     /// The methods the rules name, each once: a request's method is compared with them
     /// once, and each rule tests a bit.
     methods: Box<[Box<[u8]>]>,
-    /// The cookies the rules read, each once: one pass over the `Cookie` header finds them
-    /// all.
+    /// The cookies the rules read, each once, and the room's ticket cookie when they read
+    /// any: one pass over the `Cookie` header finds them all.
     cookie_names: CookieNames,
+    /// The ticket cookie's index in `cookie_names` (`None`: the rules read no cookie, or
+    /// past the names one pass reads).
+    ticket: Option<usize>,
     /// Which of the first 64 rules a request may still match, by what is cheap to read once
     /// for all of them (only those are evaluated).
     filter: Filter,
@@ -180,6 +183,7 @@ impl Default for RuleSet {
             reads_headers: false,
             methods: Box::default(),
             cookie_names: CookieNames::default(),
+            ticket: None,
             filter: Filter::default(),
         }
     }
@@ -198,9 +202,10 @@ struct Seen<'h> {
     /// The bit of the request's method among the set's methods (0: none of them).
     method: u64,
     client: Option<AddressKey>,
-    /// The values of the rules' cookies in the request's one `Cookie` header; `None` when
-    /// the pass cannot answer (several headers, or a `,` in one): search name by name.
-    cookies: OnceCell<Option<CookieValues<'h>>>,
+    /// What follows each `name=` of the rules' cookies (and the ticket's) in the request's
+    /// one `Cookie` header (see [`CookieRests`]); `None` when the pass cannot answer (several
+    /// headers, or a `,` in one): search name by name.
+    cookies: OnceCell<Option<CookieRests<'h>>>,
     /// The query's parameters, split once for every query rule.
     query: OnceCell<Params<'h>>,
 }
@@ -220,24 +225,30 @@ impl HeaderIndex {
         scan: false,
     };
 
-    /// One pass over `headers`: each name is compared only with the names of its length
-    /// (`by_len`, see `RuleSet`); most headers have none.
+    /// The index of `headers` (see [`HeaderIndex::fill`]).
+    #[cfg(all(test, not(velvet_rope_loom)))]
     fn new(headers: &[(&[u8], &[u8])], names: &[Box<[u8]>], by_len: &[u16; 64]) -> Self {
-        let mut masks = [0u64; MAX_HEADER_NAMES];
-        for (i, (n, _)) in headers.iter().take(INDEXED_HEADERS).enumerate() {
+        let mut index = Self::NONE;
+        index.fill(headers, names, by_len);
+        index
+    }
+
+    /// Indexes `headers` into this index of none, in place (not returned: the masks would
+    /// be copied twice). One pass: each name is compared only with the names of its length
+    /// (`by_len`, see `RuleSet`); most headers have none.
+    fn fill(&mut self, headers: &[(&[u8], &[u8])], names: &[Box<[u8]>], by_len: &[u16; 64]) {
+        let indexed = &headers[..headers.len().min(INDEXED_HEADERS)];
+        for (i, (n, _)) in indexed.iter().enumerate() {
             let mut candidates = by_len[n.len().min(63)];
             while candidates != 0 {
                 let j = candidates.trailing_zeros() as usize;
                 if eq_lower(n, &names[j]) {
-                    masks[j] |= 1 << i;
+                    self.masks[j] |= 1 << i;
                 }
                 candidates &= candidates - 1;
             }
         }
-        Self {
-            masks,
-            scan: headers.len() > INDEXED_HEADERS,
-        }
+        self.scan = headers.len() > INDEXED_HEADERS;
     }
 
     /// Whether some header called `names[j]` has a value meeting `f`.
@@ -277,10 +288,12 @@ fn eq_lower(name: &[u8], lower: &[u8]) -> bool {
 }
 
 impl RuleSet {
-    /// Compiles `rules` of the room at `at` (`rooms[i]`); the error names the rule and field.
+    /// Compiles `rules` of the room at `at` (`rooms[i]`), whose tickets come in the cookie
+    /// `ticket_cookie`; the error names the rule and field.
     pub(crate) fn compile(
         rules: &[RuleConfig],
         case: PathCase,
+        ticket_cookie: &str,
         at: &str,
     ) -> Result<Self, (String, String)> {
         if rules.len() > MAX_RULES {
@@ -327,7 +340,14 @@ impl RuleSet {
                 ..rule
             });
         }
+        // The pass that reads the rules' cookies finds the ticket too: its search is saved.
+        let ticket = out
+            .iter()
+            .any(|r| !r.cookies.is_empty())
+            .then(|| shared.cookie_names.index(ticket_cookie))
+            .flatten();
         Ok(Self {
+            ticket,
             filter: Filter::new(&out, shared.methods.len()),
             hits: out.iter().map(|_| AtomicU64::new(0)).collect(),
             reads_headers: out
@@ -362,13 +382,18 @@ impl RuleSet {
     }
 
     /// The first rule `request` matches, with its index (the caller counts it: see
-    /// `Room::count_rule`).
+    /// `Room::count_rule`). When the rules' pass over the `Cookie` header answered (see
+    /// [`CookieNames::read`]), `ticket` is set to what follows the ticket cookie's `name=`
+    /// there (`Some(None)`: no ticket cookie), else left alone (the pass did not run or
+    /// could not answer, or the rules read so many cookies that the ticket has no place in
+    /// it).
     #[inline]
-    pub(crate) fn first_match(&self, request: &Prepared<'_, '_>) -> Option<(usize, &Rule)> {
+    pub(crate) fn first_match<'h>(
+        &self,
+        request: &Prepared<'_, 'h>,
+        ticket: &mut Option<Option<&'h [u8]>>,
+    ) -> Option<(usize, &Rule)> {
         let req = request.request;
-        // The headers are indexed when the first rule that reads them comes up.
-        let mut index = HeaderIndex::NONE;
-        let mut indexed = false;
         let method = self.methods.iter().position(|m| **m == *req.method);
         let seen = Seen {
             method: method.map_or(0, |k| 1 << k),
@@ -376,6 +401,26 @@ impl RuleSet {
             cookies: OnceCell::new(),
             query: OnceCell::new(),
         };
+        let found = self.first_match_seen(request, &seen, method);
+        if let (Some(t), Some(Some(rests))) = (self.ticket, seen.cookies.get()) {
+            *ticket = Some(rests[t]);
+        }
+        found
+    }
+
+    /// [`RuleSet::first_match`] with what is read once worked out (`method`: the request's
+    /// method's index among the set's).
+    #[inline(always)]
+    fn first_match_seen<'h>(
+        &self,
+        request: &Prepared<'_, 'h>,
+        seen: &Seen<'h>,
+        method: Option<usize>,
+    ) -> Option<(usize, &Rule)> {
+        let req = request.request;
+        // The headers are indexed when the first rule that reads them comes up.
+        let mut index = HeaderIndex::NONE;
+        let mut indexed = false;
         let filter = &self.filter;
         let mut left = filter.by_method[method.unwrap_or(self.methods.len())];
         // Client blocks first (a few compares each), then the target's second byte; which
@@ -397,7 +442,7 @@ impl RuleSet {
         while left != 0 {
             let i = left.trailing_zeros() as usize;
             if !indexed && filter.headers & (1 << i) != 0 {
-                index = HeaderIndex::new(req.headers, &self.names, &self.by_len);
+                index.fill(req.headers, &self.names, &self.by_len);
                 indexed = true;
                 if !index.scan {
                     let needs = &filter.needs[..self.names.len()];
@@ -413,19 +458,19 @@ impl RuleSet {
             let rule = &self.rules[i];
             // The index is read by header and cookie conditions alone (`Filter::headers`).
             debug_assert!(indexed || (rule.headers.is_empty() && rule.cookies.is_empty()));
-            if rule.matches(request, &seen, self, &index) {
+            if rule.matches(request, seen, self, &index) {
                 return Some((i, rule));
             }
             left &= left - 1;
         }
         let rest = self.rules.get(FILTERED..).unwrap_or_default();
         if !indexed && self.reads_headers && !rest.is_empty() {
-            index = HeaderIndex::new(req.headers, &self.names, &self.by_len);
+            index.fill(req.headers, &self.names, &self.by_len);
         }
         let (i, rule) = rest
             .iter()
             .enumerate()
-            .find(|(_, r)| r.matches(request, &seen, self, &index))?;
+            .find(|(_, r)| r.matches(request, seen, self, &index))?;
         Some((FILTERED + i, rule))
     }
 
@@ -436,14 +481,14 @@ impl RuleSet {
         }
     }
 
-    /// The values of the rules' cookies, when one pass over the request's one `Cookie`
-    /// header answers for them (see [`CookieNames::read`]).
+    /// What follows each `name=` of the rules' cookies (and the ticket's), when one pass
+    /// over the request's one `Cookie` header answers for them (see [`CookieNames::read`]).
     #[inline]
-    fn cookie_values<'h>(
+    fn cookie_rests<'h>(
         &self,
         headers: &[(&[u8], &'h [u8])],
         index: &HeaderIndex,
-    ) -> Option<CookieValues<'h>> {
+    ) -> Option<CookieRests<'h>> {
         let mask = index.masks[COOKIE];
         if index.scan || mask.count_ones() != 1 {
             return None;
@@ -648,11 +693,13 @@ impl Rule {
             }
         }
         for (slot, finder, glob) in self.cookies.iter() {
-            let values = seen
+            let rests = seen
                 .cookies
-                .get_or_init(|| set.cookie_values(req.headers, index));
-            let found = match (slot, values) {
-                (Some(j), Some(values)) => values[*j].is_some_and(|v| glob.matches(v)),
+                .get_or_init(|| set.cookie_rests(req.headers, index));
+            let found = match (slot, rests) {
+                (Some(j), Some(rests)) => {
+                    rests[*j].is_some_and(|r| glob.matches(value_at_start(r)))
+                }
                 _ => index.any(req.headers, names, COOKIE, |h| {
                     finder.find(h).is_some_and(|v| glob.matches(v))
                 }),
@@ -675,14 +722,14 @@ impl Rule {
 
     /// Whether the hosts a request names match (see the module documentation).
     fn hosts_match(&self, hosts: &[HostSeen<'_>; 2], loose: bool) -> bool {
-        let named = |h: &[u8]| self.hosts.iter().any(|p| p.matches(h));
+        let named = |h: &HostName<'_>| self.hosts.iter().any(|p| p.matches(h));
         if loose {
             let mut any = false;
             for h in hosts {
                 match h {
                     HostSeen::Absent => {}
                     HostSeen::Bad => return false,
-                    HostSeen::Name(n) if named(n.as_bytes()) => any = true,
+                    HostSeen::Name(n) if named(n) => any = true,
                     HostSeen::Name(_) => return false,
                 }
             }
@@ -692,7 +739,7 @@ impl Rule {
                 || hosts.iter().any(|h| match h {
                     HostSeen::Absent => false,
                     HostSeen::Bad => true,
-                    HostSeen::Name(n) => named(n.as_bytes()),
+                    HostSeen::Name(n) => named(n),
                 })
         }
     }
@@ -813,16 +860,19 @@ mod tests {
                 (proptest::sample::select(vec!["User-Agent", "x-key", "Cookie", "accept", "host"]),
                  proptest::sample::select(vec![
                      "a=1", "Bot", "k-1", "b=2; a=1", "staff=s-1", "x,a=1", "", "a.example",
-                     "x.b.example", "H",
+                     "x.b.example", "H", " a=2 ;a=1", "b=1;staff=s-2, a=3", "t=1; a=1",
+                     "a=1; t=2,t=3", "x,t=4; b=*", "t=\"5\" ;staff=s-3",
                  ])),
                 0..5,
             ),
             // More headers than are indexed: the rules search them by name.
             padded in proptest::bool::weighted(0.2),
+            ticket in proptest::sample::select(vec!["a", "t"]),
             client in proptest::sample::select(vec![None, Some("10.1.2.3"), Some("192.0.2.9"), Some("2001:db8::1"), Some("100.64.0.1")]),
         ) {
             let rules: Vec<RuleConfig> = picks.iter().enumerate().map(|(i, p)| rule_of(i, p)).collect();
-            let set = RuleSet::compile(&rules, case, "rooms[0]").unwrap();
+            // The ticket cookie: one the rules read too (`a`), or one of its own (`t`).
+            let set = RuleSet::compile(&rules, case, ticket, "rooms[0]").unwrap();
             let filler: Vec<String> = (0..INDEXED_HEADERS).map(|i| format!("x-filler-{i}")).collect();
             let mut headers: Vec<(&[u8], &[u8])> =
                 headers.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())).collect();
@@ -837,8 +887,16 @@ mod tests {
                 headers: &headers,
                 client: client.map(|c| c.parse().unwrap()),
             };
-            let filtered = set.first_match(&Prepared::new(&request)).map(|(i, _)| i);
+            let mut read = None;
+            let filtered = set.first_match(&Prepared::new(&request), &mut read).map(|(i, _)| i);
             proptest::prop_assert_eq!(filtered, first_in_order(&set, &Prepared::new(&request)));
+            // A ticket the rules' pass found is the one the ticket's own search finds.
+            if let Some(rest) = read {
+                proptest::prop_assert_eq!(
+                    rest.map(crate::admission::cookie_finder::ticket_value),
+                    CookieFinder::new(ticket).find_ticket_in_lines(request.cookie_headers())
+                );
+            }
         }
     }
 
@@ -854,7 +912,7 @@ mod tests {
                 .unwrap()
             })
             .collect();
-        let set = RuleSet::compile(&rules, PathCase::Sensitive, "rooms[0]").unwrap();
+        let set = RuleSet::compile(&rules, PathCase::Sensitive, "__vr", "rooms[0]").unwrap();
         let first = |cookies: &[&str]| {
             let headers: Vec<(&[u8], &[u8])> = cookies
                 .iter()
@@ -867,7 +925,7 @@ mod tests {
                 headers: &headers,
                 client: None,
             };
-            set.first_match(&Prepared::new(&request))
+            set.first_match(&Prepared::new(&request), &mut None)
                 .map(|(_, r)| r.name.to_string())
         };
         let last = crate::request::cookie_names::MAX_COOKIE_NAMES + 1;
@@ -924,8 +982,8 @@ mod tests {
             ),
         ];
         for (text, field, why) in bad {
-            let (f, w) =
-                RuleSet::compile(&[rule(text)], PathCase::Sensitive, "rooms[0]").unwrap_err();
+            let (f, w) = RuleSet::compile(&[rule(text)], PathCase::Sensitive, "__vr", "rooms[0]")
+                .unwrap_err();
             assert_eq!(f, format!("rooms[0].{field}"), "{text}");
             assert!(w.contains(why), "{text}: {w}");
         }
@@ -933,9 +991,11 @@ mod tests {
             rule("name = \"a\"\naction = \"bypass\""),
             rule("name = \"a\"\naction = \"queue\""),
         ];
-        assert!(RuleSet::compile(&twice, PathCase::Sensitive, "rooms[0]")
-            .unwrap_err()
-            .1
-            .contains("duplicates"));
+        assert!(
+            RuleSet::compile(&twice, PathCase::Sensitive, "__vr", "rooms[0]")
+                .unwrap_err()
+                .1
+                .contains("duplicates")
+        );
     }
 }

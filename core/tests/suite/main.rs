@@ -26,6 +26,7 @@ mod revoke;
 mod revoke_attacks;
 mod routing;
 mod rules_attacks;
+mod rules_cookie_pass;
 mod shared_key;
 mod shared_region;
 mod shared_tallies;

@@ -315,10 +315,11 @@ impl Reading {
     /// Whether this reading can differ from the reading it varies for a target with `f`: a
     /// reading that reads `\`, `#` or `;` apart is the same as the one that does not when the
     /// target holds none, one that decodes twice when it holds no `%` (skipped: it would
-    /// repeat an answer).
+    /// repeat an answer). A `\` a second decoding makes (`%255c`, `%25%35%63`) is not one the
+    /// scan sees: a reading that decodes twice reads `\` apart whenever it decodes.
     pub(super) fn relevant(&self, f: &Features) -> bool {
         (self.decode != Decode::Twice || f.percent)
-            && (!self.backslash || f.backslash || self.whatwg)
+            && (!self.backslash || f.backslash || self.whatwg || self.decode == Decode::Twice)
             && (self.cut_fragment || f.hash)
             && (!self.cut_semicolon || f.semicolon)
     }

@@ -216,3 +216,39 @@ proptest! {
         }
     }
 }
+
+/// A `\` only a second decoding makes (`%255c`, `%25%35%63`), read as `/` by a handler that
+/// decodes again on a server that splits on `\`: the reading that decodes twice and reads `\`
+/// apart must run, as it does for `%252e` (found by review: it ran only for a raw `\` or a
+/// `%5c`, so these left a bypassed prefix or went unrouted).
+#[test]
+fn a_backslash_made_by_a_second_decoding_leaves_no_bypass() {
+    let with_site = Router::new(
+        [("/shop", "shop")],
+        Some("site"),
+        ["/static/", "/health"],
+        CaseRule::Either,
+    )
+    .unwrap();
+    for target in [
+        "/static/..%255ccheckout",
+        "/static/..%255Ccheckout",
+        "/static/%252e%252e%255ccheckout",
+        "/health%255c..%255ccheckout",
+        "/static/..%25%35%63checkout",
+        "/static/..%25%35%43checkout",
+    ] {
+        assert!(
+            matches!(with_site.route(target.as_bytes()), Route::Room(_)),
+            "{target}"
+        );
+    }
+    let shop_only = Router::new([("/shop", "shop")], None, ["/static/"], CaseRule::Either).unwrap();
+    for target in ["/static/..%255cshop/item", "/x/..%255cshop/item"] {
+        assert_eq!(
+            shop_only.route(target.as_bytes()),
+            Route::Room(0),
+            "{target}"
+        );
+    }
+}

@@ -368,16 +368,20 @@ pub fn allocate(
     let room_total = p.total.saturating_sub(others).saturating_sub(r.active);
 
     // This host's waiters the frontier reached, oldest first, each after the older waiters
-    // elsewhere; then its chunk and share of what is free for new arrivals (below). One
-    // headroom per bucket, within both limits, so that no host holds room under one limit
-    // that the other leaves it no use for.
-    let mut ready_head = 0u64;
-    for &(j, n) in r.live.iter().filter(|w| w.0 <= frontier) {
-        let room = room_total
-            .saturating_sub(uncovered_before(j))
-            .saturating_sub(ready_head);
-        ready_head += n.min(room);
-    }
+    // elsewhere, within `limit`; then its chunk and share of what is free for new arrivals
+    // (below). One headroom per bucket, within both limits, so that no host holds room under
+    // one limit that the other leaves it no use for.
+    let ready_within = |limit: u64| -> u64 {
+        let mut head = 0u64;
+        for &(j, n) in r.live.iter().filter(|w| w.0 <= frontier) {
+            let room = limit
+                .saturating_sub(uncovered_before(j))
+                .saturating_sub(head);
+            head += n.min(room);
+        }
+        head
+    };
+    let ready_head = ready_within(room_total);
     // The free slots are handed out once on paper: the waiters' first, then every present
     // host's chunk (scaled down when they ask for more than is left), then the rest, half
     // evenly (a quiet host is not starved) and half by traffic (evenly when nobody had any).
@@ -414,8 +418,15 @@ pub fn allocate(
     // both: a host's claims are bounded by its allowance for the next bucket as well).
     let m0 = p.minute.saturating_sub(om0).saturating_sub(r.admitted);
     let m1 = p.minute.saturating_sub(om1);
+    // The ready waiters are counted within each bucket's room as well: older uncovered
+    // waiters elsewhere come before them there too.
     let leave = |room: u64| {
-        ready_head + newcomers.min(room.saturating_sub(uncovered).saturating_sub(ready_head))
+        let ready = if room >= room_total {
+            ready_head
+        } else {
+            ready_within(room)
+        };
+        ready + newcomers.min(room.saturating_sub(uncovered).saturating_sub(ready))
     };
     let head0 = leave(m0).min(room_total).min(m0);
     let head1 = leave(m1).min(room_total).min(m1);
@@ -881,6 +892,48 @@ mod tests {
         sync("b", &held, 2200);
         let then = sync("a", &a, 2200);
         assert_eq!((then.gm0, then.gm1), (5, 5), "{then:?}");
+    }
+
+    /// Waiters the frontier reached leave older waiters elsewhere, whom their own host's
+    /// allowance does not cover, the minute's last admissions, as new arrivals do: b's 40,
+    /// newer than a's five, were handed all 40 the minute had left (found by review, left
+    /// open on 2026-11-28: `again.gm0` 40, and a's 0 until b's waiters were in).
+    #[test]
+    fn ready_waiters_leave_older_uncovered_ones_the_minutes_last_admissions() {
+        let mut room = MinuteBound::learned();
+        let mut sync = |host: &str, r: &Report, t: u64| room.sync(host, r, t);
+        let c = Report {
+            b: 10,
+            at: 60,
+            am0: 60,
+            ..Report::default()
+        };
+        sync("c", &c, 2000);
+        // Forty wait at b since bucket 10, before anyone knows of a's: b is granted the 40.
+        let mut b = Report {
+            b: 10,
+            traffic: 40,
+            live: vec![(10, 40)],
+            ..Report::default()
+        };
+        let first = sync("b", &b, 2000);
+        assert_eq!(first.gm0, 40, "{first:?}");
+        // Five wait at a since bucket 9 (older), holding nothing: none is left for them.
+        let a = Report {
+            b: 10,
+            traffic: 5,
+            live: vec![(9, 5)],
+            ..Report::default()
+        };
+        assert_eq!(sync("a", &a, 2000).gm0, 0);
+        // b syncs again, its forty still waiting: it keeps 35, and leaves a's five theirs.
+        (b.at, b.am0, b.am1) = (first.gt, first.gm0, first.gm1);
+        let again = sync("b", &b, 2100);
+        assert_eq!(again.gm0, 35, "{again:?}");
+        (b.at, b.am0, b.am1) = (again.gt, again.gm0, again.gm1);
+        sync("b", &b, 2200);
+        let then = sync("a", &a, 2200);
+        assert_eq!(then.gm0, 5, "{then:?}");
     }
 
     /// Counters made anew (a restarted host without a state file) are another host: the old

@@ -122,8 +122,8 @@
 //!   let new arrivals take slots it already holds, seats its visitors just left included,
 //!   ahead of it; one queued in the last intervals before the room fills can so lose its slot
 //!   and wait for a departure (in the simulated many-hosts room, seed 1, 1 of the 116 queued
-//!   early). Waiters the frontier reached at other hosts, newer than it, still take the
-//!   minute's last admissions ahead of it (its slot is kept under the room's total only).
+//!   early). Waiters the frontier reached at other hosts, newer than it, leave it its slot
+//!   under both limits too (each bucket's admissions), from their hosts' next syncs on.
 //! - *A host whose lease ended* counts as present until the store processes the end (at most
 //!   [`LAPSES_PER_SYNC`] ends per call, soonest first: at once unless many hosts lapse
 //!   together): its waiters can move the global frontier early meanwhile (FIFO order only;

@@ -330,6 +330,20 @@ local function uncovered_before(u_buckets, u_sums, j)
   return u_sums[lo]
 end
 
+-- This host's waiters `live` the frontier reached, oldest first, each after the older waiters
+-- elsewhere that their own host's allowance does not cover (`uncovered_before`), within
+-- `limit`: how many of them a grant makes room for.
+local function ready_within(live, frontier, u_buckets, u_sums, limit)
+  local head = 0
+  for i = 1, #live do
+    local w = live[i]
+    if w[1] <= frontier then
+      head = head + min(w[2], max(0, limit - uncovered_before(u_buckets, u_sums, w[1]) - head))
+    end
+  end
+  return head
+end
+
 -- One room's sync: `key`, `log` and `deadlines` its keys, `call` its [host, report, terms]
 -- (the script's `raw` clock and server `identity` as read for all).
 local function sync_room(key, log, deadlines, call)
@@ -624,14 +638,7 @@ local function sync_room(key, log, deadlines, call)
   -- This host's waiters the frontier reached, oldest first, each after the older waiters
   -- elsewhere; then its chunk and share of what is free for new arrivals (below). One headroom
   -- per bucket, within both limits.
-  local ready_head = 0
-  for i = 1, #r.live do
-    local w = r.live[i]
-    if w[1] <= frontier then
-      local room = max(0, room_total - uncovered_before(u_buckets, u_sums, w[1]) - ready_head)
-      ready_head = ready_head + min(w[2], room)
-    end
-  end
+  local ready_head = ready_within(r.live, frontier, u_buckets, u_sums, room_total)
   -- The free slots are handed out once on paper: the waiters' first, then every present host's
   -- chunk (scaled down when they ask for more than is left), then the rest, half evenly (a
   -- quiet host is not starved) and half by traffic (evenly when nobody had any).
@@ -657,10 +664,17 @@ local function sync_room(key, log, deadlines, call)
   -- both: a host's claims are bounded by its allowance for the next bucket as well).
   local m0 = max(0, p.minute - om0 - r.admitted)
   local m1 = max(0, p.minute - om1)
-  local head0 = min(ready_head + min(newcomers, max(0, m0 - uncovered - ready_head)), room_total,
-    m0)
-  local head1 = min(ready_head + min(newcomers, max(0, m1 - uncovered - ready_head)), room_total,
-    m1)
+  -- The ready waiters are counted within each bucket's room as well: older uncovered waiters
+  -- elsewhere come before them there too.
+  local ready0, ready1 = ready_head, ready_head
+  if m0 < room_total then
+    ready0 = ready_within(r.live, frontier, u_buckets, u_sums, m0)
+  end
+  if m1 < room_total then
+    ready1 = ready_within(r.live, frontier, u_buckets, u_sums, m1)
+  end
+  local head0 = min(ready0 + min(newcomers, max(0, m0 - uncovered - ready0)), room_total, m0)
+  local head1 = min(ready1 + min(newcomers, max(0, m1 - uncovered - ready1)), room_total, m1)
   local gt = r.active + max(head0, head1)
   local gm0 = r.admitted + head0
   local gm1 = head1

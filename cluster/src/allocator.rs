@@ -802,6 +802,35 @@ mod tests {
             self.seq.insert(host.to_owned(), reply.seq);
             reply
         }
+
+        /// [`MinuteBound::learned`], c holding 60 of bucket 10's admissions from an earlier
+        /// grant, none used.
+        fn sixty_held() -> Self {
+            let mut room = Self::learned();
+            let c = Report {
+                b: 10,
+                at: 60,
+                am0: 60,
+                ..Report::default()
+            };
+            room.sync("c", &c, 2000);
+            room
+        }
+
+        /// Five waiting at a since bucket `since`, a holding nothing.
+        fn five_waiting(since: u64) -> Report {
+            Report {
+                b: 10,
+                traffic: 5,
+                live: vec![(since, 5)],
+                ..Report::default()
+            }
+        }
+    }
+
+    /// `r` holding what `reply` grants, none of it used.
+    fn hold_grant(r: &mut Report, reply: &Reply) {
+        (r.at, r.am0, r.am1) = (reply.gt, reply.gm0, reply.gm1);
     }
 
     /// The same under the minute's limit: another host's unused reservation of the minute
@@ -811,16 +840,8 @@ mod tests {
     /// `again.gm0` 40, and a's 0).
     #[test]
     fn a_busy_host_leaves_uncovered_waiters_the_minutes_last_admissions() {
-        let mut room = MinuteBound::learned();
+        let mut room = MinuteBound::sixty_held();
         let mut sync = |host: &str, r: &Report, t: u64| room.sync(host, r, t);
-        // c holds 60 of bucket 10's admissions from an earlier grant, none used.
-        let c = Report {
-            b: 10,
-            at: 60,
-            am0: 60,
-            ..Report::default()
-        };
-        sync("c", &c, 2000);
         // b, busy, is granted the minute's other 40.
         let mut b = Report {
             b: 10,
@@ -831,20 +852,15 @@ mod tests {
         let first = sync("b", &b, 2000);
         assert_eq!(first.gm0, 40);
         // Five wait at a, which holds nothing: no admission is left for them.
-        let a = Report {
-            b: 10,
-            traffic: 5,
-            live: vec![(10, 5)],
-            ..Report::default()
-        };
+        let a = MinuteBound::five_waiting(10);
         assert_eq!(sync("a", &a, 2000).gm0, 0);
         // b, holding its 40 (none used), syncs again: nobody waits behind the frontier, so its
         // host opens its allowance to new arrivals; the allowance leaves a's five theirs.
-        (b.at, b.am0, b.am1) = (first.gt, first.gm0, first.gm1);
+        hold_grant(&mut b, &first);
         let again = sync("b", &b, 2100);
         assert_eq!(again.behind, 0);
         assert!(again.gm0 <= 35, "{again:?}");
-        (b.at, b.am0, b.am1) = (again.gt, again.gm0, again.gm1);
+        hold_grant(&mut b, &again);
         sync("b", &b, 2200);
         let then = sync("a", &a, 2200);
         assert_eq!((then.gm0, then.gm1), (5, 5), "{then:?}");
@@ -876,19 +892,14 @@ mod tests {
             ..Report::default()
         };
         sync("b", &b, 2000);
-        let a = Report {
-            b: 10,
-            traffic: 5,
-            live: vec![(10, 5)],
-            ..Report::default()
-        };
+        let a = MinuteBound::five_waiting(10);
         let first = sync("a", &a, 2000);
         assert_eq!((first.gm0, first.gm1), (0, 0));
         let again = sync("b", &b, 2100);
         assert_eq!(again.behind, 0);
         assert!(again.gm1 <= 15, "{again:?}");
         let mut held = b.clone();
-        (held.at, held.am0, held.am1) = (again.gt, again.gm0, again.gm1);
+        hold_grant(&mut held, &again);
         sync("b", &held, 2200);
         let then = sync("a", &a, 2200);
         assert_eq!((then.gm0, then.gm1), (5, 5), "{then:?}");
@@ -900,15 +911,8 @@ mod tests {
     /// open on 2026-11-28: `again.gm0` 40, and a's 0 until b's waiters were in).
     #[test]
     fn ready_waiters_leave_older_uncovered_ones_the_minutes_last_admissions() {
-        let mut room = MinuteBound::learned();
+        let mut room = MinuteBound::sixty_held();
         let mut sync = |host: &str, r: &Report, t: u64| room.sync(host, r, t);
-        let c = Report {
-            b: 10,
-            at: 60,
-            am0: 60,
-            ..Report::default()
-        };
-        sync("c", &c, 2000);
         // Forty wait at b since bucket 10, before anyone knows of a's: b is granted the 40.
         let mut b = Report {
             b: 10,
@@ -919,18 +923,13 @@ mod tests {
         let first = sync("b", &b, 2000);
         assert_eq!(first.gm0, 40, "{first:?}");
         // Five wait at a since bucket 9 (older), holding nothing: none is left for them.
-        let a = Report {
-            b: 10,
-            traffic: 5,
-            live: vec![(9, 5)],
-            ..Report::default()
-        };
+        let a = MinuteBound::five_waiting(9);
         assert_eq!(sync("a", &a, 2000).gm0, 0);
         // b syncs again, its forty still waiting: it keeps 35, and leaves a's five theirs.
-        (b.at, b.am0, b.am1) = (first.gt, first.gm0, first.gm1);
+        hold_grant(&mut b, &first);
         let again = sync("b", &b, 2100);
         assert_eq!(again.gm0, 35, "{again:?}");
-        (b.at, b.am0, b.am1) = (again.gt, again.gm0, again.gm1);
+        hold_grant(&mut b, &again);
         sync("b", &b, 2200);
         let then = sync("a", &a, 2200);
         assert_eq!(then.gm0, 5, "{then:?}");

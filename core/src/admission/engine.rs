@@ -396,7 +396,10 @@ impl Engine {
         now: Millis,
     ) -> Result<Decision> {
         let snap = self.current.load();
-        Ok(snap.decide_cookie(snap.room_bytes(room)?, cookie_header, now))
+        match snap.find_room(room) {
+            Some(view) => Ok(snap.decide_cookie(view, cookie_header, now)),
+            None => Err(crate::admission::snapshot::unknown_room(room)),
+        }
     }
 
     /// Decides one request only if that hands the visitor nothing new, for a host that could

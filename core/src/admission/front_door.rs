@@ -136,7 +136,7 @@ impl Engine {
 impl Snapshot {
     /// The decision, carried out, on a request to `view`'s room read by its `Cookie` header
     /// alone (`Engine::admit*`: no rules).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn decide_cookie(
         &self,
         view: &RoomView,

@@ -306,6 +306,9 @@ impl Keyring {
     /// more (callgrind, `cookie_instructions cold`; criterion, `ticket/decode_cold`).
     #[inline(always)]
     fn authenticate(&self, text: &[u8; ENCODED_LEN], room: &RoomId) -> Result<Ticket, TicketError> {
+        // (The text copied into a buffer padded with `A`s, so that base64-simd's AVX2 steps
+        // cover it all, was tried three times: 90-104 instructions fewer, but slower, as its
+        // 32-byte loads straddle the copy's stores; BENCHMARKS.md, 2026-11-24, -27, -28.)
         let mut sealed = [0u8; SEALED_LEN];
         URL_SAFE_NO_PAD
             .decode(text, Out::from_slice(&mut sealed))

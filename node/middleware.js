@@ -38,6 +38,39 @@ const native = require('./binding.js')
 const { UnknownRoomError, convert } = require('./errors.js')
 
 /**
+ * The rooms that decided a request (on its `IncomingMessage`, which Express and Fastify share
+ * with any middleware around them): engine and room name (null: the configuration's routes)
+ * in turn. Recorded when a decision issued a ticket or matched a rule, which a second decision
+ * of the same request would do again: a new visitor would take a second slot (the request
+ * carries no ticket yet), and a rule's match would be counted twice.
+ */
+const kDecided = Symbol('velvet-rope: decided by')
+
+/**
+ * Whether `room` of `engine` (a name; null: the configuration's routes) decided `req`
+ * already: then a second middleware of that room (an application's and a router's, or the
+ * plugin registered twice) passes it on.
+ */
+function decidedBefore (req, engine, room) {
+  const seen = req[kDecided]
+  if (seen === undefined) return false
+  for (let i = 0; i < seen.length; i += 2) {
+    if (seen[i] === engine && seen[i + 1] === room) return true
+  }
+  return false
+}
+
+/**
+ * Records that `engine` decided `req` with `d`, by `rooms` (names, or null for the
+ * configuration's routes), when the decision issued a ticket or matched a rule.
+ */
+function markDecided (req, engine, d, ...rooms) {
+  if (!d.setCookie && (d.rule === undefined || d.rule === null)) return
+  const seen = req[kDecided] === undefined ? (req[kDecided] = []) : req[kDecided]
+  for (const room of rooms) seen.push(engine, room)
+}
+
+/**
  * Which room decides a request (a `Room`, or null), given its target as received
  * (`req.url`): the room of the longest prefix of `rooms` the path is under, else `room`
  * (the default; none: such paths pass). Paths under a `bypass` prefix never decide. The
@@ -608,12 +641,14 @@ function express (engine, options = {}) {
     let room = null
     if (routes) {
       if (skip !== null && skip(target)) return pass(req, res, next)
+      if (decidedBefore(req, engine, null)) return pass(req, res, next)
     } else {
       room = everyPath ? roomFor() : roomFor(target)
-      if (room === null) return pass(req, res, next)
+      if (room === null || decidedBefore(req, engine, room.name)) return pass(req, res, next)
       if (!room.readsRequest) {
         const d = room.admit(cookieOf(req))
         if (d.admitted) {
+          markDecided(req, engine, d, room.name)
           watchExpress(engine, req, res, room.name, d)
           ticketOnHead(res, d, emitWarning)
           return next()
@@ -624,6 +659,8 @@ function express (engine, options = {}) {
     const placed = engine.decideRequest(req, { room: room === null ? undefined : room.name, target })
     if (placed === null) return pass(req, res, next)
     const d = placed.decision
+    if (room === null) markDecided(req, engine, d, null, placed.room)
+    else markDecided(req, engine, d, placed.room)
     if (d.bypassed) return pass(req, res, next)
     if (d.admitted) {
       watchExpress(engine, req, res, placed.room, d)
@@ -746,9 +783,11 @@ function setUp (instance, options) {
    * or the waiting page.
    */
   function decide (room, request, reply, next) {
+    if (decidedBefore(request.raw, engine, room === null ? null : room.name)) return next()
     if (room !== null && !room.readsRequest) {
       const d = room.admit(cookieOf(request.raw))
       if (d.admitted) {
+        markDecided(request.raw, engine, d, room.name)
         if (engine.acceptsOriginCommands) watchReply(request, reply, room.name, d)
         if (d.setCookie) ticketOnHead(reply.raw, d, logTo(request, room.name))
         return next()
@@ -762,6 +801,8 @@ function setUp (instance, options) {
     })
     if (placed === null) return next()
     const d = placed.decision
+    if (room === null) markDecided(request.raw, engine, d, null, placed.room)
+    else markDecided(request.raw, engine, d, placed.room)
     if (d.bypassed) return next()
     if (d.admitted) {
       if (engine.acceptsOriginCommands) watchReply(request, reply, placed.room, d)

@@ -252,3 +252,66 @@ test('fastify: paths compare as its router does (`routerOptions.caseSensitive`)'
   }
   assert.deepEqual(decided, { true: false, false: true })
 })
+
+// An application's middleware and a router's, or the plugin registered twice: a room decides a
+// request once. Decided again, a new visitor took a second slot (here the room's only one, so
+// the visitor admitted by the first was sent the waiting page by the second).
+const TWO_ROOMS = ROOMS + '[[rooms]]\nname = "checkout"\ntotal_active_users = 1\n' +
+  'new_users_per_minute = 1000\nqueueing_status_code = 202\n[rooms.cookie]\nsecure = false\n'
+
+test('express: a room decides a request once, however many of its middlewares the request meets', async () => {
+  const express = require('express')
+  const { rawGet } = require('./helpers.js')
+  // The application's by a named room, by a prefix, and by the configuration's routes.
+  const routed = TWO_ROOMS.replace('queueing_status_code = 202\n', 'queueing_status_code = 202\nroutes = [{ path = "/shop" }]\n')
+  assert.notEqual(routed, TWO_ROOMS)
+  for (const [config, outer] of [[TWO_ROOMS, { room: 'shop' }], [TWO_ROOMS, { rooms: { '/': 'shop' } }], [routed, {}]]) {
+    const engine = new Engine(config)
+    const app = express()
+    app.use(velvetRope.express(engine, outer))
+    const inner = express.Router()
+    inner.use(velvetRope.express(engine, { room: 'shop' }))
+    // Another room on the same path still decides it: its own slot, its own ticket.
+    inner.use('/pay', velvetRope.express(engine, { room: 'checkout' }))
+    inner.get('/item', (req, res) => res.send('in'))
+    inner.get('/pay', (req, res) => res.send('paid'))
+    app.use('/shop', inner)
+    const server = app.listen(0, '127.0.0.1')
+    await new Promise((resolve) => server.once('listening', resolve))
+    try {
+      const port = server.address().port
+      const first = await rawGet(port, '/shop/item')
+      assert.equal(first.status, 200, JSON.stringify(outer))
+      assert.equal(first.setCookies.filter((c) => c.startsWith('__vr_shop=')).length, 1)
+      const second = await rawGet(port, '/shop/item')
+      assert.equal(second.status, 202, 'the room holds one')
+      const ticket = first.setCookies[0].split(';')[0]
+      const paying = await rawGet(port, '/shop/pay', [['Cookie', ticket]])
+      assert.equal(paying.status, 200)
+      assert.deepEqual(paying.setCookies.map((c) => c.split('=')[0]), ['__vr_checkout'])
+      const both = `${ticket}; ${paying.setCookies[0].split(';')[0]}`
+      const again = await rawGet(port, '/shop/pay', [['Cookie', both]])
+      assert.equal(again.status, 200, 'the same visitor')
+      assert.deepEqual(again.setCookies, [])
+      engine.tick()
+      assert.equal(engine.stats('shop').activeUsers, 1, 'one slot for the one visitor')
+      assert.equal(engine.stats('checkout').activeUsers, 1)
+    } finally {
+      server.close()
+      engine.stopTicking()
+    }
+  }
+})
+
+test('fastify: the plugin registered twice decides a request once', async () => {
+  const engine = new Engine(ROOMS)
+  const app = Fastify()
+  await app.register(plugin, { engine, room: 'shop' })
+  await app.register(plugin, { engine, room: 'shop' })
+  app.get('/', async () => 'in')
+  const first = await app.inject('/')
+  assert.equal(first.statusCode, 200)
+  assert.match(first.headers['set-cookie'], /^__vr_shop=/)
+  assert.equal((await app.inject('/')).statusCode, 202, 'the room holds one')
+  await app.close()
+})

@@ -62,7 +62,10 @@ impl Engine {
     pub fn decide_request(&self, request: &Request<'_>, now: Millis) -> Option<Routed> {
         let snap = self.current.load();
         let prepared = Prepared::new(request);
-        let index = snap.front.routes.room_for(&prepared)?;
+        let mut index = snap.front.routes.room_for(&prepared)?;
+        if snap.front.routes.may_be_ambiguous(&prepared) {
+            index = snap.strictest(index, &prepared, now);
+        }
         let view = snap.rooms.get(index)?;
         Some(Routed {
             room: RoomLabel::new(&view.room.cfg.name),
@@ -134,6 +137,31 @@ impl Engine {
 }
 
 impl Snapshot {
+    /// Of the rooms a request that reads more than one way might belong to, the one that
+    /// decides it: `primary` (the routes' choice), unless that room would let it pass (a
+    /// `bypass` or `count_only` rule it matches, a dry run, a passthrough or suspended room)
+    /// and another would not: then the first such (see `RouteTable::candidates`). A request
+    /// passes only when every room it might be in lets it; otherwise a reading, a host or a
+    /// case could take it past the room whose resource the application serves for it.
+    #[cold]
+    #[inline(never)]
+    fn strictest(&self, primary: usize, request: &Prepared<'_, '_>, now: Millis) -> usize {
+        let lets_pass = |i: usize| {
+            self.rooms
+                .get(i)
+                .map_or(true, |v| lets_pass(v, request, now))
+        };
+        if !lets_pass(primary) {
+            return primary;
+        }
+        self.front
+            .routes
+            .candidates(request, primary)
+            .into_iter()
+            .find(|&i| !lets_pass(i))
+            .unwrap_or(primary)
+    }
+
     /// The decision, carried out, on a request to `view`'s room read by its `Cookie` header
     /// alone (`Engine::admit*`: no rules).
     #[inline(always)]
@@ -208,6 +236,33 @@ impl Snapshot {
             return would_have(room, d);
         }
         d
+    }
+}
+
+/// Whether `view`'s room lets `request` pass at `now` whatever its ticket, as
+/// `decide_prepared` would decide it (its first matching rule first): a `bypass` or
+/// `count_only` rule; a `reject` rule only in a dry run; otherwise a dry run, a room that
+/// passes everyone, or a suspended one. (Rules read, not counted.)
+fn lets_pass(view: &RoomView, request: &Prepared<'_, '_>, now: Millis) -> bool {
+    let room = &view.room;
+    let dry_run = room.cfg.mode == RoomMode::DryRun;
+    let mut read = None;
+    let action = if room.rules.is_empty() {
+        None
+    } else {
+        room.rules
+            .first_match(request, &mut read)
+            .map(|(_, rule)| rule.action)
+    };
+    match action {
+        Some(RuleAction::Bypass | RuleAction::CountOnly) => true,
+        Some(RuleAction::Reject) => dry_run,
+        Some(RuleAction::Queue) | None => {
+            let rules = view.rules_at(now.min(MAX_NOW_MS));
+            dry_run
+                || rules.suspended
+                || rules.queueing_method == crate::config::QueueingMethod::Passthrough
+        }
     }
 }
 

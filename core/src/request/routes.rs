@@ -4,7 +4,7 @@
 //! target, the first reading that finds a room deciding).
 
 use crate::config::Config;
-use crate::request::host::{HostPattern, HostSeen};
+use crate::request::host::{HostName, HostPattern, HostSeen};
 use crate::request::Prepared;
 use crate::routing::{Route, Router};
 
@@ -26,6 +26,15 @@ type PathRoute = (String, usize, String);
 pub(crate) struct RouteTable {
     /// Most specific host pattern first.
     groups: Box<[HostGroup]>,
+    /// Whether a route names a host (else a request's hosts never choose its room).
+    hosts_matter: bool,
+    /// Whether a path may be put in different rooms by different folds of the path case
+    /// rule (see `Router::folds_may_differ`).
+    folds_differ: bool,
+    /// Whether the path case rule is `Either` and a host's routes lead to two rooms or
+    /// more: a path with an upper-case letter may then be in one room compared without
+    /// case and in another compared with it (`/BLOG/x`: `/blog/`'s, or `/`'s).
+    either_split: bool,
 }
 
 impl RouteTable {
@@ -101,7 +110,11 @@ impl RouteTable {
             })
             .collect::<Result<Vec<_>, (String, String)>>()?;
         groups.sort_by_key(|g| std::cmp::Reverse(g.pattern.specificity()));
+        let either = case == crate::routing::CaseRule::Either;
         Ok(Self {
+            either_split: either && groups.iter().any(|g| g.router.rooms().len() > 1),
+            hosts_matter: groups.iter().any(|g| g.pattern != HostPattern::Any),
+            folds_differ: groups.iter().any(|g| g.router.folds_may_differ()),
             groups: groups.into(),
         })
     }
@@ -141,4 +154,89 @@ impl RouteTable {
         }
         None
     }
+
+    /// Whether `request` might belong to another room than [`RouteTable::room_for`]'s: its
+    /// target reads several ways, or the path case rule may read its path in two (see
+    /// `either_split`), or (where routes name hosts) it names two different hosts, a host
+    /// that is not one, or none.
+    /// What `room_for` worked out already: nothing more is read.
+    #[inline]
+    pub(crate) fn may_be_ambiguous(&self, request: &Prepared<'_, '_>) -> bool {
+        let Some(path) = request.target().plain_path() else {
+            return true;
+        };
+        if self.folds_differ || (self.either_split && path.iter().any(u8::is_ascii_uppercase)) {
+            return true;
+        }
+        if !self.hosts_matter {
+            return false;
+        }
+        match request.hosts() {
+            [HostSeen::Bad, _] | [_, HostSeen::Bad] | [HostSeen::Absent, HostSeen::Absent] => true,
+            [HostSeen::Name(a), HostSeen::Name(b)] => !same_host(a, b),
+            _ => false,
+        }
+    }
+
+    /// Every room `request` might belong to, `first` (its room by [`RouteTable::room_for`])
+    /// first: for each host it names and each reading of its path under each fold, the room
+    /// of the first group (most specific host pattern first) that has a route for it; for a
+    /// host that is not one, or none (it may be any host), the room of every group that has.
+    /// Off the common path: it allocates.
+    #[cold]
+    pub(crate) fn candidates(&self, request: &Prepared<'_, '_>, first: usize) -> Vec<usize> {
+        let readings = crate::routing::Router::readings(request.target());
+        // Each host the request names; `None`: every host pattern.
+        let mut hosts: Vec<Option<HostName<'_>>> = request
+            .hosts()
+            .iter()
+            .filter_map(|h| match h {
+                HostSeen::Absent => None,
+                HostSeen::Bad => Some(None),
+                HostSeen::Name(n) => Some(Some(*n)),
+            })
+            .collect();
+        if hosts.is_empty() {
+            hosts.push(None);
+        }
+        let folds = self
+            .groups
+            .iter()
+            .map(|g| g.router.folds())
+            .max()
+            .unwrap_or(0);
+        let mut out = vec![first];
+        for host in &hosts {
+            for path in &readings {
+                for fold in 0..folds {
+                    let mut rooms = self.groups.iter().filter_map(|group| {
+                        let applies = match (&group.pattern, host) {
+                            (HostPattern::Any, _) | (_, None) => true,
+                            (pattern, Some(name)) => pattern.matches(name),
+                        };
+                        if !applies {
+                            return None;
+                        }
+                        group.router.prefix_room(path, fold).map(|i| group.rooms[i])
+                    });
+                    // A host named: its most specific group with a route. None (or not a
+                    // host): it may be any host, each group's room.
+                    let take = if host.is_some() { 1 } else { usize::MAX };
+                    for room in rooms.by_ref().take(take) {
+                        if !out.contains(&room) {
+                            out.push(room);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Whether two host names are one (compared as their ASCII lower case).
+fn same_host(a: &HostName<'_>, b: &HostName<'_>) -> bool {
+    let (HostName::Lower(a) | HostName::Upper(a)) = *a;
+    let (HostName::Lower(b) | HostName::Upper(b)) = *b;
+    a.eq_ignore_ascii_case(b)
 }

@@ -191,6 +191,9 @@ pub struct Router {
     ascii: bool,
     /// How many of `tables` answer for a plain path when `ascii` (see `Fold::plain`).
     plain: usize,
+    /// Whether a path may be put in different rooms under different folds (see
+    /// [`Router::folds_may_differ`]).
+    folds_differ: bool,
 }
 
 impl Router {
@@ -234,7 +237,7 @@ impl Router {
         by_prefix.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
         let ascii =
             by_prefix.iter().all(|(p, _)| p.is_ascii()) && bypass.iter().all(|b| b.is_ascii());
-        let tables = Fold::all(case)
+        let tables: Vec<Table> = Fold::all(case)
             .iter()
             .map(|&fold| {
                 let mut rooms: Vec<(Box<[u8]>, usize)> = by_prefix
@@ -250,12 +253,25 @@ impl Router {
                 }
             })
             .collect();
+        // The folds of `Either` differ on a prefix with an upper-case letter (a path's upper
+        // case is the caller's to look at: `RouteTable::may_be_ambiguous`); every other fold
+        // reads an ASCII path alike, and a prefix that is not ASCII matches one only when a
+        // fold makes it ASCII (`K`, the Kelvin sign, is `k`).
+        let folds_differ = tables.len() > 1
+            && ((case == CaseRule::Either
+                && by_prefix
+                    .iter()
+                    .any(|(p, _)| p.bytes().any(|b| b.is_ascii_uppercase())))
+                || by_prefix.iter().any(|(p, _)| {
+                    !p.is_ascii() && Fold::all(case).iter().any(|f| f.prefix(p).is_ascii())
+                }));
         Ok(Self {
             names,
             default,
             tables,
             ascii,
             plain: Fold::plain(case),
+            folds_differ,
         })
     }
 
@@ -359,6 +375,53 @@ impl Router {
             }
         }
         outcome.finish(self.default)
+    }
+
+    /// Every path `target` may name: each reading of it (see the module's documentation), in
+    /// the order they are tried; a plain target's path alone. For asking, off the common
+    /// path, which rooms a request might belong to ([`Router::prefix_room`] of each).
+    #[cold]
+    pub(crate) fn readings(target: &Target<'_>) -> Vec<Vec<u8>> {
+        let mut features = target.features;
+        let bytes = target.bytes;
+        if features.plain() {
+            return vec![bytes[..features.path_len].to_vec()];
+        }
+        let room = bytes.len() + 8;
+        let (mut scratch, mut view) = (Vec::with_capacity(room), Vec::with_capacity(room));
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        for (n, reading) in READINGS.iter().enumerate() {
+            if n > 1 && !reading.relevant(&features) {
+                continue;
+            }
+            reading.read(bytes, &mut scratch, &mut view, &mut features);
+            if !out.contains(&view) {
+                out.push(view.clone());
+            }
+        }
+        out
+    }
+
+    /// How many folds of its case rule it compares paths under ([`Router::prefix_room`]).
+    pub(crate) fn folds(&self) -> usize {
+        self.tables.len()
+    }
+
+    /// The room whose prefix `path` (one of [`Router::readings`]) is under when compared
+    /// under fold `fold` (below [`Router::folds`]), bypass prefixes and the default room
+    /// aside.
+    pub(crate) fn prefix_room(&self, path: &[u8], fold: usize) -> Option<usize> {
+        match self.classify(self.tables.get(fold)?, path, false) {
+            Class::Prefix(room) => Some(room),
+            Class::Bypass | Class::Default | Class::Unrouted => None,
+        }
+    }
+
+    /// Whether a plain path can be put in different rooms under different folds: the case
+    /// rule is `Either` and a prefix holds an upper-case letter (`/SHOP/x` and `/shop`
+    /// put `/shop/X` in two rooms).
+    pub(crate) fn folds_may_differ(&self) -> bool {
+        self.folds_differ
     }
 
     /// [`Router::route`] for a target that not every reading reads alike.

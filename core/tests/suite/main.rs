@@ -4,6 +4,7 @@
 //! threads, an allocation counter one without other tests' allocations.)
 
 mod admission;
+mod ambiguous_rooms;
 mod cluster_seam;
 mod decoders_fuzz;
 mod event_log;

@@ -50,6 +50,8 @@ from ._commands import (
     revoke,
     split_asgi,
 )
+from ._once import KEY as DECIDED
+from ._once import decided_before, mark_decided
 from ._routing import ROUTES, RoomRouter, escaped
 from ._ticker import LoopTicker
 from ._velvet_rope import Decision, Engine
@@ -365,7 +367,10 @@ class WaitingRoom:
             return
         router = self.router
         room = router.every if router.every is not None else router.room_for(scope["path"])
-        if room is None:
+        if room is None or (
+            DECIDED in scope
+            and decided_before(scope, self.engine, None if room == ROUTES else room)
+        ):
             # Responses are looked at for origin commands only when a room accepts them.
             commands = self.engine.accepts_origin_commands
             await self.app(scope, receive, stripping(scope, send) if commands else send)
@@ -389,10 +394,17 @@ class WaitingRoom:
                 peer=peer_of(scope),
                 room=None if room == ROUTES else room,
             )
+            if placed is not None:
+                if room == ROUTES:
+                    mark_decided(scope, self.engine, placed[1], None, placed[0])
+                else:
+                    mark_decided(scope, self.engine, placed[1], placed[0])
             if placed is None or placed[1].bypassed:
                 await self.app(scope, receive, stripping(scope, send) if commands else send)
                 return
             room, decision = placed
+        elif decision.admitted:
+            mark_decided(scope, self.engine, decision, room)
         if decision.admitted:
             extra = [] if decision.set_cookie is None else ticket_headers(decision)
             if not commands:

@@ -52,6 +52,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response as StarletteResponse
 
 from ._commands import LOG, asks_revoke, is_command_name, record, revoke, split_wsgi
+from ._once import decided_before, mark_decided
 from ._ticker import ThreadTicker
 from ._velvet_rope import Decision, Engine
 from .asgi import (
@@ -99,16 +100,22 @@ def _decide(engine: Engine, room: str, request: Request) -> Decision:
     """The room's decision on the whole request (its rules, its ticket from the cookies or
     the `Velvet-Rope-Ticket` header)."""
     scope = request.scope
+    # Decided already by this room (a router's dependency and a route's, or the ASGI
+    # middleware ahead): admitted then, else the request would not be here.
+    if decided_before(scope, engine, room):
+        return engine.steady_admit
     # No rules, no header tickets: the `Cookie` lines are all the room reads (one call).
     headers = headers_of(scope)
     decision = engine.admit_plain_headers(room, headers)
-    if decision is not None:
-        return decision
-    placed = engine.decide_request(
-        scope["method"], target_of(scope), headers, peer=peer_of(scope), room=room
-    )
-    assert placed is not None  # a named room always decides
-    return placed[1]
+    if decision is None:
+        placed = engine.decide_request(
+            scope["method"], target_of(scope), headers, peer=peer_of(scope), room=room
+        )
+        assert placed is not None  # a named room always decides
+        decision = placed[1]
+    if decision.admitted:
+        mark_decided(scope, engine, decision, room)
+    return decision
 
 
 def _page_response(engine: Engine, room: str, decision: Decision, request: Request) -> Response:

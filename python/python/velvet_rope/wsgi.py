@@ -23,6 +23,8 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from ._commands import KEY, LOG, asks_revoke, record, revoke, split_wsgi
+from ._once import KEY as DECIDED
+from ._once import decided_before, mark_decided
 from ._routing import ROUTES, RoomRouter, escaped, status_line
 from ._ticker import ThreadTicker
 from ._velvet_rope import Decision, Engine
@@ -186,7 +188,10 @@ class WaitingRoom:
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         router = self.router
         room = router.every if router.every is not None else router.room_for(_path_bytes(environ))
-        if room is None:
+        if room is None or (
+            DECIDED in environ
+            and decided_before(environ, self.engine, None if room == ROUTES else room)
+        ):
             # Responses are looked at for origin commands only when a room accepts them.
             commands = self.engine.accepts_origin_commands
             return self.app(
@@ -208,11 +213,18 @@ class WaitingRoom:
                 peer=environ.get("REMOTE_ADDR") or None,
                 room=None if room == ROUTES else room,
             )
+            if placed is not None:
+                if room == ROUTES:
+                    mark_decided(environ, self.engine, placed[1], None, placed[0])
+                else:
+                    mark_decided(environ, self.engine, placed[1], placed[0])
             if placed is None or placed[1].bypassed:
                 return self.app(
                     environ, _stripping(environ, start_response) if commands else start_response
                 )
             room, decision = placed
+        elif decision.admitted:
+            mark_decided(environ, self.engine, decision, room)
         if decision.admitted:
             if not commands and decision.set_cookie is None:
                 return self.app(environ, start_response)

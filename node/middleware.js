@@ -39,35 +39,43 @@ const { UnknownRoomError, convert } = require('./errors.js')
 
 /**
  * The rooms that decided a request (on its `IncomingMessage`, which Express and Fastify share
- * with any middleware around them): engine and room name (null: the configuration's routes)
- * in turn. Recorded when a decision issued a ticket or matched a rule, which a second decision
- * of the same request would do again: a new visitor would take a second slot (the request
- * carries no ticket yet), and a rule's match would be counted twice.
+ * with any middleware around them), four entries each: the engine, the room's name (null: the
+ * configuration's routes), the target it was decided on, and whether the decision issued a
+ * ticket. Recorded when a decision issued a ticket, matched a rule or was passed by a dry run
+ * (`wouldHave`), which a second decision of the same request would do again: a new visitor
+ * would take a second slot (the request carries no ticket yet), and a rule's match or a dry
+ * run's verdict would be counted twice.
  */
 const kDecided = Symbol('velvet-rope: decided by')
 
 /**
- * Whether `room` of `engine` (a name; null: the configuration's routes) decided `req`
- * already: then a second middleware of that room (an application's and a router's, or the
- * plugin registered twice) passes it on.
+ * Whether `room` of `engine` (a name; null: the configuration's routes) decided `req` on
+ * `target` already: then a second middleware of that room (an application's and a router's,
+ * or the plugin registered twice) passes it on. A room that issued the visitor a ticket
+ * decided it whatever the target; otherwise only on the same target (a rewrite ahead of the
+ * second may put it under another rule, or the routes in another room).
  */
-function decidedBefore (req, engine, room) {
+function decidedBefore (req, engine, room, target) {
   const seen = req[kDecided]
   if (seen === undefined) return false
-  for (let i = 0; i < seen.length; i += 2) {
-    if (seen[i] === engine && seen[i + 1] === room) return true
+  for (let i = 0; i < seen.length; i += 4) {
+    if (seen[i] === engine && seen[i + 1] === room && (seen[i + 3] || seen[i + 2] === target)) {
+      return true
+    }
   }
   return false
 }
 
 /**
- * Records that `engine` decided `req` with `d`, by `rooms` (names, or null for the
- * configuration's routes), when the decision issued a ticket or matched a rule.
+ * Records that `engine` decided `req` on `target` with `d`, by `rooms` (names, or null for
+ * the configuration's routes), when that is worth recording (see `kDecided`). A ticket counts
+ * for a named room only: the routes may put another target in another room.
  */
-function markDecided (req, engine, d, ...rooms) {
-  if (!d.setCookie && (d.rule === undefined || d.rule === null)) return
+function markDecided (req, engine, d, target, ...rooms) {
+  const ticket = Boolean(d.setCookie)
+  if (!ticket && (d.rule === undefined || d.rule === null) && !d.wouldHave) return
   const seen = req[kDecided] === undefined ? (req[kDecided] = []) : req[kDecided]
-  for (const room of rooms) seen.push(engine, room)
+  for (const room of rooms) seen.push(engine, room, target, ticket && room !== null)
 }
 
 /**
@@ -641,14 +649,14 @@ function express (engine, options = {}) {
     let room = null
     if (routes) {
       if (skip !== null && skip(target)) return pass(req, res, next)
-      if (decidedBefore(req, engine, null)) return pass(req, res, next)
+      if (decidedBefore(req, engine, null, target)) return pass(req, res, next)
     } else {
       room = everyPath ? roomFor() : roomFor(target)
-      if (room === null || decidedBefore(req, engine, room.name)) return pass(req, res, next)
+      if (room === null || decidedBefore(req, engine, room.name, target)) return pass(req, res, next)
       if (!room.readsRequest) {
         const d = room.admit(cookieOf(req))
         if (d.admitted) {
-          markDecided(req, engine, d, room.name)
+          markDecided(req, engine, d, target, room.name)
           watchExpress(engine, req, res, room.name, d)
           ticketOnHead(res, d, emitWarning)
           return next()
@@ -659,8 +667,8 @@ function express (engine, options = {}) {
     const placed = engine.decideRequest(req, { room: room === null ? undefined : room.name, target })
     if (placed === null) return pass(req, res, next)
     const d = placed.decision
-    if (room === null) markDecided(req, engine, d, null, placed.room)
-    else markDecided(req, engine, d, placed.room)
+    if (room === null) markDecided(req, engine, d, target, null, placed.room)
+    else markDecided(req, engine, d, target, placed.room)
     if (d.bypassed) return pass(req, res, next)
     if (d.admitted) {
       watchExpress(engine, req, res, placed.room, d)
@@ -783,11 +791,11 @@ function setUp (instance, options) {
    * or the waiting page.
    */
   function decide (room, request, reply, next) {
-    if (decidedBefore(request.raw, engine, room === null ? null : room.name)) return next()
+    if (decidedBefore(request.raw, engine, room === null ? null : room.name, request.url)) return next()
     if (room !== null && !room.readsRequest) {
       const d = room.admit(cookieOf(request.raw))
       if (d.admitted) {
-        markDecided(request.raw, engine, d, room.name)
+        markDecided(request.raw, engine, d, request.url, room.name)
         if (engine.acceptsOriginCommands) watchReply(request, reply, room.name, d)
         if (d.setCookie) ticketOnHead(reply.raw, d, logTo(request, room.name))
         return next()
@@ -801,8 +809,8 @@ function setUp (instance, options) {
     })
     if (placed === null) return next()
     const d = placed.decision
-    if (room === null) markDecided(request.raw, engine, d, null, placed.room)
-    else markDecided(request.raw, engine, d, placed.room)
+    if (room === null) markDecided(request.raw, engine, d, request.url, null, placed.room)
+    else markDecided(request.raw, engine, d, request.url, placed.room)
     if (d.bypassed) return next()
     if (d.admitted) {
       if (engine.acceptsOriginCommands) watchReply(request, reply, placed.room, d)

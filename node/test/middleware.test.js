@@ -315,3 +315,56 @@ test('fastify: the plugin registered twice decides a request once', async () => 
   assert.equal((await app.inject('/')).statusCode, 202, 'the room holds one')
   await app.close()
 })
+
+// The record is of a room on a target: an internal forward to another room's path, or a
+// rewrite out of a bypassed path, is decided again; a dry run's verdict is counted once.
+// (Found by the review of the record.)
+test('express: a forward or a rewrite is decided again; a dry run counts once', async () => {
+  const express = require('express')
+  const inject = require('light-my-request')
+  const config = (extra) => '[[rooms]]\nname = "shop"\ntotal_active_users = 1000\nnew_users_per_minute = 100000\n' +
+    'queueing_status_code = 202\nroutes = [{ path = "/shop" }]\n' + extra + '[rooms.cookie]\nsecure = false\n' +
+    '[[rooms.rules]]\naction = "bypass"\npaths = ["/shop/static/"]\n' +
+    '[[rooms]]\nname = "checkout"\ntotal_active_users = 1\nnew_users_per_minute = 1000\n' +
+    'queueing_status_code = 202\nroutes = [{ path = "/checkout" }]\n[rooms.cookie]\nsecure = false\n'
+  {
+    const engine = new Engine(config(''))
+    const app = express()
+    app.use(velvetRope.express(engine))
+    app.get('/shop/buy', (req, res) => { req.url = '/checkout/pay'; app.handle(req, res) })
+    app.get('/checkout/pay', (req, res) => res.send('paid'))
+    assert.equal((await inject(app, { url: '/checkout/pay' })).statusCode, 200)
+    assert.equal((await inject(app, { url: '/checkout/pay' })).statusCode, 202, 'the checkout holds one')
+    assert.equal((await inject(app, { url: '/shop/buy' })).statusCode, 202, 'forwarded to the full checkout')
+    engine.stopTicking()
+  }
+  {
+    const engine = new Engine(config('').replace('total_active_users = 1000', 'total_active_users = 1'))
+    const app = express()
+    app.use(velvetRope.express(engine, { room: 'shop' }))
+    app.use((req, res, next) => { if (req.url.startsWith('/shop/static/')) req.url = '/shop/item'; next() })
+    const inner = express.Router()
+    inner.use(velvetRope.express(engine, { room: 'shop' }))
+    inner.get('/shop/item', (req, res) => res.send('item'))
+    app.use(inner)
+    assert.equal((await inject(app, { url: '/shop/item' })).statusCode, 200)
+    assert.equal((await inject(app, { url: '/shop/static/x' })).statusCode, 202, 'rewritten out of the bypass')
+    engine.stopTicking()
+  }
+  {
+    const engine = new Engine(config('mode = "dry_run"\nqueue_all = true\n'))
+    const app = express()
+    app.use(velvetRope.express(engine, { room: 'shop' }))
+    const inner = express.Router()
+    inner.use(velvetRope.express(engine, { room: 'shop' }))
+    inner.get('/shop/item', (req, res) => res.send('item'))
+    app.use(inner)
+    const first = await inject(app, { url: '/shop/item' })
+    assert.equal(first.statusCode, 200)
+    const cookie = [].concat(first.headers['set-cookie'])[0].split(';')[0]
+    assert.equal((await inject(app, { url: '/shop/item', headers: { cookie } })).statusCode, 200)
+    engine.tick()
+    assert.equal(JSON.parse(engine.statsJson()).rooms.shop.would_have_queued, 2, 'one per request')
+    engine.stopTicking()
+  }
+})

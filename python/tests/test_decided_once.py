@@ -111,3 +111,105 @@ def test_fastapi_router_and_route_dependencies_decide_once() -> None:
     assert [c.split("=")[0] for c in cookies(headers)] == ["__vr_shop"]
     status, _ = call_asgi(api, "/item", [])
     assert status == 202, "the room holds one"
+
+
+# Found by the review of the record: a bypass decided twice must not become a revocable
+# admission; a dry run's verdict is counted once; a rewrite out of a bypassed path, or the
+# routes on another path, are decided again.
+
+REVOCABLE = """
+[[rooms]]
+name = "shop"
+total_active_users = 5
+new_users_per_minute = 1000
+queueing_status_code = 202
+enabled_origin_commands = ["revoke"]
+[rooms.cookie]
+secure = false
+[[rooms.rules]]
+action = "bypass"
+headers = { "X-Staff" = "yes" }
+"""
+
+
+def test_fastapi_a_bypass_decided_twice_is_not_revoked() -> None:
+    from fastapi import APIRouter, Depends, FastAPI
+    from fastapi.responses import PlainTextResponse
+
+    from velvet_rope.fastapi import Admission, install
+
+    for stacked in ("router", "asgi"):
+        engine = Engine(REVOCABLE)
+        api = FastAPI()
+        install(api)
+        deps = [Depends(Admission(engine, "shop", tick=False))]
+        if stacked == "asgi":
+            api.add_middleware(WaitingRoom, engine=engine, room="shop", tick=False)
+        router = APIRouter(dependencies=deps if stacked == "router" else [])
+
+        @router.get("/item", dependencies=deps)
+        async def item() -> dict[str, bool]:
+            return {"ok": True}
+
+        @router.get("/logout", dependencies=deps)
+        async def logout() -> PlainTextResponse:
+            return PlainTextResponse("bye", headers={"Velvet-Rope-Command": "revoke"})
+
+        api.include_router(router)
+        _, headers = call_asgi(api, "/item", [])
+        ticket = cookies(headers)[0].encode()
+        status, headers = call_asgi(api, "/logout", [(b"cookie", ticket), (b"x-staff", b"yes")])
+        assert status == 200
+        assert cookies(headers) == [], stacked
+        status, headers = call_asgi(api, "/item", [(b"cookie", ticket)])
+        assert (status, cookies(headers)) == (200, []), f"{stacked}: the ticket still holds"
+
+
+def test_a_dry_run_is_counted_once_and_a_rewrite_decided_again() -> None:
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"in"]
+
+    def get(wsgi: Any, path: str, cookie: str | None = None) -> tuple[str, list[tuple[str, str]]]:
+        got: dict[str, Any] = {}
+
+        def start_response(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+            got["status"], got["headers"] = status, headers
+
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "",
+                   "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "80", "REMOTE_ADDR": "198.51.100.1",
+                   "wsgi.input": io.BytesIO(b""), "wsgi.url_scheme": "http"}
+        if cookie:
+            environ["HTTP_COOKIE"] = cookie
+        b"".join(wsgi(environ, start_response))
+        return got["status"], got["headers"]
+
+    dry = Engine(ROOM.format(routes='mode = "dry_run"\nqueue_all = true'))
+    twice = WsgiWaitingRoom(WsgiWaitingRoom(app, dry, room="shop", tick=False), dry,
+                            room="shop", tick=False)
+    status, headers = get(twice, "/item")
+    assert status.startswith("200")
+    ticket = next(v.split(";")[0] for k, v in headers if k.lower() == "set-cookie")
+    assert get(twice, "/item", ticket)[0].startswith("200")
+    dry.tick()
+    import json
+    assert json.loads(dry.stats_json())["rooms"]["shop"]["would_have_queued"] == 2
+
+    # A middleware between the two rewrites a bypassed path to a guarded one.
+    rules = Engine(
+        '[[rooms]]\nname = "shop"\ntotal_active_users = 1\nnew_users_per_minute = 1000\n'
+        'queueing_status_code = 202\n[rooms.cookie]\nsecure = false\n'
+        '[[rooms.rules]]\naction = "bypass"\npaths = ["/static/"]\n'
+    )
+
+    def rewrite(inner: Any) -> Any:
+        def call(environ: dict[str, Any], start_response: Any) -> Any:
+            if environ["PATH_INFO"].startswith("/static/"):
+                environ["PATH_INFO"] = "/item"
+            return inner(environ, start_response)
+        return call
+
+    stack = WsgiWaitingRoom(rewrite(WsgiWaitingRoom(app, rules, room="shop", tick=False)), rules,
+                            room="shop", tick=False)
+    assert get(stack, "/item")[0].startswith("200")
+    assert get(stack, "/static/x")[0].startswith("202"), "rewritten out of the bypass"

@@ -208,7 +208,7 @@ def test_headers_given_as_a_one_shot_iterable_are_read_by_every_call() -> None:
             self.scope = scope(headers)
 
     for headers in (list(monitor), iter(monitor), (h for h in monitor)):
-        assert _decide(e, "r", Request(headers)).bypassed  # type: ignore[arg-type]
+        assert _decide(e, "r", Request(headers))[0].bypassed  # type: ignore[arg-type]
     for headers in (list(monitor), iter(monitor)):
         seen: list[Any] = []
 

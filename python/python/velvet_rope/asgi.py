@@ -51,7 +51,7 @@ from ._commands import (
     split_asgi,
 )
 from ._once import KEY as DECIDED
-from ._once import decided_before, mark_decided
+from ._once import decided_before, mark_decided, scope_target
 from ._routing import ROUTES, RoomRouter, escaped
 from ._ticker import LoopTicker
 from ._velvet_rope import Decision, Engine
@@ -369,7 +369,10 @@ class WaitingRoom:
         room = router.every if router.every is not None else router.room_for(scope["path"])
         if room is None or (
             DECIDED in scope
-            and decided_before(scope, self.engine, None if room == ROUTES else room)
+            and decided_before(
+                scope, self.engine, None if room == ROUTES else room, scope_target(scope)
+            )
+            is not None
         ):
             # Responses are looked at for origin commands only when a room accepts them.
             commands = self.engine.accepts_origin_commands
@@ -395,16 +398,17 @@ class WaitingRoom:
                 room=None if room == ROUTES else room,
             )
             if placed is not None:
+                target = scope_target(scope)
                 if room == ROUTES:
-                    mark_decided(scope, self.engine, placed[1], None, placed[0])
+                    mark_decided(scope, self.engine, placed[1], target, None, placed[0])
                 else:
-                    mark_decided(scope, self.engine, placed[1], placed[0])
+                    mark_decided(scope, self.engine, placed[1], target, placed[0])
             if placed is None or placed[1].bypassed:
                 await self.app(scope, receive, stripping(scope, send) if commands else send)
                 return
             room, decision = placed
         elif decision.admitted:
-            mark_decided(scope, self.engine, decision, room)
+            mark_decided(scope, self.engine, decision, scope_target(scope), room)
         if decision.admitted:
             extra = [] if decision.set_cookie is None else ticket_headers(decision)
             if not commands:

@@ -52,7 +52,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response as StarletteResponse
 
 from ._commands import LOG, asks_revoke, is_command_name, record, revoke, split_wsgi
-from ._once import decided_before, mark_decided
+from ._once import decided_before, mark_decided, scope_target
 from ._ticker import ThreadTicker
 from ._velvet_rope import Decision, Engine
 from .asgi import (
@@ -96,14 +96,15 @@ def _known(engine: Engine, room: str) -> None:
         )
 
 
-def _decide(engine: Engine, room: str, request: Request) -> Decision:
+def _decide(engine: Engine, room: str, request: Request) -> tuple[Decision, bool]:
     """The room's decision on the whole request (its rules, its ticket from the cookies or
-    the `Velvet-Rope-Ticket` header)."""
+    the `Velvet-Rope-Ticket` header), and whether the room had decided the request already
+    (a router's dependency and a route's, or the ASGI middleware ahead): then its decision
+    as made, and nothing of it is to be carried out again."""
     scope = request.scope
-    # Decided already by this room (a router's dependency and a route's, or the ASGI
-    # middleware ahead): admitted then, else the request would not be here.
-    if decided_before(scope, engine, room):
-        return engine.steady_admit
+    earlier = decided_before(scope, engine, room, scope_target(scope))
+    if earlier is not None:
+        return earlier, True
     # No rules, no header tickets: the `Cookie` lines are all the room reads (one call).
     headers = headers_of(scope)
     decision = engine.admit_plain_headers(room, headers)
@@ -114,8 +115,8 @@ def _decide(engine: Engine, room: str, request: Request) -> Decision:
         assert placed is not None  # a named room always decides
         decision = placed[1]
     if decision.admitted:
-        mark_decided(scope, engine, decision, room)
-    return decision
+        mark_decided(scope, engine, decision, scope_target(scope), room)
+    return decision, False
 
 
 def _page_response(engine: Engine, room: str, decision: Decision, request: Request) -> Response:
@@ -236,9 +237,9 @@ class Admission:
                 "application, before it starts: without it, the tickets of admitted visitors "
                 "would be lost whenever an endpoint returns a Response of its own"
             )
-        decision = _decide(self.engine, self.room, request)
+        decision, again = _decide(self.engine, self.room, request)
         if decision.admitted:
-            if not decision.bypassed:
+            if not decision.bypassed and not again:
                 admitted.append((self.engine, self.room, decision, ticket_headers(decision)))
             return decision
         raise Queued(_page_response(self.engine, self.room, decision, request))
@@ -335,9 +336,12 @@ def waiting_room(engine: Engine, room: str, *, tick: bool = True) -> Callable[[F
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             request: Request = kwargs[own_request] if own_request else kwargs.pop(_REQUEST)
             response: Response = kwargs[own_response] if own_response else kwargs.pop(_RESPONSE)
-            decision = _decide(engine, room, request)
+            decision, again = _decide(engine, room, request)
             if not decision.admitted:
                 return _page_response(engine, room, decision, request)
+            if again:
+                # Its ticket and commands are the first front door's to carry out.
+                return await endpoint(*args, **kwargs)
             try:
                 result = await endpoint(*args, **kwargs)
             except HTTPException as exc:

@@ -161,6 +161,12 @@ def _admitted_headers(
         return _strip_commands(environ, headers)
 
 
+def _decided_on(environ: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """What a WSGI request was decided on, for `decided_before`: its script name, path and
+    query."""
+    return environ.get("SCRIPT_NAME"), environ.get("PATH_INFO"), environ.get("QUERY_STRING")
+
+
 class WaitingRoom:
     """WSGI middleware putting a velvet-rope room in front of `app` (arguments as in
     `velvet_rope.asgi.WaitingRoom`)."""
@@ -190,7 +196,10 @@ class WaitingRoom:
         room = router.every if router.every is not None else router.room_for(_path_bytes(environ))
         if room is None or (
             DECIDED in environ
-            and decided_before(environ, self.engine, None if room == ROUTES else room)
+            and decided_before(
+                environ, self.engine, None if room == ROUTES else room, _decided_on(environ)
+            )
+            is not None
         ):
             # Responses are looked at for origin commands only when a room accepts them.
             commands = self.engine.accepts_origin_commands
@@ -214,17 +223,18 @@ class WaitingRoom:
                 room=None if room == ROUTES else room,
             )
             if placed is not None:
+                target = _decided_on(environ)
                 if room == ROUTES:
-                    mark_decided(environ, self.engine, placed[1], None, placed[0])
+                    mark_decided(environ, self.engine, placed[1], target, None, placed[0])
                 else:
-                    mark_decided(environ, self.engine, placed[1], placed[0])
+                    mark_decided(environ, self.engine, placed[1], target, placed[0])
             if placed is None or placed[1].bypassed:
                 return self.app(
                     environ, _stripping(environ, start_response) if commands else start_response
                 )
             room, decision = placed
         elif decision.admitted:
-            mark_decided(environ, self.engine, decision, room)
+            mark_decided(environ, self.engine, decision, _decided_on(environ), room)
         if decision.admitted:
             if not commands and decision.set_cookie is None:
                 return self.app(environ, start_response)

@@ -154,10 +154,12 @@ impl Snapshot {
         if !lets_pass(primary) {
             return primary;
         }
+        // (The candidates start with `primary`, asked already.)
         self.front
             .routes
             .candidates(request, primary)
             .into_iter()
+            .skip(1)
             .find(|&i| !lets_pass(i))
             .unwrap_or(primary)
     }

@@ -382,23 +382,18 @@ impl Router {
     /// path, which rooms a request might belong to ([`Router::prefix_room`] of each).
     #[cold]
     pub(crate) fn readings(target: &Target<'_>) -> Vec<Vec<u8>> {
-        let mut features = target.features;
+        let features = target.features;
         let bytes = target.bytes;
         if features.plain() {
             return vec![bytes[..features.path_len].to_vec()];
         }
-        let room = bytes.len() + 8;
-        let (mut scratch, mut view) = (Vec::with_capacity(room), Vec::with_capacity(room));
         let mut out: Vec<Vec<u8>> = Vec::new();
-        for (n, reading) in READINGS.iter().enumerate() {
-            if n > 1 && !reading.relevant(&features) {
-                continue;
+        each_reading(bytes, features, |view, _| {
+            if !out.iter().any(|seen| seen[..] == *view) {
+                out.push(view.to_vec());
             }
-            reading.read(bytes, &mut scratch, &mut view, &mut features);
-            if !out.contains(&view) {
-                out.push(view.clone());
-            }
-        }
+            None::<()>
+        });
         out
     }
 
@@ -417,33 +412,29 @@ impl Router {
         }
     }
 
-    /// Whether a plain path can be put in different rooms under different folds: the case
-    /// rule is `Either` and a prefix holds an upper-case letter (`/SHOP/x` and `/shop`
-    /// put `/shop/X` in two rooms).
+    /// Whether a plain path can be put in different rooms under different folds, whatever
+    /// its case: the case rule is `Either` and a prefix holds an upper-case letter (`/SHOP/x`
+    /// and `/shop` put `/shop/X` in two rooms), or a prefix that is not ASCII folds to ASCII
+    /// (`/K`, the Kelvin sign, is `/k` under the folds without case).
     pub(crate) fn folds_may_differ(&self) -> bool {
         self.folds_differ
     }
 
     /// [`Router::route`] for a target that not every reading reads alike.
     #[cold]
-    fn route_slowly(&self, target: &[u8], mut features: reading::Features) -> Route {
-        let room = target.len() + 8;
-        let (mut scratch, mut view) = (Vec::with_capacity(room), Vec::with_capacity(room));
+    fn route_slowly(&self, target: &[u8], features: reading::Features) -> Route {
         let mut outcome = Outcome::default();
-        for (n, reading) in READINGS.iter().enumerate() {
-            if n > 1 && !reading.relevant(&features) {
-                continue;
-            }
-            reading.read(target, &mut scratch, &mut view, &mut features);
+        let room = each_reading(target, features, |view, features| {
             // The canonical reading decodes everything: after it, `malformed` is final.
             let may_bypass = !features.malformed;
-            for table in &self.tables {
-                if let Some(room) = outcome.add(self.classify(table, &view, may_bypass)) {
-                    return Route::Room(room);
-                }
-            }
+            self.tables
+                .iter()
+                .find_map(|table| outcome.add(self.classify(table, view, may_bypass)))
+        });
+        match room {
+            Some(room) => Route::Room(room),
+            None => outcome.finish(self.default),
         }
-        outcome.finish(self.default)
     }
 
     /// Where one reading of a path goes under one fold.
@@ -484,6 +475,29 @@ impl Router {
             Class::Unrouted
         }
     }
+}
+
+/// Calls `f` with each reading of `target` (see [`READINGS`]) in the order they are tried,
+/// and the features as that reading left them, until it answers; its answer. (The readings
+/// the scan's `features` say are relevant only; the first two always.)
+#[inline(always)]
+fn each_reading<T>(
+    target: &[u8],
+    mut features: reading::Features,
+    mut f: impl FnMut(&[u8], &reading::Features) -> Option<T>,
+) -> Option<T> {
+    let room = target.len() + 8;
+    let (mut scratch, mut view) = (Vec::with_capacity(room), Vec::with_capacity(room));
+    for (n, reading) in READINGS.iter().enumerate() {
+        if n > 1 && !reading.relevant(&features) {
+            continue;
+        }
+        reading.read(target, &mut scratch, &mut view, &mut features);
+        if let Some(answer) = f(&view, &features) {
+            return Some(answer);
+        }
+    }
+    None
 }
 
 /// Where one reading goes under one fold.

@@ -163,6 +163,12 @@ typedef struct {
   // A dry run or a `count_only` rule passed the request (`outcome` is admit): what the
   // outcome would have been (`VR_OUTCOME_QUEUE` or `VR_OUTCOME_REJECT`); -1 otherwise.
   int32_t would_have;
+  // 1: refused (`VR_OUTCOME_REJECT`, a 400 page) because the request might belong to two
+  // rooms or more that would each decide it (a target that reads several ways, hosts that
+  // disagree, a host that is not one, or none; `vr_engine_decide_request` only). It lies
+  // where earlier headers had padding: a caller that fills a `vr_decision` itself (for
+  // `vr_engine_render_page`) should zero it first (`memset`).
+  uint8_t ambiguous;
 } vr_decision;
 
 // Room statistics as of the last tick.

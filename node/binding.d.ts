@@ -92,6 +92,12 @@ export interface DecisionObject {
   ticketHeader?: boolean
   /** The new ticket `setCookie` carries (its value), or null. */
   ticket?: string
+  /**
+   * Refused (`outcome` `"reject"`, a 400 page): the request might belong to two rooms or
+   * more that would each decide it (a target that reads several ways, hosts that
+   * disagree, a host that is not one, or none).
+   */
+  ambiguous?: boolean
 }
 
 /** Whether any room accepts origin commands (`enabled_origin_commands`). */
@@ -173,6 +179,13 @@ export declare function engineRevokeRequest(engine: number, room: string, cookie
  * room now): `admit(cookie?, nowMs?)`, `engineAdmit` for that room.
  */
 export declare function engineRoom(engine: number, room: string): (cookie?: string | null, nowMs?: number) => DecisionObject | undefined
+
+/**
+ * The room `engineDecideRequest` without a room would decide the request in, deciding
+ * nothing: `null` when no route takes it, or when it would be refused as one several
+ * rooms might govern.
+ */
+export declare function engineRoomForRequest(engine: number, request: RequestObject, nowMs?: number | undefined | null): string | null
 
 /**
  * Whether deciding in `room` reads more of a request than its `Cookie` header (rules, or

@@ -859,6 +859,7 @@ module.exports.engineRenderPage = nativeBinding.engineRenderPage
 module.exports.engineRevoke = nativeBinding.engineRevoke
 module.exports.engineRevokeRequest = nativeBinding.engineRevokeRequest
 module.exports.engineRoom = nativeBinding.engineRoom
+module.exports.engineRoomForRequest = nativeBinding.engineRoomForRequest
 module.exports.engineRoomReadsRequest = nativeBinding.engineRoomReadsRequest
 module.exports.engineRooms = nativeBinding.engineRooms
 module.exports.engineStats = nativeBinding.engineStats

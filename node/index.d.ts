@@ -127,6 +127,12 @@ export declare class Engine extends EventEmitter {
     req: RequestLike,
     options?: { room?: string; nowMs?: number; target?: string }
   ): Placed | null
+  /**
+   * The room `decideRequest` without a `room` would decide `req` in, deciding nothing: its
+   * name, or null when no route takes the request or when it would be refused as one
+   * several rooms might govern (`decision.ambiguous`).
+   */
+  roomForRequest(req: RequestLike, options?: { nowMs?: number; target?: string }): string | null
   /** Whether any room has `routes`. */
   readonly hasRoutes: boolean
   /** Whether any room accepts origin commands (`enabled_origin_commands`). */

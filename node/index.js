@@ -91,6 +91,20 @@ class Room {
   }
 }
 
+/**
+ * What the core reads of `req` (Node's `IncomingMessage`, or `{method, url, rawHeaders,
+ * socket}`), its target `target` when given (a router's rewrite) else `req.url`.
+ */
+function requestOf (req, target) {
+  const socket = req.socket || req.connection
+  return {
+    method: req.method || 'GET',
+    target: target || req.url || '/',
+    rawHeaders: req.rawHeaders || [],
+    peer: socket && socket.remoteAddress ? socket.remoteAddress : undefined
+  }
+}
+
 /** The admission engine: one per process, or one per state file shared by processes. */
 class Engine extends EventEmitter {
   #h
@@ -134,15 +148,19 @@ class Engine extends EventEmitter {
    * `decision.bypassed` request passes untouched too.
    */
   decideRequest (req, { room, nowMs, target } = {}) {
-    const socket = req.socket || req.connection
-    const request = {
-      method: req.method || 'GET',
-      target: target || req.url || '/',
-      rawHeaders: req.rawHeaders || [],
-      peer: socket && socket.remoteAddress ? socket.remoteAddress : undefined
-    }
     try {
-      return native.engineDecideRequest(this.#h, request, room, nowMs)
+      return native.engineDecideRequest(this.#h, requestOf(req, target), room, nowMs)
+    } catch (e) { throw convert(e) }
+  }
+
+  /**
+   * The room `decideRequest` without a `room` would decide `req` in (`target` instead of
+   * `req.url`), deciding nothing: its name, or null when no route takes the request or when
+   * it would be refused as one several rooms might govern (`decision.ambiguous`).
+   */
+  roomForRequest (req, { nowMs, target } = {}) {
+    try {
+      return native.engineRoomForRequest(this.#h, requestOf(req, target), nowMs)
     } catch (e) { throw convert(e) }
   }
 

@@ -79,6 +79,17 @@ function markDecided (req, engine, d, target, ...rooms) {
 }
 
 /**
+ * Whether the room the configuration's routes put `req` in on `target` (asked of the core,
+ * deciding nothing) decided it already: a middleware of a named room ahead of one of the
+ * routes. Asked only of a request some room decided.
+ */
+function routedRoomDecided (req, engine, target) {
+  if (req[kDecided] === undefined) return false
+  const room = engine.roomForRequest(req, { target })
+  return room !== null && decidedBefore(req, engine, room, target)
+}
+
+/**
  * Which room decides a request (a `Room`, or null), given its target as received
  * (`req.url`): the room of the longest prefix of `rooms` the path is under, else `room`
  * (the default; none: such paths pass). Paths under a `bypass` prefix never decide. The
@@ -649,7 +660,9 @@ function express (engine, options = {}) {
     let room = null
     if (routes) {
       if (skip !== null && skip(target)) return pass(req, res, next)
-      if (decidedBefore(req, engine, null, target)) return pass(req, res, next)
+      if (decidedBefore(req, engine, null, target) || routedRoomDecided(req, engine, target)) {
+        return pass(req, res, next)
+      }
     } else {
       room = everyPath ? roomFor() : roomFor(target)
       if (room === null || decidedBefore(req, engine, room.name, target)) return pass(req, res, next)
@@ -803,6 +816,7 @@ function setUp (instance, options) {
       return sendPage(room.name, d, request, reply)
     }
     if (room === null && skip !== null && skip(request.url)) return next()
+    if (room === null && routedRoomDecided(request.raw, engine, request.url)) return next()
     const placed = engine.decideRequest(request.raw, {
       room: room === null ? undefined : room.name,
       target: request.url

@@ -5,6 +5,8 @@
 //! the `rules` bench's 20 rules), `structural` (the same, in a room of 20 rules over the
 //! method, host, path and client alone), `routed` (`decide_request`, the room by host and
 //! path: the one with 20 rules), `routed_plain` (the same, to the room without rules),
+//! `routed_escaped` (the same, its path a percent-escaped UTF-8 slug, as browsers send one:
+//! read every way to find the rooms it might belong to),
 //! `bypass` (`decide_request_in`, a request the first of those rules bypasses: matched and
 //! counted).
 //! `cargo run --release -p velvet-rope-benches --example rules_instructions -- <mode> <N>`.
@@ -25,7 +27,7 @@ fn main() {
         .map_or(1_000_000, |s| s.parse().expect("a count"));
     let engine = Engine::from_text(&format!("{KEYS}{}", rules_config::ROOMS), T0).unwrap();
     let (room, host) = match mode.as_str() {
-        "cookie" | "plain" | "routed_plain" => ("plain", "plain.example.com"),
+        "cookie" | "plain" | "routed_plain" | "routed_escaped" => ("plain", "plain.example.com"),
         "rules" | "routed" | "bypass" => ("rules", "shop.example.com"),
         "structural" => ("structural", "api.example.com"),
         other => panic!("unknown mode {other}"),
@@ -37,10 +39,10 @@ fn main() {
     let client: Option<IpAddr> = Some("100.64.1.2".parse().unwrap());
     let request = Request {
         method: b"GET",
-        target: if mode == "bypass" {
-            &b"/static/js/app.3f9a1c0e.js"[..]
-        } else {
-            &b"/products/shoes/running-42?color=blue&size=9"[..]
+        target: match mode.as_str() {
+            "bypass" => &b"/static/js/app.3f9a1c0e.js"[..],
+            "routed_escaped" => &b"/products/%E9%9D%B4/running-42?color=blue&size=9"[..],
+            _ => &b"/products/shoes/running-42?color=blue&size=9"[..],
         },
         host: None,
         headers: &headers,
@@ -54,7 +56,9 @@ fn main() {
             "cookie" => engine
                 .admit_header_bytes(b"plain", Some(cookie), T0 + 1)
                 .unwrap(),
-            "routed" | "routed_plain" => engine.decide_request(r, T0 + 1).unwrap().decision,
+            "routed" | "routed_plain" | "routed_escaped" => {
+                engine.decide_request(r, T0 + 1).unwrap().decision
+            }
             _ => engine
                 .decide_request_in(room.as_bytes(), r, T0 + 1)
                 .unwrap(),

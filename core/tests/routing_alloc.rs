@@ -165,3 +165,73 @@ fn rules_and_routes_allocate_nothing_for_plain_requests() {
     }
     assert_eq!(allocations(), before, "{decided} decisions");
 }
+
+/// Asking whether a plain request might belong to another room allocates nothing: a path
+/// with upper case under the default path case rule (`either`), which several rooms' routes
+/// make worth asking about. (A target in absolute form, or with escapes or dot segments, is
+/// read into copies already to be routed.)
+#[test]
+fn asking_for_other_rooms_allocates_nothing_for_plain_requests() {
+    use velvet_rope::request::Request;
+    use velvet_rope::Engine;
+    const NOW: u64 = 1_800_000_000_000;
+    let engine = Engine::from_text(
+        "[[rooms]]\nname = \"shop\"\ntotal_active_users = 1000\nnew_users_per_minute = 1000\n\
+         routes = [{ path = \"/shop/\" }, { host = \"shop.example.com\" }]\n\
+         [[rooms]]\nname = \"site\"\ntotal_active_users = 1000\nnew_users_per_minute = 1000\n\
+         routes = [{ path = \"/\" }]\n\
+         [[rooms]]\nname = \"api\"\ntotal_active_users = 1000\nnew_users_per_minute = 1000\n\
+         routes = [{ host = \"api.example.com\" }]\n",
+        NOW,
+    )
+    .unwrap();
+    let requests: [(&[u8], Option<&[u8]>); 4] = [
+        (b"/shop/Item-42", Some(b"www.example.com")),
+        (b"/About/Us", Some(b"www.example.com")),
+        (b"/Docs/V2", Some(b"api.example.com")),
+        (b"/X", Some(b"shop.example.com")),
+    ];
+    let decide = |(target, host): (&[u8], Option<&[u8]>), cookie: Option<&[u8]>| {
+        let headers: Vec<(&[u8], &[u8])> =
+            cookie.map(|c| (&b"Cookie"[..], c)).into_iter().collect();
+        let r = Request {
+            method: b"GET",
+            target,
+            host,
+            headers: &headers,
+            client: None,
+        };
+        engine.decide_request(&r, NOW).unwrap()
+    };
+    // Each request's ticket, from a first decision (the steady case then sets nothing).
+    let cookies: Vec<Vec<u8>> = requests
+        .iter()
+        .map(|&r| {
+            let d = decide(r, None).decision;
+            assert!(!d.ambiguous, "{d:?}");
+            let c = d.set_cookie.unwrap();
+            c.split(';').next().unwrap().as_bytes().to_vec()
+        })
+        .collect();
+    let headers: Vec<[(&[u8], &[u8]); 1]> =
+        cookies.iter().map(|c| [(&b"Cookie"[..], &c[..])]).collect();
+    let mut before = allocations();
+    // The first round warms what a first steady decision of a thread sets up.
+    for round in 0..101 {
+        if round == 1 {
+            before = allocations();
+        }
+        for ((target, host), headers) in requests.iter().zip(&headers) {
+            let r = Request {
+                method: b"GET",
+                target,
+                host: *host,
+                headers,
+                client: None,
+            };
+            let d = engine.decide_request(&r, NOW).unwrap().decision;
+            assert!(d.set_cookie.is_none() && !d.ambiguous, "{d:?}");
+        }
+    }
+    assert_eq!(allocations(), before);
+}

@@ -46,6 +46,10 @@ pub struct DecisionObject {
     pub ticket_header: Option<bool>,
     /// The new ticket `setCookie` carries (its value), or null.
     pub ticket: Option<String>,
+    /// Refused (`outcome` `"reject"`, a 400 page): the request might belong to two rooms or
+    /// more that would each decide it (a target that reads several ways, hosts that
+    /// disagree, a host that is not one, or none).
+    pub ambiguous: Option<bool>,
 }
 
 fn to_object(d: velvet_rope::Decision) -> DecisionObject {
@@ -62,6 +66,7 @@ fn to_object(d: velvet_rope::Decision) -> DecisionObject {
         would_have: d.would_have.map(|o| o.as_str().to_owned()),
         ticket_header: Some(d.ticket_header),
         ticket: d.ticket().map(str::to_owned),
+        ambiguous: Some(d.ambiguous),
         set_cookie: d.set_cookie,
     }
 }
@@ -93,6 +98,7 @@ fn from_object(d: &DecisionObject) -> napi::Result<velvet_rope::Decision, &'stat
             _ => None,
         },
         ticket_header: d.ticket_header == Some(true),
+        ambiguous: d.ambiguous == Some(true) && outcome == Outcome::Reject,
     })
 }
 
@@ -712,6 +718,51 @@ pub fn engine_decide_request(
 ) -> napi::Result<Option<PlacedObject>, &'static str> {
     let now = or_now(now_ms)?;
     let engine = ENGINES.get(engine)?;
+    with_request(&engine, &request, |req| {
+        Ok(match room {
+            Some(room) => {
+                let d = engine
+                    .decide_request_in(room.as_bytes(), req, now)
+                    .map_err(to_js)?;
+                Some(PlacedObject {
+                    room,
+                    decision: to_object(d),
+                })
+            }
+            None => engine.decide_request(req, now).map(|r| PlacedObject {
+                room: r.room.as_str().to_owned(),
+                decision: to_object(r.decision),
+            }),
+        })
+    })
+}
+
+/// The room `engineDecideRequest` without a room would decide the request in, deciding
+/// nothing: `null` when no route takes it, or when it would be refused as one several
+/// rooms might govern.
+#[napi]
+pub fn engine_room_for_request(
+    engine: u32,
+    request: RequestObject,
+    now_ms: Option<f64>,
+) -> napi::Result<Option<String>, &'static str> {
+    let now = or_now(now_ms)?;
+    let engine = ENGINES.get(engine)?;
+    Ok(with_request(&engine, &request, |req| {
+        engine
+            .room_for_request(req, now)
+            .map(|r| r.as_str().to_owned())
+    }))
+}
+
+/// Calls `f` with `request` as the core reads it: its method, target and headers as
+/// Latin-1 bytes, its client the peer or, behind `settings.trusted_proxies`, the
+/// `X-Forwarded-For` address the proxies vouch for.
+fn with_request<T>(
+    engine: &velvet_rope::Engine,
+    request: &RequestObject,
+    f: impl FnOnce(&velvet_rope::request::Request<'_>) -> T,
+) -> T {
     let raw: Vec<std::borrow::Cow<'_, [u8]>> =
         request.raw_headers.iter().map(|h| latin1(h)).collect();
     let headers: Vec<(&[u8], &[u8])> = raw
@@ -733,27 +784,12 @@ pub fn engine_decide_request(
     };
     let method = latin1(&request.method);
     let target = latin1(&request.target);
-    let req = velvet_rope::request::Request {
+    f(&velvet_rope::request::Request {
         method: &method,
         target: &target,
         host: None,
         headers: &headers,
         client,
-    };
-    Ok(match room {
-        Some(room) => {
-            let d = engine
-                .decide_request_in(room.as_bytes(), &req, now)
-                .map_err(to_js)?;
-            Some(PlacedObject {
-                room,
-                decision: to_object(d),
-            })
-        }
-        None => engine.decide_request(&req, now).map(|r| PlacedObject {
-            room: r.room.as_str().to_owned(),
-            decision: to_object(r.decision),
-        }),
     })
 }
 

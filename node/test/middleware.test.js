@@ -303,17 +303,48 @@ test('express: a room decides a request once, however many of its middlewares th
   }
 })
 
-test('fastify: the plugin registered twice decides a request once', async () => {
-  const engine = new Engine(ROOMS)
-  const app = Fastify()
-  await app.register(plugin, { engine, room: 'shop' })
-  await app.register(plugin, { engine, room: 'shop' })
-  app.get('/', async () => 'in')
-  const first = await app.inject('/')
-  assert.equal(first.statusCode, 200)
-  assert.match(first.headers['set-cookie'], /^__vr_shop=/)
-  assert.equal((await app.inject('/')).statusCode, 202, 'the room holds one')
-  await app.close()
+// The routes choose a room only by deciding: a named room's middleware ahead of one of the
+// routes left the routes to decide the request again (a second slot for a new visitor).
+test('express: a named room, then the routes that put the request in it, decide it once', async () => {
+  const express = require('express')
+  const { rawGet } = require('./helpers.js')
+  const routed = ROOMS.replace('new_users_per_minute = 1000\n', 'new_users_per_minute = 1000\nroutes = [{ path = "/" }]\n')
+  assert.notEqual(routed, ROOMS)
+  const engine = new Engine(routed)
+  const app = express()
+  app.use(velvetRope.express(engine, { room: 'shop' }))
+  app.use(velvetRope.express(engine))
+  app.get('/item', (req, res) => res.send('in'))
+  const server = app.listen(0, '127.0.0.1')
+  await new Promise((resolve) => server.once('listening', resolve))
+  try {
+    const port = server.address().port
+    const first = await rawGet(port, '/item')
+    assert.equal(first.status, 200)
+    assert.equal(first.setCookies.length, 1)
+    assert.equal((await rawGet(port, '/item')).status, 202, 'the room holds one')
+    engine.tick()
+    assert.equal(engine.stats('shop').activeUsers, 1)
+  } finally {
+    server.close()
+    engine.stopTicking()
+  }
+})
+
+test('fastify: the plugin registered twice (a named room, then the same or the routes) decides a request once', async () => {
+  const routed = ROOMS.replace('new_users_per_minute = 1000\n', 'new_users_per_minute = 1000\nroutes = [{ path = "/" }]\n')
+  for (const [config, second] of [[ROOMS, { room: 'shop' }], [routed, {}]]) {
+    const engine = new Engine(config)
+    const app = Fastify()
+    await app.register(plugin, { engine, room: 'shop' })
+    await app.register(plugin, { engine, ...second })
+    app.get('/', async () => 'in')
+    const first = await app.inject('/')
+    assert.equal(first.statusCode, 200, JSON.stringify(second))
+    assert.match(first.headers['set-cookie'], /^__vr_shop=/)
+    assert.equal((await app.inject('/')).statusCode, 202, 'the room holds one')
+    await app.close()
+  }
 })
 
 // The record is of a room on a target: an internal forward to another room's path, or a

@@ -121,6 +121,56 @@ fn sync_loop(engine: &Arc<velvet_rope::Engine>) -> PyResult<Option<Syncer>> {
 }
 
 impl Engine {
+    /// Calls `f` with a request as the core reads it: `method`, `target` and `headers` as
+    /// `decide_request` takes them (only the `Cookie` headers when `cookies_only`), its client
+    /// `peer` or, when that is one of `settings.trusted_proxies`, the `X-Forwarded-For`
+    /// address the proxies vouch for (none when `cookies_only`).
+    fn with_request<T>(
+        &self,
+        method: &Bound<'_, PyAny>,
+        target: &Bound<'_, PyAny>,
+        headers: &Bound<'_, PyAny>,
+        peer: Option<&str>,
+        cookies_only: bool,
+        f: impl FnOnce(&velvet_rope::request::Request<'_>) -> PyResult<T>,
+    ) -> PyResult<T> {
+        let mut held = Vec::new();
+        for pair in headers.try_iter()? {
+            let (name, value) = header_pair(&pair?)?;
+            if cookies_only && !header_bytes(&name)?.eq_ignore_ascii_case(b"cookie") {
+                continue;
+            }
+            held.push((name, value));
+        }
+        let mut pairs = Vec::with_capacity(held.len());
+        for (name, value) in &held {
+            pairs.push((header_bytes(name)?, header_bytes(value)?));
+        }
+        let client = match peer {
+            _ if cookies_only => None,
+            None => None,
+            Some(p) => match velvet_rope::request::parse_peer(p) {
+                // Not an address (a Unix socket's path, say): the client is unknown.
+                None => None,
+                Some(addr) => {
+                    let forwarded = pairs
+                        .iter()
+                        .filter(|(n, _)| n.eq_ignore_ascii_case(b"x-forwarded-for"))
+                        .map(|(_, v)| *v)
+                        .collect::<Vec<_>>();
+                    self.inner.client_address(addr, forwarded.into_iter())
+                }
+            },
+        };
+        f(&velvet_rope::request::Request {
+            method: header_bytes(method)?,
+            target: header_bytes(target)?,
+            host: None,
+            headers: &pairs,
+            client,
+        })
+    }
+
     /// In a process forked after the engine was built (a pre-fork server's worker), the sync
     /// loop's thread is the parent's: start one here (the ticker calls this every tick). The
     /// parent's is dropped without touching its thread.
@@ -245,55 +295,50 @@ impl Engine {
                 .map_err(to_py)?,
             None => false,
         };
-        let mut held = Vec::new();
-        for pair in headers.try_iter()? {
-            let (name, value) = header_pair(&pair?)?;
-            if cookies_only && !header_bytes(&name)?.eq_ignore_ascii_case(b"cookie") {
-                continue;
-            }
-            held.push((name, value));
+        let decided =
+            self.with_request(method, target, headers, peer, cookies_only, |request| {
+                Ok(match room {
+                    Some(room) => {
+                        let d = self
+                            .inner
+                            .decide_request_in(room.to_str()?.as_bytes(), request, now)
+                            .map_err(to_py)?;
+                        Some((room.clone().unbind(), d))
+                    }
+                    None => self
+                        .inner
+                        .decide_request(request, now)
+                        .map(|r| (PyString::intern(py, r.room.as_str()).unbind(), r.decision)),
+                })
+            })?;
+        match decided {
+            None => Ok(None),
+            Some((name, d)) => Ok(Some((name, self.wrap(py, d)?))),
         }
-        let mut pairs = Vec::with_capacity(held.len());
-        for (name, value) in &held {
-            pairs.push((header_bytes(name)?, header_bytes(value)?));
-        }
-        let client = match peer {
-            _ if cookies_only => None,
-            None => None,
-            Some(p) => match velvet_rope::request::parse_peer(p) {
-                // Not an address (a Unix socket's path, say): the client is unknown.
-                None => None,
-                Some(addr) => {
-                    let forwarded = pairs
-                        .iter()
-                        .filter(|(n, _)| n.eq_ignore_ascii_case(b"x-forwarded-for"))
-                        .map(|(_, v)| *v)
-                        .collect::<Vec<_>>();
-                    self.inner.client_address(addr, forwarded.into_iter())
-                }
-            },
-        };
-        let request = velvet_rope::request::Request {
-            method: header_bytes(method)?,
-            target: header_bytes(target)?,
-            host: None,
-            headers: &pairs,
-            client,
-        };
-        let (name, d) = match room {
-            Some(room) => {
-                let d = self
-                    .inner
-                    .decide_request_in(room.to_str()?.as_bytes(), &request, now)
-                    .map_err(to_py)?;
-                (room.clone().unbind(), d)
-            }
-            None => match self.inner.decide_request(&request, now) {
-                None => return Ok(None),
-                Some(r) => (PyString::intern(py, r.room.as_str()).unbind(), r.decision),
-            },
-        };
-        Ok(Some((name, self.wrap(py, d)?)))
+    }
+
+    /// The room `decide_request` without `room` would decide the request in, deciding
+    /// nothing (arguments as `decide_request`'s): its name, or `None` when no room's routes
+    /// take the request or when it would be refused as one several rooms might govern
+    /// (`Decision.ambiguous`). For a front door that must know whether that room decided the
+    /// request already (a middleware of a named room ahead of one of the routes).
+    #[pyo3(signature = (method, target, headers, *, peer = None, now_ms = None))]
+    fn room_for_request(
+        &self,
+        py: Python<'_>,
+        method: &Bound<'_, PyAny>,
+        target: &Bound<'_, PyAny>,
+        headers: &Bound<'_, PyAny>,
+        peer: Option<&str>,
+        now_ms: Option<u64>,
+    ) -> PyResult<Option<Py<PyString>>> {
+        let now = or_now(now_ms)?;
+        self.with_request(method, target, headers, peer, false, |request| {
+            Ok(self
+                .inner
+                .room_for_request(request, now)
+                .map(|r| PyString::intern(py, r.as_str()).unbind()))
+        })
     }
 
     /// `admit(room, cookie)` for a room that reads only the `Cookie` header; `None`, having
@@ -748,6 +793,14 @@ impl Decision {
     #[getter]
     fn ticket(&self) -> Option<&str> {
         self.inner.ticket()
+    }
+
+    /// Refused (`outcome` `"reject"`, a 400 page): the request might belong to two rooms or
+    /// more that would each decide it (a target that reads several ways, hosts that
+    /// disagree, a host that is not one, or none).
+    #[getter]
+    fn ambiguous(&self) -> bool {
+        self.inner.ambiguous
     }
 
     fn __repr__(&self) -> String {

@@ -64,6 +64,39 @@ def test_asgi_middleware_twice_decides_once() -> None:
         assert [c.split("=")[0] for c in cookies(headers)] == ["__vr_checkout"]
 
 
+def test_a_named_room_then_the_routes_decide_once() -> None:
+    """The routes choose a room only by deciding: a named room's middleware ahead of one of
+    the routes left the routes to decide the request again (a second slot for a new
+    visitor). Now the routes' room is asked first (`Engine.room_for_request`)."""
+    engine = Engine(ROOM.format(routes='routes = [{ path = "/" }]'))
+    inner = WaitingRoom(origin, engine, tick=False)
+    app = WaitingRoom(inner, engine, room="shop", tick=False)
+    status, headers = call_asgi(app, "/item", [])
+    assert status == 200
+    assert [c.split("=")[0] for c in cookies(headers)] == ["__vr_shop"]
+    status, _ = call_asgi(app, "/item", [])
+    assert status == 202, "the room holds one"
+    engine.tick()
+    assert engine.stats("shop").active_users == 1
+
+    def wsgi_app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"in"]
+
+    engine = Engine(ROOM.format(routes='routes = [{ path = "/" }]'))
+    stacked = WsgiWaitingRoom(WsgiWaitingRoom(wsgi_app, engine, tick=False), engine,
+                              room="shop", tick=False)
+    statuses = []
+    for _ in range(2):
+        def start_response(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+            statuses.append(status.split()[0])
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/item", "QUERY_STRING": "",
+                   "SERVER_NAME": "localhost", "SERVER_PORT": "80", "wsgi.url_scheme": "http",
+                   "wsgi.input": io.BytesIO(b"")}
+        b"".join(stacked(environ, start_response))
+    assert statuses == ["200", "202"]
+
+
 def test_wsgi_middleware_twice_decides_once() -> None:
     def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
         start_response("200 OK", [("Content-Type", "text/plain")])

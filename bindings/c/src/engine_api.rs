@@ -72,6 +72,12 @@ pub struct vr_decision {
     /// A dry run or a `count_only` rule passed the request (`outcome` is admit): what the
     /// outcome would have been (`VR_OUTCOME_QUEUE` or `VR_OUTCOME_REJECT`); -1 otherwise.
     pub would_have: i32,
+    /// 1: refused (`VR_OUTCOME_REJECT`, a 400 page) because the request might belong to two
+    /// rooms or more that would each decide it (a target that reads several ways, hosts that
+    /// disagree, a host that is not one, or none; `vr_engine_decide_request` only). It lies
+    /// where earlier headers had padding: a caller that fills a `vr_decision` itself (for
+    /// `vr_engine_render_page`) should zero it first (`memset`).
+    pub ambiguous: u8,
 }
 
 /// A page's parts; pointers stay valid until the page is freed.
@@ -152,6 +158,7 @@ pub(crate) unsafe fn to_c(d: &Decision, out: *mut vr_decision) -> Result<(), Fai
         std::ptr::addr_of_mut!((*out).bypassed).write(u8::from(d.bypassed));
         std::ptr::addr_of_mut!((*out).ticket_header).write(u8::from(d.ticket_header));
         std::ptr::addr_of_mut!((*out).would_have).write(d.would_have.map_or(-1, |o| o as i32));
+        std::ptr::addr_of_mut!((*out).ambiguous).write(u8::from(d.ambiguous));
     }
     Ok(())
 }
@@ -209,6 +216,7 @@ fn from_c(d: &vr_decision) -> Result<Decision, Failure> {
             _ => None,
         },
         ticket_header: d.ticket_header != 0,
+        ambiguous: d.ambiguous != 0 && outcome == Outcome::Reject,
     })
 }
 

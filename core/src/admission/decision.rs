@@ -53,6 +53,13 @@ pub struct Decision {
     /// The room takes tickets from the `Velvet-Rope-Ticket` header as well: a new ticket goes
     /// back in that response header too, beside `Set-Cookie`.
     pub ticket_header: bool,
+    /// Refused (`outcome` reject, a 400 page) because the request might belong to two rooms
+    /// or more that would each decide it: its target reads several ways (escapes, dot
+    /// segments, case) into different rooms, or it names two hosts that disagree, a host
+    /// that is not one, or none. Deciding it in either room would let a visitor choose the
+    /// room by how it writes the request (see
+    /// [`Engine::decide_request`](crate::Engine::decide_request)).
+    pub ambiguous: bool,
 }
 
 impl Decision {
@@ -74,6 +81,17 @@ impl Decision {
             bypassed: false,
             would_have: None,
             ticket_header: false,
+            ambiguous: false,
+        }
+    }
+
+    /// A request refused as one that might belong to several deciding rooms (see
+    /// [`Decision::ambiguous`]).
+    pub(crate) fn refused_as_ambiguous() -> Self {
+        Self {
+            outcome: Outcome::Reject,
+            ambiguous: true,
+            ..Self::admit(None, None)
         }
     }
 
@@ -87,7 +105,10 @@ impl Decision {
 
     /// Whether a rule refused the request outright (a `reject` rule, not a full room).
     pub fn rejected_by_rule(&self) -> bool {
-        self.outcome == Outcome::Reject && self.rule.is_some() && self.retry_after_secs.is_none()
+        self.outcome == Outcome::Reject
+            && self.rule.is_some()
+            && self.retry_after_secs.is_none()
+            && !self.ambiguous
     }
 }
 

@@ -94,6 +94,15 @@ impl View<'_> {
             None => self.room.would_have_counts(),
         }
     }
+
+    /// Requests refused as ones several deciding rooms might govern (see
+    /// `Room::ambiguous_count`), from the tallies read once for the view.
+    fn ambiguous(&self) -> u64 {
+        match &self.tallies {
+            Some(t) => t.ambiguous,
+            None => self.room.ambiguous_count(),
+        }
+    }
 }
 
 /// One metric family: its name (without `_total` for a counter), type, help text, labels, and
@@ -207,6 +216,9 @@ const FAMILIES: &[Family] = &[
         for (outcome, i) in [("queue", 0), ("reject", 1)] {
             s.counter(&[("outcome", outcome)], n[i]);
         }
+    } },
+    Family { name: "velvet_rope_room_ambiguous_refused", kind: MetricKind::Counter, labels: &[], help: "Requests refused (400) because they might belong to this room (the routes' choice) and another that would decide them too: a target that reads several ways, two hosts that disagree, a host that is not one, or none.", write: |s, v| {
+        s.counter(&[], v.ambiguous());
     } },
     Family { name: "velvet_rope_revocations", kind: MetricKind::Counter, labels: &["outcome"], help: "Origin revocations, by outcome.", write: |s, v| {
         if let Some((c, _)) = v.revocations {

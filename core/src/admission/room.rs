@@ -72,6 +72,9 @@ pub(crate) struct Room {
     /// (`[0]`) or rejected (`[1]`), in this process: counted here only with counters without
     /// tallies (see `count_would_have`).
     pub(crate) would_have: [AtomicU64; 2],
+    /// Requests refused as ones several deciding rooms might govern, in this process:
+    /// counted here only with counters without tallies (see `count_ambiguous`).
+    pub(crate) ambiguous: AtomicU64,
 }
 
 /// A rule without a slot in the counters' tallies (see `Room::rule_slots`).
@@ -194,6 +197,26 @@ impl Room {
         }
     }
 
+    /// Counts a request refused as one several deciding rooms might govern (this room the
+    /// routes' choice).
+    pub(crate) fn count_ambiguous(&self) {
+        match self.counters.tallies() {
+            Some(t) => t.refused_ambiguous(),
+            None => {
+                self.ambiguous.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Requests refused as ones several deciding rooms might govern: of every process
+    /// sharing the counters, or of this one in counters without tallies.
+    pub(crate) fn ambiguous_count(&self) -> u64 {
+        match self.counters.tallies() {
+            Some(t) => t.sums().ambiguous,
+            None => self.ambiguous.load(Ordering::Relaxed),
+        }
+    }
+
     /// Requests passed that would have been queued (`[0]`) and rejected (`[1]`): of every
     /// process sharing the counters, or of this one in counters without tallies.
     pub(crate) fn would_have_counts(&self) -> [u64; 2] {
@@ -260,6 +283,7 @@ impl Room {
             rule_keys,
             rule_slots,
             would_have: [AtomicU64::new(0), AtomicU64::new(0)],
+            ambiguous: AtomicU64::new(0),
             revocable: layout.revocation_words > 0,
             counters,
         }
@@ -272,7 +296,8 @@ impl Room {
         if previous.cfg.rules == self.cfg.rules {
             self.rules.carry_from(&previous.rules);
         }
-        for (mine, theirs) in self.would_have.iter().zip(previous.would_have.iter()) {
+        let pairs = self.would_have.iter().zip(previous.would_have.iter());
+        for (mine, theirs) in pairs.chain([(&self.ambiguous, &previous.ambiguous)]) {
             mine.store(
                 theirs.load(std::sync::atomic::Ordering::Relaxed),
                 std::sync::atomic::Ordering::Relaxed,

@@ -73,6 +73,7 @@ pub(crate) fn room_stats_json(room: &Room) -> serde_json::Value {
         },
         "would_have_queued": would_have[0],
         "would_have_rejected": would_have[1],
+        "ambiguous_refused": room.ambiguous_count(),
         "rules": room.rule_tallies().map(|(name, action, matched)| serde_json::json!({
             "name": name,
             "action": action.as_str(),

@@ -67,7 +67,8 @@ const ERROR_BUCKETS: usize = WAIT_SUM + 1;
 const SYNCS: usize = ERROR_BUCKETS + ERROR_BOUNDS.len() + 1;
 const OUTAGES: usize = SYNCS + 2;
 const WOULD_HAVE: usize = OUTAGES + 1;
-const USED: usize = WOULD_HAVE + 2;
+const AMBIGUOUS: usize = WOULD_HAVE + 2;
+const USED: usize = AMBIGUOUS + 1;
 /// Where a shard's rule counts begin (the words from `USED` up to it are spare, zero); also
 /// the words per shard of regions laid out before rule counts, which count everything else.
 pub(crate) const RULES: usize = 48;
@@ -115,6 +116,8 @@ pub(crate) struct TallySums {
     /// Requests a dry run (or a `count_only` rule) let through that it would have queued,
     /// and rejected.
     pub(crate) would_have: [u64; 2],
+    /// Requests refused as ones several deciding rooms might govern.
+    pub(crate) ambiguous: u64,
 }
 
 /// The tallies of a room: shards of `stride` words (`STRIDE` or, in a region a later release
@@ -201,6 +204,11 @@ impl<'a> RoomTallies<'a> {
         self.shard()[WOULD_HAVE + i].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a request refused as one several deciding rooms might govern.
+    pub(crate) fn refused_ambiguous(&self) {
+        self.shard()[AMBIGUOUS].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Shard `i`'s words of this release (without rule counts in a region laid out before
     /// them).
     fn shard_at(&self, i: usize) -> &'a [AtomicU64] {
@@ -276,6 +284,9 @@ impl<'a> RoomTallies<'a> {
                 .outages
                 .wrapping_add(shard[OUTAGES].load(Ordering::Relaxed));
             add(&mut s.would_have, WOULD_HAVE);
+            s.ambiguous = s
+                .ambiguous
+                .wrapping_add(shard[AMBIGUOUS].load(Ordering::Relaxed));
         }
         s
     }

@@ -52,9 +52,49 @@ const REFUSED_HTML: &str = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta chars
 <title>403 Forbidden</title></head><body><h1>Forbidden</h1>\
 <p>This request is not allowed in.</p></body></html>\n";
 
+/// The HTML body of a request refused as one several rooms might govern.
+const AMBIGUOUS_HTML: &str = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<title>400 Bad Request</title></head><body><h1>Bad Request</h1>\
+<p>This request's address can be read more than one way.</p></body></html>\n";
+
+/// The page of a request refused as one several rooms might govern (see
+/// [`Decision::ambiguous`]): 400, problem details for JSON clients.
+fn ambiguity(cfg: &RoomConfig, request: &PageRequest<'_>) -> Page {
+    let status = 400;
+    if cfg.json_response_enabled && wants_json(request.accept) {
+        let problem = Problem {
+            kind: "urn:velvet-rope:problem:ambiguous-request",
+            title: "The request's address reads more than one way",
+            status,
+            detail: "Its target or its hosts may be read as the address of more than one \
+                     waiting room's resources: send the address in one form.",
+            room: &cfg.name,
+            outcome: "reject",
+            retry_after_secs: None,
+        };
+        return Page {
+            status,
+            content_type: "application/problem+json",
+            refresh_secs: None,
+            retry_after_secs: None,
+            body: serde_json::to_string(&problem).unwrap_or_default(),
+        };
+    }
+    Page {
+        status,
+        content_type: "text/html; charset=utf-8",
+        refresh_secs: None,
+        retry_after_secs: None,
+        body: AMBIGUOUS_HTML.to_owned(),
+    }
+}
+
 /// The page for a reject decision: problem details for JSON clients, the room's page (a full
-/// room) or a plain refusal (a `reject` rule) otherwise.
+/// room) or a plain refusal (a `reject` rule, an ambiguous request) otherwise.
 fn rejection(cfg: &RoomConfig, decision: &Decision, request: &PageRequest<'_>) -> Option<Page> {
+    if decision.ambiguous {
+        return Some(ambiguity(cfg, request));
+    }
     let by_rule = decision.rejected_by_rule();
     let (status, retry) = if by_rule {
         (403, None)

@@ -54,12 +54,38 @@ pub(crate) enum HostSeen<'a> {
 /// literal, blanks, bad bytes) by [`normalise_general`], which answers every input alike.
 #[inline]
 pub(crate) fn normalise(raw: &[u8]) -> Option<HostName<'_>> {
+    normalise_with_form(raw).map(|(host, _)| host)
+}
+
+/// How a host was written, beside the name [`normalise`] reads in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Form {
+    /// As browsers write it: lower case, no trailing dot, no port or a port that is not the
+    /// default one (which browsers send for a site served there: taken as the host's,
+    /// though a router comparing the port would not), no userinfo.
+    Usual,
+    /// In a form browsers never send for a name they would send otherwise (upper case, a
+    /// trailing dot, blanks, the default port written out, an empty port or one with leading
+    /// zeros): an application that routes by the text of its `Host` header (Fastify's host
+    /// constraints, a `req.hostname ===`) may not take it for that host.
+    Unusual,
+    /// With userinfo (`user@host`): an absolute-form target may hold it, a `Host` header
+    /// may not.
+    Userinfo,
+}
+
+/// [`normalise`], and how the host was written.
+#[inline]
+pub(crate) fn normalise_with_form(raw: &[u8]) -> Option<(HostName<'_>, Form)> {
     if raw.iter().all(|&b| PLAIN[usize::from(b)]) {
-        let host = raw.strip_suffix(b".").unwrap_or(raw);
+        let (host, form) = match raw.strip_suffix(b".") {
+            Some(host) => (host, Form::Unusual),
+            None => (raw, Form::Usual),
+        };
         if host.is_empty() || host.len() > MAX_HOST {
             return None;
         }
-        return Some(HostName::Lower(host));
+        return Some((HostName::Lower(host), form));
     }
     normalise_general(raw)
 }
@@ -76,13 +102,21 @@ static PLAIN: [bool; 256] = {
     t
 };
 
-/// [`normalise`] of any input.
+/// [`normalise_with_form`] of any input.
 #[inline(never)]
-fn normalise_general(raw: &[u8]) -> Option<HostName<'_>> {
-    let raw = raw.trim_ascii();
-    let raw = match memchr::memrchr(b'@', raw) {
-        Some(at) => &raw[at + 1..],
-        None => raw,
+fn normalise_general(raw: &[u8]) -> Option<(HostName<'_>, Form)> {
+    let trimmed = raw.trim_ascii();
+    let mut form = if trimmed.len() == raw.len() {
+        Form::Usual
+    } else {
+        Form::Unusual
+    };
+    let raw = match memchr::memrchr(b'@', trimmed) {
+        Some(at) => {
+            form = Form::Userinfo;
+            &trimmed[at + 1..]
+        }
+        None => trimmed,
     };
     let (host, port) = if raw.first() == Some(&b'[') {
         let end = memchr::memchr(b']', raw)?;
@@ -105,8 +139,20 @@ fn normalise_general(raw: &[u8]) -> Option<HostName<'_>> {
         if !digits.iter().all(u8::is_ascii_digit) || digits.len() > 5 {
             return None;
         }
+        let default = matches!(digits, b"" | b"80" | b"443") || digits.first() == Some(&b'0');
+        if default && form == Form::Usual {
+            form = Form::Unusual;
+        }
     }
-    let host = host.strip_suffix(b".").unwrap_or(host);
+    let host = match host.strip_suffix(b".") {
+        Some(host) => {
+            if form == Form::Usual {
+                form = Form::Unusual;
+            }
+            host
+        }
+        None => host,
+    };
     if host.is_empty() || host.len() > MAX_HOST {
         return None;
     }
@@ -119,11 +165,15 @@ fn normalise_general(raw: &[u8]) -> Option<HostName<'_>> {
         }
         upper |= b.is_ascii_uppercase();
     }
-    Some(if upper {
+    if upper && form == Form::Usual {
+        form = Form::Unusual;
+    }
+    let name = if upper {
         HostName::Upper(host)
     } else {
         HostName::Lower(host)
-    })
+    };
+    Some((name, form))
 }
 
 /// The authority of an absolute-form target (`http://user@host:port/path`), if it is one.
@@ -285,8 +335,11 @@ mod tests {
         #[test]
         fn plain_names_read_alike(raw in proptest::collection::vec(proptest::sample::select(
             b"aZz09-._@:[] \t\x80\x00%".to_vec()), 0..12)) {
-            let short = |h: Option<HostName<'_>>| h.map(HostName::to_lower);
-            proptest::prop_assert_eq!(short(normalise(&raw)), short(normalise_general(&raw)));
+            let short = |h: Option<(HostName<'_>, Form)>| h.map(|(h, f)| (h.to_lower(), f));
+            proptest::prop_assert_eq!(
+                short(normalise_with_form(&raw)),
+                short(normalise_general(&raw))
+            );
         }
     }
 
@@ -294,13 +347,45 @@ mod tests {
     fn long_plain_names() {
         for n in [252, 253, 254] {
             for name in ["a".repeat(n), format!("{}.", "a".repeat(n))] {
-                let short = |h: Option<HostName<'_>>| h.map(|h| h.to_lower().len());
+                let short =
+                    |h: Option<(HostName<'_>, Form)>| h.map(|(h, f)| (h.to_lower().len(), f));
                 assert_eq!(
-                    short(normalise(name.as_bytes())),
+                    short(normalise_with_form(name.as_bytes())),
                     short(normalise_general(name.as_bytes())),
                     "{n}"
                 );
             }
+        }
+    }
+
+    /// Browsers write a host in lower case, without a trailing dot, userinfo or the default
+    /// port; a port of its own is theirs too.
+    #[test]
+    fn forms() {
+        let form = |raw: &str| normalise_with_form(raw.as_bytes()).map(|(_, f)| f);
+        for usual in [
+            "api.example.com",
+            "api.example.com:8443",
+            "[::1]:8080",
+            "10.0.0.1",
+            "[fe80::1]",
+        ] {
+            assert_eq!(form(usual), Some(Form::Usual), "{usual}");
+        }
+        for unusual in [
+            "API.example.com",
+            "api.example.com.",
+            "api.example.com:80",
+            "api.example.com:443",
+            "api.example.com:",
+            "api.example.com:0443",
+            " api.example.com",
+            "[::1]:443",
+        ] {
+            assert_eq!(form(unusual), Some(Form::Unusual), "{unusual}");
+        }
+        for userinfo in ["x@api.example.com", "a:b@API.example.com:80"] {
+            assert_eq!(form(userinfo), Some(Form::Userinfo), "{userinfo}");
         }
     }
 

@@ -115,8 +115,9 @@ pub(crate) struct Prepared<'r, 'a> {
     pub(crate) request: &'r Request<'a>,
     /// Its target, scanned (on first use: a room without path rules never scans it).
     target: OnceCell<Target<'a>>,
-    /// The hosts it names: the absolute-form target's, and the `Host` header's.
-    hosts: OnceCell<[HostSeen<'a>; 2]>,
+    /// The hosts it names: the absolute-form target's, and the `Host` header's; and whether
+    /// the header writes its host as browsers never do (see `host::Form::Unusual`).
+    hosts: OnceCell<([HostSeen<'a>; 2], bool)>,
 }
 
 impl<'r, 'a> Prepared<'r, 'a> {
@@ -136,17 +137,36 @@ impl<'r, 'a> Prepared<'r, 'a> {
         self.target.get_or_init(|| Target::new(self.request.target))
     }
 
-    /// The hosts the request names (worked out on first use).
+    /// The hosts the request names (worked out on first use): its absolute-form target's,
+    /// and its `Host` header's (userinfo there makes it no host).
+    #[inline]
     pub(crate) fn hosts(&self) -> &[HostSeen<'a>; 2] {
+        &self.read_hosts().0
+    }
+
+    /// Whether the `Host` header names its host in a form browsers never send for it (see
+    /// `host::Form::Unusual`): an application may then not route it as that host.
+    #[inline]
+    pub(crate) fn host_header_unusual(&self) -> bool {
+        self.read_hosts().1
+    }
+
+    fn read_hosts(&self) -> &([HostSeen<'a>; 2], bool) {
         self.hosts.get_or_init(|| {
             let seen = |raw: Option<&'a [u8]>| match raw {
-                None => HostSeen::Absent,
-                Some(raw) => host::normalise(raw).map_or(HostSeen::Bad, HostSeen::Name),
+                None => (HostSeen::Absent, host::Form::Usual),
+                Some(raw) => match host::normalise_with_form(raw) {
+                    Some((name, form)) => (HostSeen::Name(name), form),
+                    None => (HostSeen::Bad, host::Form::Usual),
+                },
             };
-            [
-                seen(host::authority_of(self.request.target)),
-                seen(self.request.host_header()),
-            ]
+            let (target, _) = seen(host::authority_of(self.request.target));
+            let (header, form) = match seen(self.request.host_header()) {
+                // `user@host` is no `Host` header's value.
+                (_, host::Form::Userinfo) => (HostSeen::Bad, host::Form::Usual),
+                seen => seen,
+            };
+            ([target, header], form == host::Form::Unusual)
         })
     }
 }

@@ -31,9 +31,10 @@ pub(crate) struct RouteTable {
     /// Whether a path may be put in different rooms by different folds of the path case
     /// rule (see `Router::folds_may_differ`).
     folds_differ: bool,
-    /// Whether the path case rule is `Either` and a host's routes lead to two rooms or
-    /// more: a path with an upper-case letter may then be in one room compared without
-    /// case and in another compared with it (`/BLOG/x`: `/blog/`'s, or `/`'s).
+    /// Whether the path case rule is `Either` and the routes lead to two rooms or more
+    /// (under one host pattern or several a host may match): a path with an upper-case
+    /// letter may then be in one room compared without case and in another compared with
+    /// it (`/BLOG/x`: `/blog/`'s, or `/`'s).
     either_split: bool,
 }
 
@@ -111,8 +112,14 @@ impl RouteTable {
             .collect::<Result<Vec<_>, (String, String)>>()?;
         groups.sort_by_key(|g| std::cmp::Reverse(g.pattern.specificity()));
         let either = case == crate::routing::CaseRule::Either;
+        let mut rooms: Vec<usize> = groups
+            .iter()
+            .flat_map(|g| g.rooms.iter().copied())
+            .collect();
+        rooms.sort_unstable();
+        rooms.dedup();
         Ok(Self {
-            either_split: either && groups.iter().any(|g| g.router.rooms().len() > 1),
+            either_split: either && rooms.len() > 1,
             hosts_matter: groups.iter().any(|g| g.pattern != HostPattern::Any),
             folds_differ: groups.iter().any(|g| g.router.folds_may_differ()),
             groups: groups.into(),
@@ -158,79 +165,118 @@ impl RouteTable {
     /// Whether `request` might belong to another room than [`RouteTable::room_for`]'s: its
     /// target reads several ways, or the path case rule may read its path in two (see
     /// `either_split`), or (where routes name hosts) it names two different hosts, a host
-    /// that is not one, or none.
-    /// What `room_for` worked out already: nothing more is read.
+    /// that is not one, none, or a host only in its target (an application routes by the
+    /// `Host` header), or writes its `Host` header as browsers never do (see
+    /// `host::Form::Unusual`). What `room_for` worked out already: nothing more is read.
     #[inline]
     pub(crate) fn may_be_ambiguous(&self, request: &Prepared<'_, '_>) -> bool {
         let Some(path) = request.target().plain_path() else {
             return true;
         };
-        if self.folds_differ || (self.either_split && path.iter().any(u8::is_ascii_uppercase)) {
+        if self.folds_differ || (self.either_split && crate::routing::has_ascii_upper(path)) {
             return true;
         }
         if !self.hosts_matter {
             return false;
         }
         match request.hosts() {
-            [HostSeen::Bad, _] | [_, HostSeen::Bad] | [HostSeen::Absent, HostSeen::Absent] => true,
-            [HostSeen::Name(a), HostSeen::Name(b)] => !same_host(a, b),
-            _ => false,
+            [HostSeen::Bad, _] | [_, HostSeen::Bad] | [_, HostSeen::Absent] => true,
+            [HostSeen::Name(a), HostSeen::Name(b)] => {
+                !same_host(a, b) || request.host_header_unusual()
+            }
+            [HostSeen::Absent, HostSeen::Name(_)] => request.host_header_unusual(),
         }
     }
 
-    /// Every room `request` might belong to, `first` (its room by [`RouteTable::room_for`])
-    /// first: for each host it names and each reading of its path under each fold, the room
-    /// of the first group (most specific host pattern first) that has a route for it; for a
-    /// host that is not one, or none (it may be any host), the room of every group that has.
-    /// Off the common path: it allocates.
-    #[cold]
-    pub(crate) fn candidates(&self, request: &Prepared<'_, '_>, first: usize) -> Vec<usize> {
-        let readings = crate::routing::Router::readings(request.target());
-        // Each host the request names; `None`: every host pattern.
-        let mut hosts: Vec<Option<HostName<'_>>> = request
-            .hosts()
-            .iter()
-            .filter_map(|h| match h {
-                HostSeen::Absent => None,
-                HostSeen::Bad => Some(None),
-                HostSeen::Name(n) => Some(Some(*n)),
-            })
-            .collect();
-        if hosts.is_empty() {
-            hosts.push(None);
-        }
+    /// Calls `f` with every room `request` might belong to, until it answers `true` (then
+    /// `true`): for each reading of its hosts (see [`HostReading`]) and each reading of its
+    /// path under each fold, the room of the first group (most specific host pattern first)
+    /// that has a route for it; for a host that may be any, the room of every group that
+    /// has. A room may come more than once. Allocates nothing for a plain target (its other
+    /// readings are copies).
+    pub(crate) fn any_candidate(
+        &self,
+        request: &Prepared<'_, '_>,
+        mut f: impl FnMut(usize) -> bool,
+    ) -> bool {
         let folds = self
             .groups
             .iter()
             .map(|g| g.router.folds())
             .max()
             .unwrap_or(0);
-        let mut out = vec![first];
-        for host in &hosts {
-            for path in &readings {
-                for fold in 0..folds {
+        for host in HostReading::of(request).into_iter().flatten() {
+            let found = Router::any_reading(request.target(), |path| {
+                (0..folds).any(|fold| {
                     let mut rooms = self.groups.iter().filter_map(|group| {
                         let applies = match (&group.pattern, host) {
-                            (HostPattern::Any, _) | (_, None) => true,
-                            (pattern, Some(name)) => pattern.matches(name),
+                            (HostPattern::Any, _) | (_, HostReading::Any) => true,
+                            (_, HostReading::Unnamed) => false,
+                            (pattern, HostReading::Named(name) | HostReading::Loosely(name)) => {
+                                pattern.matches(&name)
+                            }
                         };
                         if !applies {
                             return None;
                         }
                         group.router.prefix_room(path, fold).map(|i| group.rooms[i])
                     });
-                    // A host named: its most specific group with a route. None (or not a
-                    // host): it may be any host, each group's room.
-                    let take = if host.is_some() { 1 } else { usize::MAX };
-                    for room in rooms.by_ref().take(take) {
-                        if !out.contains(&room) {
-                            out.push(room);
-                        }
-                    }
-                }
+                    // A host named (or none recognised): its most specific group with a
+                    // route. Any host, or a host loosely named: each group's room.
+                    let take = match host {
+                        HostReading::Any | HostReading::Loosely(_) => usize::MAX,
+                        HostReading::Named(_) | HostReading::Unnamed => 1,
+                    };
+                    rooms.by_ref().take(take).any(&mut f)
+                })
+            });
+            if found {
+                return true;
             }
         }
-        out
+        false
+    }
+}
+
+/// A way an application may take a request's host, for the rooms it might belong to.
+#[derive(Debug, Clone, Copy)]
+enum HostReading<'a> {
+    /// As this host (most specific pattern first).
+    Named(HostName<'a>),
+    /// As any host: a host that is not one, or none named at all (nginx's default server may
+    /// be any host's).
+    Any,
+    /// As no host its routes name (a router that finds no `Host` header): the routes
+    /// without a host.
+    Unnamed,
+    /// As this host by some routes and not by others (a `Host` header written as browsers
+    /// do not write it, which an exact match on its text misses and a pattern or a router
+    /// without case may take): every host pattern it matches, and the routes without a host.
+    Loosely(HostName<'a>),
+}
+
+impl<'a> HostReading<'a> {
+    /// The ways `request`'s hosts may be taken: each host it names (a host that is not one:
+    /// any); none named: any; a host only in its target: also as no host (an application
+    /// routes by the `Host` header); a `Host` header written as browsers do not write it:
+    /// loosely (see [`HostReading::Loosely`]).
+    fn of(request: &Prepared<'_, 'a>) -> [Option<Self>; 3] {
+        let read = |h: &HostSeen<'a>| match h {
+            HostSeen::Absent => None,
+            HostSeen::Bad => Some(HostReading::Any),
+            HostSeen::Name(n) => Some(HostReading::Named(*n)),
+        };
+        let [target, header] = request.hosts();
+        let header = match header {
+            HostSeen::Name(n) if request.host_header_unusual() => Some(HostReading::Loosely(*n)),
+            other => read(other),
+        };
+        let unnamed = match (target, header) {
+            (HostSeen::Absent, None) => Some(HostReading::Any),
+            (_, None) => Some(HostReading::Unnamed),
+            _ => None,
+        };
+        [read(target), header, unnamed]
     }
 }
 

@@ -152,8 +152,62 @@ pub(super) fn ascii_starts_with(path: &[u8], folded: &[u8], bare: bool) -> bool 
         .all(|(a, b)| a.to_ascii_lowercase() == *b)
 }
 
+/// Whether `bytes` hold an ASCII upper-case letter: 16 bytes at a time (SSE2, enabled on
+/// every x86_64 target; a tail as the last 16 bytes, overlapping), shorter inputs one byte
+/// at a time. (No `#[target_feature]`: see `reading::classes_by_block`.)
+#[inline]
+pub(crate) fn has_ascii_upper(bytes: &[u8]) -> bool {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    if bytes.len() >= 16 {
+        use std::arch::x86_64::{
+            _mm_add_epi8, _mm_cmplt_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
+        };
+        let block = |at: usize| {
+            // `A..=Z` moved to the bottom of the signed range (-128..=-103): one compare.
+            // SAFETY: callers pass `at + 16 <= bytes.len()`: the 16 bytes loaded lie in
+            // `bytes`; `_mm_loadu_si128` needs no alignment; this is compiled only with SSE2.
+            unsafe {
+                let v = _mm_loadu_si128(bytes.as_ptr().add(at).cast());
+                let shifted = _mm_add_epi8(v, _mm_set1_epi8(0x3f)); // 0x80 - b'A'
+                _mm_movemask_epi8(_mm_cmplt_epi8(shifted, _mm_set1_epi8(-128 + 26))) != 0
+            }
+        };
+        let mut at = 0;
+        while at + 16 <= bytes.len() {
+            if block(at) {
+                return true;
+            }
+            at += 16;
+        }
+        return at < bytes.len() && block(bytes.len() - 16);
+    }
+    bytes.iter().any(u8::is_ascii_uppercase)
+}
+
 #[cfg(all(test, not(velvet_rope_loom)))]
 mod tests {
+    use super::has_ascii_upper;
+
+    /// The block search answers as the byte loop, at every length and position.
+    #[test]
+    fn upper_case_found_as_a_byte_loop_finds_it() {
+        for len in 0..40 {
+            for at in 0..=len {
+                for b in 0..=255u8 {
+                    let mut bytes = vec![b'a'; len];
+                    if at < len {
+                        bytes[at] = b;
+                    }
+                    assert_eq!(
+                        has_ascii_upper(&bytes),
+                        bytes.iter().any(u8::is_ascii_uppercase),
+                        "{len} {at} {b}"
+                    );
+                }
+            }
+        }
+    }
+
     use super::*;
 
     fn matches(fold: Fold, path: &str, prefix: &str) -> bool {

@@ -78,6 +78,7 @@
 //! them), also read as a delimiter (Fastify's `useSemicolonDelimiter`).
 
 mod fold;
+pub(crate) use fold::has_ascii_upper;
 mod reading;
 
 use fold::Fold;
@@ -377,24 +378,23 @@ impl Router {
         outcome.finish(self.default)
     }
 
-    /// Every path `target` may name: each reading of it (see the module's documentation), in
-    /// the order they are tried; a plain target's path alone. For asking, off the common
-    /// path, which rooms a request might belong to ([`Router::prefix_room`] of each).
-    #[cold]
-    pub(crate) fn readings(target: &Target<'_>) -> Vec<Vec<u8>> {
-        let features = target.features;
-        let bytes = target.bytes;
-        if features.plain() {
-            return vec![bytes[..features.path_len].to_vec()];
+    /// Calls `f` with every path `target` may name, until it answers `true` (then `true`):
+    /// each reading of it (see the module's documentation), in the order they are tried (a
+    /// reading may repeat another); a plain target's path alone, without copying. For
+    /// asking which rooms a request might belong to ([`Router::prefix_room`] of each).
+    #[inline]
+    pub(crate) fn any_reading(target: &Target<'_>, mut f: impl FnMut(&[u8]) -> bool) -> bool {
+        if let Some(path) = target.plain_path() {
+            return f(path);
         }
-        let mut out: Vec<Vec<u8>> = Vec::new();
-        each_reading(bytes, features, |view, _| {
-            if !out.iter().any(|seen| seen[..] == *view) {
-                out.push(view.to_vec());
-            }
-            None::<()>
-        });
-        out
+        // A UTF-8 slug's escapes: two readings, not every one (its others repeat them).
+        if let Some(decoded) = reading::high_escapes_decoded(target.bytes, &target.features) {
+            return f(&target.bytes[..target.features.path_len]) || f(&decoded);
+        }
+        each_reading(target.bytes, target.features, |view, _| {
+            f(view).then_some(())
+        })
+        .is_some()
     }
 
     /// How many folds of its case rule it compares paths under ([`Router::prefix_room`]).
@@ -733,6 +733,53 @@ mod tests {
                 let every = router.route_slowly(target.as_bytes(), features);
                 if features.plain() {
                     proptest::prop_assert_eq!(fast, every, "{:?}", target);
+                }
+            }
+        }
+
+        /// A target whose escapes are all of bytes 128-255 (a UTF-8 slug) and that is
+        /// otherwise plain: its two readings (as written, decoded) put it in the rooms every
+        /// reading does, under every fold.
+        #[test]
+        fn a_slug_reads_as_every_reading(
+            pieces in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "/", "shop", "SHOP", "caf", "%C3%A9", "%C3%89", "%E2%84%AA", "%E9", "%FF",
+                    "x", "-", "k", "s", "%C5%BF", "?q=%2e%2e/", "?", "%",
+                ]),
+                0..10,
+            ),
+            case in proptest::sample::select(vec![CaseRule::Sensitive, CaseRule::Insensitive, CaseRule::Either]),
+        ) {
+            let target = format!("/{}", pieces.concat());
+            let t = Target::new(target.as_bytes());
+            for router in [
+                Router::new([("/shop", "shop"), ("/caf\u{e9}/", "cafe"), ("/k", "k")], Some("d"), ["/static/"], case),
+                Router::new([("/\u{17f}hop/", "s"), ("/\u{212a}/", "k"), ("/caf%C3%A9", "raw")], None, ["/x"], case),
+            ] {
+                let router = router.unwrap();
+                let rooms = |every: bool| {
+                    let mut seen = std::collections::BTreeSet::new();
+                    let mut add = |view: &[u8]| {
+                        for fold in 0..router.folds() {
+                            seen.insert(router.prefix_room(view, fold));
+                        }
+                    };
+                    if every {
+                        each_reading(t.bytes, t.features, |view, _| {
+                            add(view);
+                            None::<()>
+                        });
+                    } else {
+                        Router::any_reading(&t, |view| {
+                            add(view);
+                            false
+                        });
+                    }
+                    seen
+                };
+                if reading::high_escapes_decoded(t.bytes, &t.features).is_some() {
+                    proptest::prop_assert_eq!(rooms(false), rooms(true), "{:?}", target);
                 }
             }
         }

@@ -508,6 +508,33 @@ fn hex(b: u8) -> Option<u8> {
     }
 }
 
+/// The path of `target` decoded, when escapes of bytes 128-255 are all that keep it from
+/// being plain (a UTF-8 slug as browsers send one: `/shoes/%E9%9D%B4`): then every reading
+/// of it is its path as written or this (no escape makes a `/`, `.`, `%`, `\` or an ASCII
+/// letter, and it has no dot or empty segment, `#`, `;` or byte the readings treat apart).
+/// `None` for any other target.
+pub(super) fn high_escapes_decoded(target: &[u8], f: &Features) -> Option<Vec<u8>> {
+    let others = f.backslash || f.hash || f.semicolon || f.not_origin || f.other || f.malformed;
+    if !f.percent || others {
+        return None;
+    }
+    let path = target.get(..f.path_len)?;
+    let mut i = 0;
+    while let Some(p) = memchr::memchr(b'%', &path[i..]) {
+        let at = i + p;
+        match (
+            path.get(at + 1).copied().and_then(hex),
+            path.get(at + 2).copied().and_then(hex),
+        ) {
+            (Some(high), Some(_)) if high >= 8 => i = at + 3,
+            _ => return None,
+        }
+    }
+    let mut out = Vec::with_capacity(path.len());
+    decode_into(path, Decode::All, &mut out);
+    Some(out)
+}
+
 /// Appends `path` percent-decoded (as `how` says) to `out`; a `%` that does not start an
 /// escape is kept as it is.
 fn decode_into(path: &[u8], how: Decode, out: &mut Vec<u8>) {

@@ -5,12 +5,12 @@ environ."""
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from ._velvet_rope import Decision, Engine
 
-__all__ = ["KEY", "decided_before", "mark_decided", "scope_target"]
+__all__ = ["KEY", "decided_before", "mark_decided", "routes_decided_before", "scope_target"]
 
 #: Where the rooms that decided a request are kept: a list of `(engine, room, target, ticket,
 #: decision)`, `room` a name or `None` for the configuration's routes, `target` what it was
@@ -38,6 +38,25 @@ def decided_before(
         if e is engine and r == room and (ticket or t == target):
             return decision  # type: ignore[no-any-return]
     return None
+
+
+def routes_decided_before(
+    env: MutableMapping[str, Any],
+    engine: Engine,
+    target: Any,
+    routed_room: Callable[[], str | None],
+) -> bool:
+    """Whether the configuration's routes decided the request of this scope or environ on
+    `target` already, or the room they put it in did (a front door of a named room ahead of
+    one of the routes): `routed_room()` says which room that is, deciding nothing
+    (`Engine.room_for_request`); it is asked only when a room of `engine` decided the
+    request."""
+    if decided_before(env, engine, None, target) is not None:
+        return True
+    if not any(e is engine for e, *_ in env.get(KEY, ())):
+        return False
+    room = routed_room()
+    return room is not None and decided_before(env, engine, room, target) is not None
 
 
 def mark_decided(

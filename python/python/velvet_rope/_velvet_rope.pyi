@@ -67,6 +67,15 @@ class Engine:
         room: str | None = None,
         now_ms: int | None = None,
     ) -> tuple[str, Decision] | None: ...
+    def room_for_request(
+        self,
+        method: str | bytes,
+        target: str | bytes,
+        headers: Iterable[tuple[str | bytes, str | bytes]],
+        *,
+        peer: str | None = None,
+        now_ms: int | None = None,
+    ) -> str | None: ...
     @property
     def has_routes(self) -> bool: ...
     @property
@@ -179,6 +188,8 @@ class Decision:
     def ticket_header(self) -> bool: ...
     @property
     def ticket(self) -> str | None: ...
+    @property
+    def ambiguous(self) -> bool: ...
 
 @final
 class RoomStats:

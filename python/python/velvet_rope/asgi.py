@@ -51,7 +51,7 @@ from ._commands import (
     split_asgi,
 )
 from ._once import KEY as DECIDED
-from ._once import decided_before, mark_decided, scope_target
+from ._once import decided_before, mark_decided, routes_decided_before, scope_target
 from ._routing import ROUTES, RoomRouter, escaped
 from ._ticker import LoopTicker
 from ._velvet_rope import Decision, Engine
@@ -353,6 +353,21 @@ class WaitingRoom:
         #: The engine's shared steady decision (see `Engine.steady_admit`).
         self.steady = engine.steady_admit
 
+    def _decided(self, scope: Scope, room: str) -> bool:
+        """Whether `room` (`ROUTES`: the configuration's routes, or the room they put the
+        request in) decided this request already (see `_once`)."""
+        target = scope_target(scope)
+        if room != ROUTES:
+            return decided_before(scope, self.engine, room, target) is not None
+        return routes_decided_before(
+            scope,
+            self.engine,
+            target,
+            lambda: self.engine.room_for_request(
+                scope["method"], target_of(scope), headers_of(scope), peer=peer_of(scope)
+            ),
+        )
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
@@ -367,13 +382,7 @@ class WaitingRoom:
             return
         router = self.router
         room = router.every if router.every is not None else router.room_for(scope["path"])
-        if room is None or (
-            DECIDED in scope
-            and decided_before(
-                scope, self.engine, None if room == ROUTES else room, scope_target(scope)
-            )
-            is not None
-        ):
+        if room is None or (DECIDED in scope and self._decided(scope, room)):
             # Responses are looked at for origin commands only when a room accepts them.
             commands = self.engine.accepts_origin_commands
             await self.app(scope, receive, stripping(scope, send) if commands else send)

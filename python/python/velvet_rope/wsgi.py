@@ -24,7 +24,7 @@ from urllib.parse import unquote_to_bytes
 
 from ._commands import KEY, LOG, asks_revoke, record, revoke, split_wsgi
 from ._once import KEY as DECIDED
-from ._once import decided_before, mark_decided
+from ._once import decided_before, mark_decided, routes_decided_before
 from ._routing import ROUTES, RoomRouter, escaped, status_line
 from ._ticker import ThreadTicker
 from ._velvet_rope import Decision, Engine
@@ -191,16 +191,28 @@ class WaitingRoom:
         #: The engine's shared steady decision (see `Engine.steady_admit`).
         self.steady = engine.steady_admit
 
+    def _decided(self, environ: dict[str, Any], room: str) -> bool:
+        """Whether `room` (`ROUTES`: the configuration's routes, or the room they put the
+        request in) decided this request already (see `_once`)."""
+        target = _decided_on(environ)
+        if room != ROUTES:
+            return decided_before(environ, self.engine, room, target) is not None
+        return routes_decided_before(
+            environ,
+            self.engine,
+            target,
+            lambda: self.engine.room_for_request(
+                environ.get("REQUEST_METHOD", "GET"),
+                _target(environ),
+                _request_headers(environ),
+                peer=environ.get("REMOTE_ADDR") or None,
+            ),
+        )
+
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         router = self.router
         room = router.every if router.every is not None else router.room_for(_path_bytes(environ))
-        if room is None or (
-            DECIDED in environ
-            and decided_before(
-                environ, self.engine, None if room == ROUTES else room, _decided_on(environ)
-            )
-            is not None
-        ):
+        if room is None or (DECIDED in environ and self._decided(environ, room)):
             # Responses are looked at for origin commands only when a room accepts them.
             commands = self.engine.accepts_origin_commands
             return self.app(

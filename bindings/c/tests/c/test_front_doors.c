@@ -149,9 +149,45 @@ static void test_named_room_header_ticket_and_errors(void) {
     vr_engine_free(e);
 }
 
+/* A request two deciding rooms might govern (the target's host and the Host header name
+ * each its own) is refused, said so, and its page is a 400; one that reads one way is not. */
+static void test_ambiguous(void) {
+    static const char *config =
+        "[[rooms]]\nname = \"shop\"\ntotal_active_users = 5\nnew_users_per_minute = 5\n"
+        "queue_all = true\nroutes = [{ path = \"/shop/\" }]\n"
+        "[[rooms]]\nname = \"api\"\ntotal_active_users = 5\nnew_users_per_minute = 5\n"
+        "routes = [{ host = \"api.example.com\" }]\n";
+    vr_engine *e = NULL;
+    CHECK(vr_engine_new(config, strlen(config), T0, &e) == VR_OK);
+    vr_request r;
+    memset(&r, 0, sizeof r);
+    r.method = "GET";
+    r.method_len = 3;
+    r.target = "http://api.example.com/shop/item";
+    r.target_len = strlen(r.target);
+    r.host = "www.example.com";
+    r.host_len = strlen(r.host);
+    vr_route route;
+    vr_decision d;
+    CHECK(vr_engine_decide_request(e, &r, T0, &route, &d) == VR_OK && route.routed == 1);
+    CHECK(d.outcome == VR_OUTCOME_REJECT && d.ambiguous == 1 && d.set_cookie_len == 0 && d.rule == -1);
+    vr_page *page = NULL;
+    CHECK(vr_engine_render_page(e, route.room, route.room_len, &d, "application/json", 16, &page) == VR_OK);
+    vr_page_view view;
+    CHECK(page && vr_page_get_view(page, &view) == VR_OK && view.status == 400);
+    CHECK(view.body_len > 0 && memmem(view.body, view.body_len, "ambiguous-request", 17) != NULL);
+    vr_page_free(page);
+    /* The same hosts agreeing: the api's, admitted. */
+    r.host = "api.example.com";
+    CHECK(vr_engine_decide_request(e, &r, T0, &route, &d) == VR_OK);
+    CHECK(d.outcome == VR_OUTCOME_ADMIT && d.ambiguous == 0 && d.set_cookie_len > 0);
+    vr_engine_free(e);
+}
+
 int main(void) {
     test_table();
     test_named_room_header_ticket_and_errors();
+    test_ambiguous();
     printf("front doors through the C ABI: %d checks passed, %d failed (%zu table rows)\n", passed,
            failed, FD_N_CASES);
     return failed ? 1 : 0;

@@ -36,6 +36,9 @@ pub(crate) struct RouteTable {
     /// letter may then be in one room compared without case and in another compared with
     /// it (`/BLOG/x`: `/blog/`'s, or `/`'s).
     either_split: bool,
+    /// The longest room prefix of any host pattern's routes, in bytes, plus one (the byte
+    /// after a prefix): case past it never changes a plain path's room.
+    case_reach: usize,
 }
 
 impl RouteTable {
@@ -120,6 +123,12 @@ impl RouteTable {
         rooms.dedup();
         Ok(Self {
             either_split: either && rooms.len() > 1,
+            case_reach: groups
+                .iter()
+                .map(|g| g.router.longest_prefix())
+                .max()
+                .unwrap_or(0)
+                + 1,
             hosts_matter: groups.iter().any(|g| g.pattern != HostPattern::Any),
             folds_differ: groups.iter().any(|g| g.router.folds_may_differ()),
             groups: groups.into(),
@@ -173,7 +182,9 @@ impl RouteTable {
         let Some(path) = request.target().plain_path() else {
             return true;
         };
-        if self.folds_differ || (self.either_split && crate::routing::has_ascii_upper(path)) {
+        // Case past the longest prefix (and the byte after it) puts the path in no other room.
+        let reach = &path[..path.len().min(self.case_reach)];
+        if self.folds_differ || (self.either_split && crate::routing::has_ascii_upper(reach)) {
             return true;
         }
         if !self.hosts_matter {

@@ -397,6 +397,16 @@ impl Router {
         .is_some()
     }
 
+    /// The longest of its room prefixes, in bytes, under any fold: bytes of a path past it
+    /// never change which room prefix the path is under.
+    pub(crate) fn longest_prefix(&self) -> usize {
+        self.tables
+            .iter()
+            .flat_map(|t| t.rooms.iter().map(|(p, _)| p.len()))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// How many folds of its case rule it compares paths under ([`Router::prefix_room`]).
     pub(crate) fn folds(&self) -> usize {
         self.tables.len()

@@ -53,6 +53,17 @@ fn engine() -> Engine {
 
 /// The room and whether the request went on (admitted, bypassed or passed by a dry run).
 fn verdict(engine: &Engine, target: &str, host: Option<&str>) -> (String, bool) {
+    let r = routed(engine, target, host);
+    (
+        r.room.as_str().to_owned(),
+        r.decision.outcome == Outcome::Admit,
+    )
+}
+
+/// The room and decision of `GET target` with `host`, checked against the room
+/// `room_for_request` names for it (deciding nothing): the one that decides, or none for a
+/// refusal.
+fn routed(engine: &Engine, target: &str, host: Option<&str>) -> velvet_rope::Routed {
     let r = Request {
         method: b"GET",
         target: target.as_bytes(),
@@ -60,13 +71,13 @@ fn verdict(engine: &Engine, target: &str, host: Option<&str>) -> (String, bool) 
         headers: &[],
         client: None,
     };
+    let room = engine.room_for_request(&r, NOW);
     let routed = engine
         .decide_request(&r, NOW)
         .unwrap_or_else(|| panic!("{target} {host:?}: unrouted"));
-    (
-        routed.room.as_str().to_owned(),
-        routed.decision.outcome == Outcome::Admit,
-    )
+    let expected = (!routed.decision.ambiguous).then_some(routed.room);
+    assert_eq!(room, expected, "{target} {host:?}");
+    routed
 }
 
 #[test]
@@ -249,25 +260,6 @@ total_active_users = 100000
 new_users_per_minute = 100000
 routes = [{ path = "/blog/" }]
 "#;
-
-fn routed(engine: &Engine, target: &str, host: Option<&str>) -> velvet_rope::Routed {
-    let r = Request {
-        method: b"GET",
-        target: target.as_bytes(),
-        host: host.map(str::as_bytes),
-        headers: &[],
-        client: None,
-    };
-    // The room it would be decided in, asked first (deciding nothing): the one that
-    // decides, or none for a refusal.
-    let room = engine.room_for_request(&r, NOW);
-    let routed = engine
-        .decide_request(&r, NOW)
-        .unwrap_or_else(|| panic!("{target} {host:?}: unrouted"));
-    let expected = (!routed.decision.ambiguous).then_some(routed.room);
-    assert_eq!(room, expected, "{target} {host:?}");
-    routed
-}
 
 /// A request two deciding rooms might each govern is refused (400), not decided in the one
 /// the routes chose: there the visitor could pick the emptier room by how it writes the

@@ -39,8 +39,11 @@ redis-env:
 test-rust: redis-env
 	@echo "== $$(date +%T) make test: Rust tests (unit, integration, stress, processes, doc examples, the cluster tier's fault simulation, the cluster tier against redis-server)"
 	@# (The Python binding has no Rust tests: its suite is pytest's, below. Left out here, its
-	@# pyo3 build is not made twice: maturin builds it for its own target.)
-	$(CARGO) test --workspace --release --exclude velvet-rope-python
+	@# pyo3 build is not made twice: maturin builds it for its own target. The benches have no
+	@# tests either: clippy above compiles every bench and example, and `make bench` runs them;
+	@# left out, criterion is not built, and the engine's dependencies get the features the
+	@# `velvet-rope` command's own build gives them, so `make dist` links it from this build.)
+	$(CARGO) test --workspace --release --exclude velvet-rope-python --exclude velvet-rope-benches
 
 # loom models of every lock-free structure (a separate target dir: the cfg changes every crate).
 test-loom:

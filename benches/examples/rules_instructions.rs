@@ -6,7 +6,8 @@
 //! method, host, path and client alone), `routed` (`decide_request`, the room by host and
 //! path: the one with 20 rules), `routed_plain` (the same, to the room without rules),
 //! `routed_escaped` (the same, its path a percent-escaped UTF-8 slug, as browsers send one:
-//! read every way to find the rooms it might belong to),
+//! read every way to find the rooms it might belong to), `routed_no_query` (the same, a
+//! path without a query, as a browser's page request mostly is),
 //! `bypass` (`decide_request_in`, a request the first of those rules bypasses: matched and
 //! counted).
 //! `cargo run --release -p velvet-rope-benches --example rules_instructions -- <mode> <N>`.
@@ -27,7 +28,9 @@ fn main() {
         .map_or(1_000_000, |s| s.parse().expect("a count"));
     let engine = Engine::from_text(&format!("{KEYS}{}", rules_config::ROOMS), T0).unwrap();
     let (room, host) = match mode.as_str() {
-        "cookie" | "plain" | "routed_plain" | "routed_escaped" => ("plain", "plain.example.com"),
+        "cookie" | "plain" | "routed_plain" | "routed_escaped" | "routed_no_query" => {
+            ("plain", "plain.example.com")
+        }
         "rules" | "routed" | "bypass" => ("rules", "shop.example.com"),
         "structural" => ("structural", "api.example.com"),
         other => panic!("unknown mode {other}"),
@@ -42,6 +45,7 @@ fn main() {
         target: match mode.as_str() {
             "bypass" => &b"/static/js/app.3f9a1c0e.js"[..],
             "routed_escaped" => &b"/products/%E9%9D%B4/running-42?color=blue&size=9"[..],
+            "routed_no_query" => &b"/products/shoes/running-42"[..],
             _ => &b"/products/shoes/running-42?color=blue&size=9"[..],
         },
         host: None,
@@ -56,7 +60,7 @@ fn main() {
             "cookie" => engine
                 .admit_header_bytes(b"plain", Some(cookie), T0 + 1)
                 .unwrap(),
-            "routed" | "routed_plain" | "routed_escaped" => {
+            "routed" | "routed_plain" | "routed_escaped" | "routed_no_query" => {
                 engine.decide_request(r, T0 + 1).unwrap().decision
             }
             _ => engine

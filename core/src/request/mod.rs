@@ -104,8 +104,25 @@ impl<'a> Request<'a> {
     /// The host it names: `host`, else its `Host` or `:authority` header.
     fn host_header(&self) -> Option<&'a [u8]> {
         self.host
-            .or_else(|| self.header("host"))
+            .or_else(|| {
+                self.headers
+                    .iter()
+                    .find(|(n, _)| is_host(n))
+                    .map(|(_, v)| *v)
+            })
             .or_else(|| self.header(":authority"))
+    }
+}
+
+/// Whether a header's name is `Host` in any case, compared as one word: `| 0x20` turns a
+/// byte into `h`, `o`, `s` or `t` only from that letter in either case.
+#[inline]
+fn is_host(name: &[u8]) -> bool {
+    match *name {
+        [a, b, c, d] => {
+            u32::from_le_bytes([a, b, c, d]) | 0x2020_2020 == u32::from_le_bytes(*b"host")
+        }
+        _ => false,
     }
 }
 
@@ -191,5 +208,32 @@ impl FrontDoor {
             trusted: clients::CidrSet::parse(&config.settings.trusted_proxies)
                 .map_err(|why| crate::Error::invalid("settings.trusted_proxies", why))?,
         })
+    }
+}
+
+#[cfg(all(test, not(velvet_rope_loom)))]
+mod tests {
+    use super::is_host;
+
+    /// `is_host` answers as `eq_ignore_ascii_case` does: for every byte at every place of
+    /// `host`, `HOST` and `HoSt`, and for names of other lengths.
+    #[test]
+    fn host_names_in_any_case_and_nothing_else() {
+        for base in [b"host", b"HOST", b"HoSt"] {
+            for at in 0..4 {
+                for x in 0..=255u8 {
+                    let mut name = *base;
+                    name[at] = x;
+                    assert_eq!(
+                        is_host(&name),
+                        name.eq_ignore_ascii_case(b"host"),
+                        "{name:?}"
+                    );
+                }
+            }
+        }
+        for name in [&b""[..], b"hos", b"hostt", b"x-host", b" host"] {
+            assert!(!is_host(name), "{name:?}");
+        }
     }
 }

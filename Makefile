@@ -40,8 +40,8 @@ test-rust: redis-env
 	@echo "== $$(date +%T) make test: Rust tests (unit, integration, stress, processes, doc examples, the cluster tier's fault simulation, the cluster tier against redis-server)"
 	@# (The Python binding has no Rust tests: its suite is pytest's, below. Left out here, its
 	@# pyo3 build is not made twice: maturin builds it for its own target. The benches have no
-	@# tests either: clippy above compiles every bench and example, and `make bench` runs them;
-	@# left out, criterion is not built, and the engine's dependencies get the features the
+	@# tests either: clippy above type-checks every bench and example, and `make bench` runs the
+	@# benches; left out, criterion is not built, and the engine's dependencies get the features the
 	@# `velvet-rope` command's own build gives them, so `make dist` links it from this build.)
 	$(CARGO) test --workspace --release --exclude velvet-rope-python --exclude velvet-rope-benches
 
